@@ -1,0 +1,316 @@
+"""The domain framework: tools, tasks, a stateful environment, grading and pass^k.
+
+A domain is a tau-style customer-service world: a JSON database generated deterministically
+from a seed on a frozen clock, a written policy, tools (read and write) with OpenAI JSON
+schemas, and tasks (a user scenario, gold actions, required outputs).
+
+Reward for an episode = (final database hash == hash after replaying the gold actions on a
+fresh database) * (every required output appears in the agent's replies).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import jsonschema
+import orjson
+
+# Bump when grading semantics change; it goes into every Grade (and so every result).
+GRADER_VERSION = "1"
+
+ToolFn = Callable[..., Any]
+"""fn(db: dict, **arguments) -> JSON-able result; raises ToolError for bad input or rule
+violations. A tool must check everything before it mutates `db`, so that a call that fails
+leaves the database untouched (grading replays failed calls too)."""
+
+
+class ToolError(Exception):
+    """A tool refused the call; the message becomes the tool result "Error: <message>"."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict  # JSON Schema: type object, properties, required, additionalProperties False
+    writes: bool
+    fn: ToolFn = field(repr=False, compare=False)
+
+    def schema(self) -> dict:
+        """The OpenAI `tools` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Action:
+    """One tool call, gold or executed."""
+
+    name: str
+    arguments: dict
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True)
+class UserScenario:
+    persona: str  # how the customer talks
+    instructions: str  # what they want, second person ("You want to cancel ...")
+    known_info: dict[str, str]  # facts the user can reveal when asked
+    unknown_info: list[str]  # things the user does not know
+    opening: str  # first utterance
+
+
+TASK_CATEGORIES = ("read_only", "single_write", "multi_write", "refusal")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str  # "<domain>/<NNN>", e.g. "airline/007"
+    domain: str
+    category: str  # one of TASK_CATEGORIES
+    scenario: UserScenario
+    gold_actions: tuple[Action, ...]  # only writes change the db; reads may be listed too
+    required_outputs: tuple[str, ...]  # must appear in the agent's text replies
+    flags: frozenset[str] = frozenset()  # e.g. {"refusal"}
+    refusal_reason: str | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["gold_actions"] = [a.to_dict() for a in self.gold_actions]
+        d["required_outputs"] = list(self.required_outputs)
+        d["flags"] = sorted(self.flags)
+        return d
+
+
+class Domain:
+    """Base class of a domain. Subclasses set the class attributes and implement
+    `make_db` and `tasks`; one instance per process is kept by the registry."""
+
+    name: ClassVar[str] = ""
+    data_version: ClassVar[str] = ""
+    policy: str = ""  # markdown; documents the frozen "now"
+    tools: list[Tool]
+
+    def make_db(self, seed: int = 0) -> dict:
+        """A fresh database, a pure function of `seed` (JSON types only, str keys)."""
+        raise NotImplementedError
+
+    def tasks(self) -> list[Task]:
+        """The domain's tasks, deterministic, in id order."""
+        raise NotImplementedError
+
+    # --- derived helpers (subclasses need not override) ---
+
+    def tool_schemas(self) -> list[dict]:
+        return [t.schema() for t in self.tools]
+
+    def tool(self, name: str) -> Tool | None:
+        index = self.__dict__.get("_tool_index")
+        if index is None:
+            index = self.__dict__["_tool_index"] = {t.name: t for t in self.tools}
+        return index.get(name)
+
+    def validator(self, tool: Tool) -> jsonschema.protocols.Validator:
+        """A compiled JSON-schema validator for the tool's arguments (built once)."""
+        cache = self.__dict__.setdefault("_validators", {})
+        v = cache.get(tool.name)
+        if v is None:
+            schema = tool.parameters
+            cls = jsonschema.validators.validator_for(schema, jsonschema.Draft202012Validator)
+            v = cache[tool.name] = cls(schema)
+        return v
+
+    def get_task(self, task_id: str) -> Task:
+        index = self.__dict__.get("_task_index")
+        if index is None:
+            index = self.__dict__["_task_index"] = {t.id: t for t in self.tasks()}
+        try:
+            return index[task_id]
+        except KeyError:
+            raise KeyError(f"unknown task {task_id!r} in domain {self.name!r}") from None
+
+    def fresh_db(self, seed: int = 0) -> dict:
+        """A private copy of make_db(seed); the generated db is cached as JSON bytes, so a
+        new episode costs one orjson parse rather than a regeneration."""
+        cache = self.__dict__.setdefault("_db_cache", {})
+        blob = cache.get(seed)
+        if blob is None:
+            blob = cache[seed] = orjson.dumps(self.make_db(seed))
+        return orjson.loads(blob)
+
+    def system_prompt(self) -> str:
+        """The agent's static prefix: the policy (tool schemas travel in `tools`)."""
+        return self.policy
+
+
+def canonical_json(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def hash_db(db: Mapping[str, Any]) -> str:
+    """sha256 of canonical JSON: stable across processes and machines."""
+    return hashlib.sha256(canonical_json(db)).hexdigest()
+
+
+@dataclass
+class ToolResult:
+    ok: bool
+    content: str  # what goes into the tool message: JSON text or "Error: ..."
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(ok=False, content=f"Error: {message}")
+
+
+def _result_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+class Environment:
+    """One episode's world: a fresh database and the domain's tools."""
+
+    def __init__(self, domain: Domain, seed: int = 0) -> None:
+        self.domain = domain
+        self.seed = seed
+        self.db = domain.fresh_db(seed)
+        # Every call that reached a tool (well-formed name and arguments), in order, whether
+        # the tool accepted it or not: what `grade` needs as `executed`.
+        self.actions: list[Action] = []
+
+    def execute(self, name: str, arguments: dict | str | None) -> ToolResult:
+        """Run one tool call. Never raises: every failure becomes an "Error: ..." result."""
+        tool = self.domain.tool(name)
+        if tool is None:
+            return _error(f"unknown tool {name!r}")
+        if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+            arguments = {}
+        elif isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError as e:
+                return _error(f"arguments of {name} are not valid JSON: {e}")
+        if not isinstance(arguments, dict):
+            return _error(f"arguments of {name} must be a JSON object")
+        err = jsonschema.exceptions.best_match(self.domain.validator(tool).iter_errors(arguments))
+        if err is not None:
+            where = "/".join(str(p) for p in err.absolute_path)
+            prefix = f"{where}: " if where else ""
+            return _error(f"invalid arguments for {name}: {prefix}{err.message}")
+        self.actions.append(Action(name, arguments))
+        try:
+            value = tool.fn(self.db, **arguments)
+        except ToolError as e:
+            return _error(str(e))
+        except Exception as e:  # a tool bug must not end the episode
+            return _error(f"{type(e).__name__}: {e}")
+        try:
+            return ToolResult(ok=True, content=_result_text(value))
+        except TypeError as e:
+            return _error(f"tool {name} returned a non-JSON result: {e}")
+
+    def replay(self, actions: Sequence[Action]) -> None:
+        for a in actions:
+            self.execute(a.name, a.arguments)
+
+    def db_hash(self) -> str:
+        return hash_db(self.db)
+
+
+@dataclass
+class Grade:
+    reward: float
+    db_match: bool
+    outputs_ok: bool
+    missing_outputs: list[str]
+    grader_version: str
+    data_version: str
+    db_hash: str = ""  # the agent's final database
+    gold_hash: str = ""  # after replaying the gold actions
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_NUM_COMMA = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_SPACES = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, thousands separators dropped ("$1,234" -> "$1234"), spaces collapsed."""
+    return _SPACES.sub(" ", _NUM_COMMA.sub("", text.lower()))
+
+
+def missing_outputs(required: Sequence[str], agent_replies: Sequence[str]) -> list[str]:
+    said = normalize_text("\n".join(r for r in agent_replies if r))
+    return [r for r in required if normalize_text(r) not in said]
+
+
+_GOLD_HASHES: dict[tuple[str, str, str, int], str] = {}
+
+
+def gold_hash(domain: Domain, task: Task, seed: int = 0) -> str:
+    """Hash of the database after the task's gold actions (cached: gold never changes)."""
+    key = (domain.name, domain.data_version, task.id, seed)
+    h = _GOLD_HASHES.get(key)
+    if h is None:
+        env = Environment(domain, seed)
+        env.replay(task.gold_actions)
+        h = _GOLD_HASHES[key] = env.db_hash()
+    return h
+
+
+def grade(
+    domain: Domain,
+    task: Task,
+    executed: Sequence[Action],
+    agent_replies: Sequence[str],
+    seed: int = 0,
+) -> Grade:
+    """Replay `executed` on a fresh environment and the gold actions on another; compare."""
+    env = Environment(domain, seed)
+    env.replay(executed)
+    actual = env.db_hash()
+    expected = gold_hash(domain, task, seed)
+    missing = missing_outputs(task.required_outputs, agent_replies)
+    db_match = actual == expected
+    outputs_ok = not missing
+    return Grade(
+        reward=1.0 if db_match and outputs_ok else 0.0,
+        db_match=db_match,
+        outputs_ok=outputs_ok,
+        missing_outputs=missing,
+        grader_version=GRADER_VERSION,
+        data_version=domain.data_version,
+        db_hash=actual,
+        gold_hash=expected,
+    )
+
+
+def pass_hat_k(successes: Mapping[str, Sequence[bool]]) -> dict[int, float]:
+    """pass^k = mean over tasks of C(c, k) / C(n, k), for k = 1 .. min n.
+
+    `successes` maps task id -> one bool per trial. Tasks with no trials are ignored.
+    """
+    counts = [(len(s), sum(1 for x in s if x)) for s in successes.values() if len(s) > 0]
+    if not counts:
+        return {}
+    kmax = min(n for n, _ in counts)
+    return {
+        k: sum(math.comb(c, k) / math.comb(n, k) for n, c in counts) / len(counts)
+        for k in range(1, kmax + 1)
+    }
