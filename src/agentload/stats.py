@@ -1,0 +1,133 @@
+"""Statistics shared by every report: percentiles, SLO attainment, throughput, bootstrap CIs.
+
+All percentiles use linear interpolation between closest ranks (numpy's default method), the
+definition in the design's measurement section.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+PERCENTILES: tuple[float, ...] = (10, 25, 50, 75, 90, 95, 99, 99.9)
+
+
+def pct_key(p: float) -> str:
+    """`p99.9` style key for a percentile."""
+    return f"p{p:g}"
+
+
+def _clean(values: Iterable[float | None]) -> np.ndarray:
+    arr = np.fromiter((v for v in values if v is not None), dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def describe(
+    values: Iterable[float | None], percentiles: Sequence[float] = PERCENTILES
+) -> dict[str, float | int | None]:
+    """count, mean, std, min, max and the given percentiles; `None`s are skipped.
+
+    With no values every statistic is `None` (count 0), so reports can show a dash rather
+    than a misleading zero.
+    """
+    arr = _clean(values)
+    out: dict[str, float | int | None] = {"count": int(arr.size)}
+    if arr.size == 0:
+        out.update({"mean": None, "std": None, "min": None, "max": None})
+        out.update({pct_key(p): None for p in percentiles})
+        return out
+    out["mean"] = float(arr.mean())
+    out["std"] = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    out["min"] = float(arr.min())
+    out["max"] = float(arr.max())
+    qs = np.percentile(arr, list(percentiles))
+    out.update({pct_key(p): float(q) for p, q in zip(percentiles, qs, strict=True)})
+    return out
+
+
+def percentile(values: Iterable[float | None], p: float) -> float | None:
+    arr = _clean(values)
+    return float(np.percentile(arr, p)) if arr.size else None
+
+
+def slo_attainment(values: Iterable[float | None], threshold: float) -> float | None:
+    """Share of values at or below `threshold`; a missing value (a failed call) counts as a miss."""
+    vals = list(values)
+    if not vals:
+        return None
+    arr = np.array([math.inf if v is None else v for v in vals], dtype=float)
+    return float(np.mean(arr <= threshold))
+
+
+def slo_attainment_all(
+    rows: Sequence[Mapping[str, float | None]], thresholds: Mapping[str, float]
+) -> float | None:
+    """Share of rows that meet every threshold (row[key] <= threshold for each key)."""
+    if not rows:
+        return None
+    ok = 0
+    for row in rows:
+        if all((v := row.get(k)) is not None and v <= t for k, t in thresholds.items()):
+            ok += 1
+    return ok / len(rows)
+
+
+def throughput(
+    event_times_s: Iterable[float],
+    amounts: Iterable[float] | None = None,
+    *,
+    window: tuple[float, float] | None = None,
+) -> float | None:
+    """Events (or summed amounts) per second over `window` (default: first to last event)."""
+    t = np.fromiter(event_times_s, dtype=float)
+    a = np.ones_like(t) if amounts is None else np.fromiter(amounts, dtype=float)
+    if t.size == 0:
+        return None
+    lo, hi = window if window is not None else (float(t.min()), float(t.max()))
+    span = hi - lo
+    if span <= 0:
+        return None
+    mask = (t >= lo) & (t <= hi)
+    return float(a[mask].sum() / span)
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    stat: Callable[[np.ndarray], Any] = np.mean,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap confidence interval of `stat` (vectorised over resamples)."""
+    arr = _clean(values)
+    if arr.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, arr.size, size=(n_resamples, arr.size))
+    samples = arr[idx]
+    try:
+        stats = np.asarray(stat(samples, axis=1), dtype=float)
+    except TypeError:
+        stats = np.array([stat(s) for s in samples], dtype=float)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
+    return float(lo), float(hi)
+
+
+def pass_hat_k(successes: Mapping[str, Sequence[bool]]) -> dict[int, float]:
+    """pass^k = mean over tasks of C(c, k) / C(n, k), for k = 1 .. the smallest n."""
+    if not successes:
+        return {}
+    n_min = min(len(v) for v in successes.values())
+    out: dict[int, float] = {}
+    for k in range(1, n_min + 1):
+        total = 0.0
+        for trials in successes.values():
+            n, c = len(trials), sum(bool(x) for x in trials)
+            total += math.comb(c, k) / math.comb(n, k)
+        out[k] = total / len(successes)
+    return out
