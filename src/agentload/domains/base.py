@@ -251,8 +251,9 @@ _SPACES = re.compile(r"\s+")
 
 
 def normalize_text(text: str) -> str:
-    """Lower case, thousands separators dropped ("$1,234" -> "$1234"), spaces collapsed."""
-    return _SPACES.sub(" ", _NUM_COMMA.sub("", text.lower()))
+    """Lower case, thousands separators dropped ("$1,234" -> "$1234"), underscores read as
+    spaces ("basic_economy" == "basic economy"), runs of spaces collapsed."""
+    return _SPACES.sub(" ", _NUM_COMMA.sub("", text.lower()).replace("_", " "))
 
 
 def missing_outputs(required: Sequence[str], agent_replies: Sequence[str]) -> list[str]:
