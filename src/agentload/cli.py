@@ -20,6 +20,7 @@ app = typer.Typer(
 # Each module registers its commands on `app` when imported; the order is the order in --help.
 COMMAND_MODULES = [
     "agentload.client.cli",
+    "agentload.domains.cli",
 ]
 
 

@@ -1,0 +1,145 @@
+"""`agentload tasks`: list, show and check the built-in domains' tasks."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentload.cli import app
+from agentload.domains import domain_names, get_domain, get_task
+from agentload.domains.base import GRADER_VERSION, TASK_CATEGORIES, Domain, Environment, grade
+
+tasks_app = typer.Typer(
+    help="List, show and check the built-in domains' tasks.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+app.add_typer(tasks_app, name="tasks")
+
+
+def _domains(names: list[str] | None, category: str | None = None) -> list[tuple[Domain, list]]:
+    """(domain, its tasks of `category`) for each named domain, or for every domain that
+    loads when none is named: one broken domain must not hide the others."""
+    out = []
+    for name in names or domain_names():
+        try:
+            d = get_domain(name)
+            tasks = [t for t in d.tasks() if category is None or t.category == category]
+        except KeyError as e:
+            raise typer.BadParameter(str(e.args[0]), param_hint="--domain") from None
+        except Exception as e:
+            if names:
+                raise
+            typer.echo(f"warning: domain {name!r} unavailable: {type(e).__name__}: {e}", err=True)
+            continue
+        out.append((d, tasks))
+    return out
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + ("." if dot else "")
+
+
+def _check_category(category: str | None) -> None:
+    if category is not None and category not in TASK_CATEGORIES:
+        raise typer.BadParameter(
+            f"{category!r} is not one of {', '.join(TASK_CATEGORIES)}", param_hint="--category"
+        )
+
+
+@tasks_app.callback()
+def tasks_list(
+    ctx: typer.Context,
+    domain: list[str] | None = typer.Option(
+        None, "--domain", "-d", help="Domain(s) to list (default: all)."
+    ),
+    category: str | None = typer.Option(
+        None, "--category", "-c", help=f"Only tasks of this category: {', '.join(TASK_CATEGORIES)}."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per task, one a line."),
+) -> None:
+    """List tasks (the default when no subcommand is given)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _check_category(category)
+    domains = _domains(domain, category)
+    if as_json:
+        out = sys.stdout.buffer
+        for _, tasks in domains:
+            for t in tasks:
+                out.write(orjson.dumps(t.to_dict()) + b"\n")
+        out.flush()
+        return
+    table = Table(title="agentload tasks")
+    for col in ("id", "category", "actions", "writes", "outputs", "what the customer wants"):
+        table.add_column(col, overflow="fold")
+    counts: Counter[str] = Counter()
+    for d, tasks in domains:
+        for t in tasks:
+            writes = sum(1 for a in t.gold_actions if (tool := d.tool(a.name)) and tool.writes)
+            table.add_row(
+                t.id,
+                t.category,
+                str(len(t.gold_actions)),
+                str(writes),
+                ", ".join(t.required_outputs),
+                _first_sentence(t.scenario.instructions),
+            )
+            counts[t.category] += 1
+    console = Console()
+    console.print(table)
+    summary = ", ".join(f"{c} {counts[c]}" for c in TASK_CATEGORIES if counts[c])
+    console.print(f"{sum(counts.values())} tasks ({summary})")
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str = typer.Argument(..., help='Task id, e.g. "airline/007".')) -> None:
+    """Print one task as JSON: scenario, gold actions, required outputs."""
+    try:
+        task = get_task(task_id)
+    except KeyError as e:
+        typer.echo(f"error: {e.args[0]}", err=True)
+        raise typer.Exit(2) from None
+    sys.stdout.buffer.write(orjson.dumps(task.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+
+
+@tasks_app.command("check")
+def tasks_check(
+    domain: list[str] | None = typer.Option(None, "--domain", "-d", help="Domain(s) to check."),
+) -> None:
+    """Replay every task's gold actions on a fresh database and grade the result.
+
+    Fails (exit 1) when a gold action errors, a task fails its own grading, a write task
+    leaves the database unchanged, or a read-only / refusal task changes it.
+    """
+    problems = 0
+    for d, tasks in _domains(domain):
+        pristine = Environment(d).db_hash()
+        for t in tasks:
+            env = Environment(d)
+            for a in t.gold_actions:
+                r = env.execute(a.name, a.arguments)
+                if not r.ok:
+                    problems += 1
+                    typer.echo(f"{t.id}: gold action {a.name} fails: {r.content}")
+            g = grade(d, t, env.actions, [" ".join(t.required_outputs)])
+            changed = g.db_hash != pristine
+            if g.reward != 1.0:
+                problems += 1
+                typer.echo(f"{t.id}: gold trajectory does not pass its own grading")
+            if changed != (t.category in ("single_write", "multi_write")):
+                problems += 1
+                typer.echo(f"{t.id}: category {t.category} but database changed={changed}")
+        typer.echo(
+            f"{d.name}: {len(tasks)} tasks checked, data {d.data_version}, "
+            f"grader {GRADER_VERSION}, db {pristine[:12]}"
+        )
+    if problems:
+        typer.echo(f"{problems} problem(s)")
+        raise typer.Exit(1)
