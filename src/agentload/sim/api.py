@@ -1,0 +1,193 @@
+"""Starting and stopping a simulator from Python: in-process or as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from agentload.sim.config import SimConfig
+from agentload.sim.server import SimApp
+
+
+class SimServer:
+    """A simulator on the running event loop.
+
+    ``port=0`` binds a free port; :attr:`base_url` reports the real one::
+
+        async with SimServer(SimConfig(port=0, speedup=10)) as sim:
+            client = AsyncOpenAI(base_url=sim.base_url, api_key="x")
+    """
+
+    def __init__(self, config: SimConfig | None = None, **overrides: Any) -> None:
+        base = config or SimConfig(port=0)
+        self.config = base.model_copy(update=overrides) if overrides else base
+        self.sim: SimApp | None = None
+        self._runner: web.AppRunner | None = None
+        self.port: int = self.config.port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return f"{self.url}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.url}/metrics"
+
+    async def start(self) -> SimServer:
+        self.sim = SimApp(self.config)
+        self.sim.start_engine()
+        self._runner = web.AppRunner(self.sim.app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=4096,
+                           reuse_address=True)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        return self
+
+    async def stop(self) -> None:
+        if self.sim is not None:
+            await self.sim.stop_engine()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> SimServer:
+        return await self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()
+
+
+async def serve_forever(config: SimConfig, ready_line: bool = True) -> None:
+    """Run a simulator until SIGINT / SIGTERM (the ``agentload sim`` command)."""
+    server = SimServer(config)
+    await server.start()
+    if ready_line:
+        print(f"agentload sim listening on {server.url} (model {config.model!r}, "
+              f"profile {server.sim.profile.name if server.sim else '?'})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        if server.sim is not None:
+            server.sim.engine.log_stats()
+        await server.stop()
+
+
+def run_blocking(config: SimConfig) -> None:
+    """Serve with uvloop when available."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - platform without uvloop
+        asyncio.run(serve_forever(config))
+        return
+    uvloop.run(serve_forever(config))
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class SimProcess:
+    """A simulator in its own process (its own core), for benchmarks and ``agentload run``::
+
+        with SimProcess(SimConfig(port=0)) as sim:
+            ... sim.base_url ...
+    """
+
+    def __init__(self, config: SimConfig | None = None, *, startup_timeout_s: float = 30.0,
+                 log_path: str | None = None, **overrides: Any) -> None:
+        base = config or SimConfig(port=0)
+        self.config = base.model_copy(update=overrides) if overrides else base
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = self.config.port
+        self._log: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.url}/metrics"
+
+    def start(self) -> SimProcess:
+        if self.port == 0:
+            self.port = _free_port(self.config.host)
+        config = self.config.model_copy(update={"port": self.port})
+        cmd = [sys.executable, "-m", "agentload.sim", *config.cli_args()]
+        if self.log_path:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+            out: Any = self._log
+        else:
+            out = subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agentload sim exited with status {self.proc.returncode} "
+                                   f"during startup: {' '.join(cmd)}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"agentload sim did not answer /health within "
+                           f"{self.startup_timeout_s} s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> SimProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,333 @@
+"""What a simulated response says: the behaviour hook.
+
+A behaviour turns a request into a :class:`ResponsePlan` (content, reasoning, tool calls); the
+engine then decides *when* each of its tokens leaves. The server picks the behaviour whose
+role matches the request's ``X-Agentload-Role`` header and falls back to the generic one, so a
+module can add role-aware behaviours without touching the server::
+
+    from agentload.sim.behaviour import ResponsePlan, register_behaviour
+
+    class Agent:
+        def __init__(self, config): self.skill = config.behaviour_options.get("agent_skill", 1)
+        def respond(self, req): return ResponsePlan(content="Done.")
+
+    register_behaviour("agent", Agent)
+
+Modules named in :data:`ROLE_BEHAVIOUR_MODULES` are imported on first use (a missing one is
+skipped), so a role module only needs to be listed there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import math
+import random
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentload.sim.tokenizer import split_pieces
+
+if TYPE_CHECKING:
+    from agentload.sim.config import SimConfig
+
+log = logging.getLogger("agentload.sim")
+
+ROLE_BEHAVIOUR_MODULES: list[str] = []
+"""Modules imported on first use; each registers its behaviours when imported."""
+
+GENERIC_ROLE = "generic"
+
+
+@dataclass
+class ToolCallPlan:
+    name: str
+    arguments: str
+    """The arguments as a JSON string, exactly as they will be streamed."""
+
+
+@dataclass
+class ResponsePlan:
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallPlan] = field(default_factory=list)
+
+
+@dataclass
+class RequestView:
+    """A parsed request as a behaviour sees it."""
+
+    body: dict[str, Any]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tool_choice: Any
+    """``"none"``, ``"auto"``, ``"required"`` or ``{"type": "function", "function": {...}}``."""
+    max_tokens: int
+    rng: random.Random
+    headers: Mapping[str, str]
+    settings: SimConfig
+    thinking: bool = False
+    prompt_tokens: int = 0
+    endpoint: str = "chat"
+    parallel_tool_calls: bool = True
+
+    @property
+    def role(self) -> str | None:
+        return self.headers.get("X-Agentload-Role")
+
+    @property
+    def task(self) -> str | None:
+        return self.headers.get("X-Agentload-Task")
+
+    @property
+    def session_id(self) -> str | None:
+        return self.headers.get("X-Session-ID")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.settings.behaviour_options
+
+    def tools_allowed(self) -> list[dict[str, Any]]:
+        """The tools the request's ``tool_choice`` lets the model call (maybe none)."""
+        if not self.tools or self.tool_choice == "none":
+            return []
+        if isinstance(self.tool_choice, dict):
+            wanted = (self.tool_choice.get("function") or {}).get("name")
+            return [t for t in self.tools if _tool_name(t) == wanted]
+        return list(self.tools)
+
+    def must_call_tool(self) -> bool:
+        return bool(self.tools) and (
+            self.tool_choice == "required" or isinstance(self.tool_choice, dict)
+        )
+
+
+class Behaviour(Protocol):
+    def respond(self, request: RequestView) -> ResponsePlan: ...
+
+
+BehaviourFactory = Callable[["SimConfig"], Behaviour]
+
+_REGISTRY: dict[str, BehaviourFactory] = {}
+_loaded_modules: set[str] = set()
+
+
+def register_behaviour(role: str, factory: BehaviourFactory) -> None:
+    """Use ``factory(config)`` for requests whose ``X-Agentload-Role`` header is ``role``."""
+    _REGISTRY[role] = factory
+
+
+def unregister_behaviour(role: str) -> None:
+    _REGISTRY.pop(role, None)
+
+
+def load_role_modules() -> None:
+    """Import the modules of :data:`ROLE_BEHAVIOUR_MODULES` not imported yet."""
+    for name in ROLE_BEHAVIOUR_MODULES:
+        if name in _loaded_modules:
+            continue
+        _loaded_modules.add(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                log.debug("behaviour module %s is not installed; skipped", name)
+            else:
+                raise
+
+
+def behaviour_factory(role: str | None) -> BehaviourFactory:
+    """The factory registered for ``role``, or the generic behaviour's."""
+    load_role_modules()
+    if role and role in _REGISTRY:
+        return _REGISTRY[role]
+    return _REGISTRY.get(GENERIC_ROLE, GenericBehaviour)
+
+
+class BehaviourSet:
+    """One server's behaviour instances, created on first use with the server's config."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self._instances: dict[tuple[str, int], Behaviour] = {}
+
+    def for_role(self, role: str | None) -> Behaviour:
+        factory = behaviour_factory(role)
+        key = (role or GENERIC_ROLE, id(factory))
+        inst = self._instances.get(key)
+        if inst is None:
+            inst = factory(self.config)
+            self._instances[key] = inst
+        return inst
+
+
+# --- the generic behaviour -----------------------------------------------------------------
+
+_WORD_TEXT = (
+    "the of and to in is that for it as was with be by on not he this are or his from at "
+    "which but have an they you were her she there been one all we their has would when if "
+    "so no will can more about time only new some could these two may first then do any "
+    "like my now over such our man me even most made after also did many before must "
+    "through back years where much your way well down should because each just those people "
+    "how too little state good very make world still own see men work long get here between "
+    "both life being under never day same another know while last might us great old year "
+    "off come since against go came right used take three booking flight order account "
+    "refund ticket customer policy reservation payment baggage seat upgrade cancel change "
+    "confirm details number please check"
+)
+_WORDS = _WORD_TEXT.split()
+
+
+def lorem_text(n_tokens: int, rng: random.Random) -> str:
+    """English-looking text of about ``n_tokens`` approximate tokens."""
+    if n_tokens <= 0:
+        return ""
+    words: list[str] = []
+    count = 0
+    sentence_len = 0
+    while count < n_tokens:
+        word = rng.choice(_WORDS)
+        if sentence_len == 0:
+            word = word.capitalize()
+        sentence_len += 1
+        token = (" " if words else "") + word
+        if sentence_len >= rng.randint(6, 16):
+            token += "."
+            sentence_len = 0
+        count += len(split_pieces(token))
+        words.append(token)
+    return "".join(words)
+
+
+def lognormal_tokens(mean: float, sigma: float, rng: random.Random, cap: int) -> int:
+    """A lognormal draw with the given mean (not median), at least 1, at most ``cap``."""
+    mu = math.log(mean) - sigma * sigma / 2
+    value = round(rng.lognormvariate(mu, sigma)) if sigma > 0 else round(mean)
+    return max(1, min(cap, value))
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    return str((fn or {}).get("name", ""))
+
+
+def _tool_params(tool: Mapping[str, Any]) -> dict[str, Any]:
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    params = (fn or {}).get("parameters")
+    return params if isinstance(params, dict) else {"type": "object", "properties": {}}
+
+
+def example_from_schema(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+    """A value valid against a (common subset of) JSON Schema."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return rng.choice(schema["enum"])
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            options = [s for s in schema[key] if isinstance(s, dict) and s.get("type") != "null"]
+            return example_from_schema(rng.choice(options or schema[key]), rng, depth + 1)
+    if schema.get("allOf"):
+        merged: dict[str, Any] = {}
+        for sub in schema["allOf"]:
+            if isinstance(sub, dict):
+                merged.update(sub)
+        return example_from_schema(merged, rng, depth + 1)
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        non_null = [t for t in typ if t != "null"]
+        typ = rng.choice(non_null) if non_null else "null"
+    if typ is None:
+        typ = "object" if "properties" in schema else "string"
+    if typ == "object":
+        props = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+        out: dict[str, Any] = {}
+        for name, sub in props.items():
+            if name in required or (depth < 3 and rng.random() < 0.5):
+                out[name] = example_from_schema(sub, rng, depth + 1)
+        return out
+    if typ == "array":
+        lo = int(schema.get("minItems", 1))
+        hi = max(lo, min(int(schema.get("maxItems", lo + 2)), lo + 2))
+        return [example_from_schema(schema.get("items", {}), rng, depth + 1)
+                for _ in range(rng.randint(lo, hi))]
+    if typ in ("integer", "number"):
+        lo_v = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        hi_v = schema.get("maximum", schema.get("exclusiveMaximum", lo_v + 1000))
+        if "exclusiveMinimum" in schema and "minimum" not in schema:
+            lo_v += 1
+        if "exclusiveMaximum" in schema and "maximum" not in schema:
+            hi_v -= 1
+        if typ == "integer":
+            return rng.randint(math.ceil(lo_v), max(math.ceil(lo_v), math.floor(hi_v)))
+        return round(rng.uniform(lo_v, max(lo_v, hi_v)), 2)
+    if typ == "boolean":
+        return rng.random() < 0.5
+    if typ == "null":
+        return None
+    # string
+    fmt = schema.get("format")
+    if fmt == "date":
+        return f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    if fmt == "date-time":
+        return f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T12:00:00Z"
+    if fmt == "email":
+        return f"user{rng.randint(1, 9999)}@example.com"
+    lo_len = int(schema.get("minLength", 1))
+    hi_len = max(lo_len, int(schema.get("maxLength", max(lo_len, 12))))
+    if "pattern" in schema:
+        return "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(lo_len))
+    length = rng.randint(lo_len, min(hi_len, max(lo_len, 12)))
+    word = ""
+    while len(word) < length:
+        word += rng.choice(_WORDS) + " "
+    return word[:length].strip().ljust(length, "x") if length else ""
+
+
+class GenericBehaviour:
+    """Text of lognormal length, or schema-valid tool calls when tools and tool_choice allow.
+
+    Settings: ``mean_output_tokens``, ``output_tokens_sigma``, ``mean_reasoning_tokens``,
+    ``tool_call_probability`` and ``parallel_tool_call_probability`` of the sim config.
+    """
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+
+    def respond(self, request: RequestView) -> ResponsePlan:
+        cfg = request.settings
+        rng = request.rng
+        plan = ResponsePlan()
+        if request.thinking:
+            n = lognormal_tokens(cfg.mean_reasoning_tokens, cfg.output_tokens_sigma, rng,
+                                 max(1, request.max_tokens // 2))
+            plan.reasoning = lorem_text(n, rng)
+        allowed = request.tools_allowed()
+        call = bool(allowed) and (
+            request.must_call_tool() or rng.random() < cfg.tool_call_probability
+        )
+        if call:
+            count = 1
+            if request.parallel_tool_calls and not isinstance(request.tool_choice, dict) \
+                    and rng.random() < cfg.parallel_tool_call_probability:
+                count = rng.randint(2, 3)
+            for _ in range(count):
+                tool = rng.choice(allowed)
+                args = example_from_schema(_tool_params(tool), rng)
+                plan.tool_calls.append(
+                    ToolCallPlan(_tool_name(tool), json.dumps(args, separators=(", ", ": ")))
+                )
+            return plan
+        n = lognormal_tokens(cfg.mean_output_tokens, cfg.output_tokens_sigma, rng,
+                             max(1, request.max_tokens))
+        plan.content = lorem_text(n, rng)
+        return plan
+
+
+register_behaviour(GENERIC_ROLE, GenericBehaviour)

@@ -1,0 +1,125 @@
+"""Configuration of one simulator instance."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentload.sim.profiles import Profile, load_profile
+
+FaultKind = Literal[
+    "http_500",
+    "http_429",
+    "http_503",
+    "reset",
+    "truncate",
+    "malformed",
+    "stall",
+    "stall_first_token",
+]
+FAULT_KINDS: tuple[str, ...] = (
+    "http_500",
+    "http_429",
+    "http_503",
+    "reset",
+    "truncate",
+    "malformed",
+    "stall",
+    "stall_first_token",
+)
+
+
+class SimConfig(BaseModel):
+    """Everything that shapes a simulator: network, engine limits, timing, behaviour, faults.
+
+    Engine limits left as ``None`` take the profile's value.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    model: str = "agentload-sim"
+    profile: str | Profile = "tiny-cpu"
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    kv_blocks: int | None = Field(None, ge=1)
+    block_size: int | None = Field(None, ge=1)
+    prefix_caching: bool = True
+    max_model_len: int | None = Field(None, ge=16)
+    speedup: float = Field(1.0, gt=0)
+    api_key: str | None = None
+    seed: int = 0
+    tokenizer: str | None = None
+    # generic behaviour
+    mean_output_tokens: float = Field(96.0, gt=0)
+    output_tokens_sigma: float = Field(0.6, ge=0)
+    mean_reasoning_tokens: float = Field(64.0, gt=0)
+    tool_call_probability: float = Field(0.5, ge=0, le=1)
+    parallel_tool_call_probability: float = Field(0.0, ge=0, le=1)
+    behaviour_options: dict[str, Any] = Field(default_factory=dict)
+    # faults
+    fault_rate: float = Field(0.0, ge=0, le=1)
+    fault_kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS))
+    fault_stall_s: float = Field(5.0, ge=0)
+    fault_after_tokens: int = Field(2, ge=0)
+    # observability
+    log_interval_s: float = Field(10.0, ge=0)
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str | Profile) -> str | Profile:
+        if isinstance(value, str):
+            load_profile(value)
+        return value
+
+    def resolved_profile(self) -> Profile:
+        """The profile with this config's engine-limit overrides applied."""
+        base = self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
+        updates: dict[str, Any] = {}
+        for key in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size",
+                    "max_model_len"):
+            value = getattr(self, key)
+            if value is not None:
+                updates[key] = value
+        return base.model_copy(update=updates)
+
+    def cli_args(self) -> list[str]:
+        """Command-line arguments that reproduce this configuration for ``agentload sim``."""
+        args = ["--host", self.host, "--port", str(self.port), "--model", self.model]
+        if isinstance(self.profile, Profile):
+            raise ValueError("a SimConfig with an inline Profile cannot be passed to a subprocess; "
+                             "write the profile to a file and name the file")
+        args += ["--profile", self.profile]
+        for key, flag in (
+            ("max_num_seqs", "--max-num-seqs"),
+            ("max_num_batched_tokens", "--max-num-batched-tokens"),
+            ("kv_blocks", "--kv-blocks"),
+            ("block_size", "--block-size"),
+            ("max_model_len", "--max-model-len"),
+            ("api_key", "--api-key"),
+            ("tokenizer", "--tokenizer"),
+        ):
+            value = getattr(self, key)
+            if value is not None:
+                args += [flag, str(value)]
+        if not self.prefix_caching:
+            args.append("--no-prefix-caching")
+        args += [
+            "--speedup", repr(self.speedup),
+            "--seed", str(self.seed),
+            "--mean-output-tokens", repr(self.mean_output_tokens),
+            "--output-tokens-sigma", repr(self.output_tokens_sigma),
+            "--mean-reasoning-tokens", repr(self.mean_reasoning_tokens),
+            "--tool-call-probability", repr(self.tool_call_probability),
+            "--parallel-tool-call-probability", repr(self.parallel_tool_call_probability),
+            "--fault-rate", repr(self.fault_rate),
+            "--fault-kinds", ",".join(self.fault_kinds),
+            "--fault-stall-s", repr(self.fault_stall_s),
+            "--fault-after-tokens", str(self.fault_after_tokens),
+            "--log-interval", repr(self.log_interval_s),
+        ]
+        for key, value in self.behaviour_options.items():
+            args += ["--behaviour-option", f"{key}={value}"]
+        return args

@@ -1,0 +1,503 @@
+"""The engine model: a continuous-batching scheduler over a paged KV cache, driven by a clock.
+
+Like vLLM v1, each step schedules the running sequences first (one token for a decoding
+sequence, a chunk for one still prefilling) and then admits waiting ones, under a token
+budget (``max_num_batched_tokens``) and a sequence cap (``max_num_seqs``). The step's
+duration comes from the profile; when it has elapsed (scaled by ``speedup``), every sequence
+that completed its prompt or a decode in that step emits one token.
+
+KV cache: ``kv_blocks`` blocks of ``block_size`` tokens. With prefix caching, each full
+prompt block is identified by a hash chained over the blocks before it; blocks no request
+references stay cached in an LRU free list and are evicted only when a block is needed.
+When a running sequence needs a block and none is free, the most recently admitted running
+sequence is preempted: its blocks are freed and it goes back to the head of the queue, to be
+recomputed later (its cached prompt blocks may still hit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict, deque
+from typing import Protocol
+
+from agentload.sim.metrics import SimMetrics
+from agentload.sim.profiles import Profile
+
+log = logging.getLogger("agentload.sim")
+
+LATE_STEP_S = 0.002
+
+
+class Output(Protocol):
+    """Where a sequence's tokens go (a stream, a collected response)."""
+
+    def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
+        """Token ``index`` (0-based) left the engine; ``finish`` is set on the last one."""
+        ...
+
+    def aborted(self, seq: Seq) -> None:
+        """The engine dropped the sequence (client gone, server stopping)."""
+        ...
+
+
+class Seq:
+    """One request inside the engine."""
+
+    __slots__ = (
+        "aborted",
+        "arrival_t",
+        "block_hashes",
+        "blocks",
+        "cached_tokens",
+        "created_cache_tokens",
+        "finish_reason",
+        "finished",
+        "first_token_t",
+        "ignore_eos",
+        "last_token_t",
+        "max_tokens",
+        "num_computed",
+        "num_output",
+        "num_registered",
+        "out",
+        "plan_len",
+        "preemptions",
+        "prompt_len",
+        "queued_t",
+        "rid",
+        "scheduled_t",
+        "stats_done",
+        "total_len",
+    )
+
+    def __init__(
+        self,
+        rid: str,
+        prompt_len: int,
+        block_hashes: list[int],
+        max_tokens: int,
+        plan_len: int,
+        out: Output,
+        *,
+        ignore_eos: bool = False,
+        arrival_t: float = 0.0,
+    ) -> None:
+        self.rid = rid
+        self.prompt_len = prompt_len
+        self.block_hashes = block_hashes
+        self.max_tokens = max_tokens
+        self.plan_len = plan_len
+        """Tokens before the end-of-sequence token (which is one more generated token)."""
+        self.ignore_eos = ignore_eos
+        self.out = out
+        self.total_len = prompt_len
+        self.num_computed = 0
+        self.num_output = 0
+        self.num_registered = 0
+        self.blocks: list[int] = []
+        self.cached_tokens = 0
+        self.created_cache_tokens = 0
+        self.preemptions = 0
+        self.stats_done = False
+        self.aborted = False
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.arrival_t = arrival_t
+        self.queued_t = 0.0
+        self.scheduled_t = 0.0
+        self.first_token_t = 0.0
+        self.last_token_t = 0.0
+
+
+class BlockPool:
+    """Paged KV blocks with hash-chained prefix caching and LRU eviction."""
+
+    def __init__(self, num_blocks: int, caching: bool) -> None:
+        self.num_blocks = num_blocks
+        self.caching = caching
+        self.ref = [0] * num_blocks
+        self.hash: list[int | None] = [None] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def usage(self) -> float:
+        return 1.0 - len(self.free) / self.num_blocks
+
+    def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
+        if not self.caching:
+            return []
+        out: list[int] = []
+        cached = self.cached
+        for h in hashes[:max_blocks]:
+            b = cached.get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def acquire(self, blocks: list[int]) -> None:
+        ref, free = self.ref, self.free
+        for b in blocks:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+
+    def allocate(self, k: int) -> list[int] | None:
+        if k > len(self.free):
+            return None
+        out: list[int] = []
+        free, hashes, cached, ref = self.free, self.hash, self.cached, self.ref
+        for _ in range(k):
+            b, _ = free.popitem(last=False)
+            h = hashes[b]
+            if h is not None:
+                if cached.get(h) == b:
+                    del cached[h]
+                hashes[b] = None
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def release(self, blocks: list[int]) -> None:
+        ref, free = self.ref, self.free
+        # tail blocks first, so they are evicted before the shared prefix
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                free[b] = None
+
+    def register(self, block: int, h: int) -> None:
+        if self.caching and h not in self.cached:
+            self.cached[h] = block
+            self.hash[block] = h
+
+
+class Engine:
+    """The step loop. Call :meth:`add` to submit, run :meth:`run` as one task."""
+
+    def __init__(self, profile: Profile, metrics: SimMetrics, *, speedup: float = 1.0,
+                 prefix_caching: bool = True, log_interval_s: float = 10.0) -> None:
+        self.p = profile
+        self.bs = profile.block_size
+        self.metrics = metrics
+        self.speedup = speedup
+        self.pool = BlockPool(profile.kv_blocks, prefix_caching)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self._aborts = 0
+        self.steps = 0
+        self.log_interval_s = log_interval_s
+
+    # -- submission ------------------------------------------------------------------------
+    def capacity_tokens(self) -> int:
+        return self.p.kv_blocks * self.bs
+
+    def add(self, seq: Seq) -> None:
+        seq.queued_t = time.monotonic()
+        self.waiting.append(seq)
+        self.metrics.num_waiting = len(self.waiting)
+        self._wake.set()
+
+    def abort(self, seq: Seq) -> None:
+        """Drop a sequence (its output is told through ``Output.aborted`` only if asked)."""
+        if seq.finished or seq.aborted:
+            return
+        seq.aborted = True
+        self._aborts += 1
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    # -- scheduling ------------------------------------------------------------------------
+    def _purge_aborted(self) -> None:
+        self._aborts = 0
+        keep: list[Seq] = []
+        for seq in self.running:
+            if seq.aborted:
+                self._finish_stats(seq, "abort", time.monotonic())
+                self.pool.release(seq.blocks)
+                seq.blocks = []
+            else:
+                keep.append(seq)
+        self.running = keep
+        if any(s.aborted for s in self.waiting):
+            kept = deque()
+            for seq in self.waiting:
+                if seq.aborted:
+                    self._finish_stats(seq, "abort", time.monotonic())
+                else:
+                    kept.append(seq)
+            self.waiting = kept
+
+    def _preempt(self, victim: Seq) -> None:
+        self.pool.release(victim.blocks)
+        victim.blocks = []
+        victim.num_computed = 0
+        victim.num_registered = 0
+        victim.preemptions += 1
+        self.metrics.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def schedule(self) -> tuple[list[tuple[Seq, int]], float]:
+        """Pick this step's work; returns ``[(seq, new_tokens)]`` and the step's model time."""
+        if self._aborts:
+            self._purge_aborted()
+        p, bs, pool = self.p, self.bs, self.pool
+        budget = p.max_num_batched_tokens
+        scheduled: list[tuple[Seq, int]] = []
+        prefill_tokens = 0
+        prefill_pairs = 0.0
+        decode_seqs = 0
+        decode_ctx = 0
+        running = self.running
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = seq.total_len - seq.num_computed
+            if n > budget:
+                n = budget
+            need = -(-(seq.num_computed + n) // bs) - len(seq.blocks)
+            self_preempted = False
+            while need > pool.num_free:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    self_preempted = True
+                    break
+            if self_preempted:
+                break
+            if need > 0:
+                new = pool.allocate(need)
+                assert new is not None
+                seq.blocks.extend(new)
+            scheduled.append((seq, n))
+            budget -= n
+            before = seq.num_computed
+            if n == 1 and before >= seq.prompt_len:
+                decode_seqs += 1
+                decode_ctx += before + 1
+            else:
+                prefill_tokens += n
+                prefill_pairs += n * before + n * (n + 1) / 2
+            i += 1
+        if not preempted:
+            waiting = self.waiting
+            max_seqs = p.max_num_seqs
+            while waiting and budget > 0 and len(running) < max_seqs:
+                seq = waiting[0]
+                if seq.aborted:
+                    waiting.popleft()
+                    self._finish_stats(seq, "abort", time.monotonic())
+                    continue
+                hits: list[int] = []
+                if seq.num_computed == 0:
+                    max_hit = min(len(seq.block_hashes), (seq.total_len - 1) // bs)
+                    hits = pool.lookup(seq.block_hashes, max_hit)
+                    pool.acquire(hits)
+                start = len(hits) * bs
+                n = min(seq.total_len - start, budget)
+                need = -(-(start + n) // bs) - len(hits)
+                new = pool.allocate(need)
+                if new is None:
+                    pool.release(hits)
+                    break
+                waiting.popleft()
+                seq.blocks = hits + new
+                seq.num_computed = start
+                seq.num_registered = len(hits)
+                if seq.preemptions == 0:
+                    seq.cached_tokens = start
+                    full = seq.prompt_len // bs
+                    seq.created_cache_tokens = max(0, full * bs - start) if pool.caching else 0
+                    seq.scheduled_t = time.monotonic()
+                    m = self.metrics
+                    m.prefix_queries += seq.prompt_len
+                    m.prefix_hits += start
+                    m.prompt_tokens += seq.prompt_len
+                    m.prompt_tokens_computed += seq.prompt_len - start
+                running.append(seq)
+                scheduled.append((seq, n))
+                budget -= n
+                prefill_tokens += n
+                prefill_pairs += n * start + n * (n + 1) / 2
+        dt = 0.0
+        if scheduled:
+            dt = (p.step_overhead_s + p.prefill_token_s * prefill_tokens
+                  + p.decode_seq_s * decode_seqs + p.prefill_attention_s * prefill_pairs
+                  + p.decode_context_token_s * decode_ctx)
+            self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
+        return scheduled, dt
+
+    # -- completion of a step --------------------------------------------------------------
+    def complete(self, scheduled: list[tuple[Seq, int]], deadline: float) -> None:
+        """Apply a step's results: advance KV state, emit one token per finished forward."""
+        pool, bs = self.pool, self.bs
+        m = self.metrics
+        produced = 0
+        finished_any = False
+        lag_hist = m.emission_lag
+        fine = m.fine_lag
+        itl = m.itl
+        worst = 0.0
+        clock = time.monotonic
+        for seq, n in scheduled:
+            if seq.aborted or seq.finished:
+                continue
+            seq.num_computed += n
+            if seq.num_registered < len(seq.block_hashes):
+                full = min(seq.num_computed // bs, len(seq.block_hashes))
+                for k in range(seq.num_registered, full):
+                    pool.register(seq.blocks[k], seq.block_hashes[k])
+                if full > seq.num_registered:
+                    seq.num_registered = full
+            if seq.num_computed < seq.total_len:
+                continue
+            # a forward over the sequence's last token: one new token
+            seq.num_output += 1
+            seq.total_len += 1
+            produced += 1
+            idx = seq.num_output - 1
+            finish: str | None = None
+            if seq.num_output >= seq.max_tokens:
+                finish = "length"
+            if not seq.ignore_eos and seq.num_output == seq.plan_len + 1:
+                finish = "stop"
+            now = clock()
+            lag = now - deadline
+            lag_hist.observe(lag)
+            fine.add(lag)
+            if lag > worst:
+                worst = lag
+            if idx == 0:
+                seq.first_token_t = now
+            else:
+                itl.observe(now - seq.last_token_t)
+            seq.last_token_t = now
+            if finish is not None:
+                seq.finished = True
+                seq.finish_reason = finish
+                finished_any = True
+            seq.out.token(seq, idx, finish, now)
+        m.generation_tokens += produced
+        if worst > LATE_STEP_S:
+            m.step_overrun += 1
+        if finished_any or self._aborts:
+            keep: list[Seq] = []
+            now = clock()
+            for seq in self.running:
+                if seq.finished:
+                    pool.release(seq.blocks)
+                    seq.blocks = []
+                    self._finish_stats(seq, seq.finish_reason or "stop", now)
+                elif seq.aborted:
+                    pool.release(seq.blocks)
+                    seq.blocks = []
+                    self._finish_stats(seq, "abort", now)
+                else:
+                    keep.append(seq)
+            self.running = keep
+        m.num_running = len(self.running)
+        m.num_waiting = len(self.waiting)
+        m.kv_usage = pool.usage()
+
+    def _finish_stats(self, seq: Seq, reason: str, now: float) -> None:
+        if seq.stats_done:
+            return
+        seq.stats_done = True
+        m = self.metrics
+        if reason == "abort":
+            seq.out.aborted(seq)
+        m.success[reason if reason in m.success else "stop"] += 1
+        m.e2e.observe(now - seq.arrival_t)
+        m.request_generation_tokens.observe(seq.num_output)
+        m.request_preemptions.observe(seq.preemptions)
+        if seq.scheduled_t:
+            m.request_prompt_tokens.observe(seq.prompt_len)
+            m.request_prefill_kv_computed.observe(seq.prompt_len - seq.cached_tokens)
+            m.queue_time.observe(seq.scheduled_t - seq.queued_t)
+        if seq.first_token_t:
+            m.ttft.observe(seq.first_token_t - seq.arrival_t)
+            m.prefill_time.observe(seq.first_token_t - seq.scheduled_t)
+            m.decode_time.observe(seq.last_token_t - seq.first_token_t)
+            m.inference_time.observe(seq.last_token_t - seq.scheduled_t)
+            if seq.num_output > 1:
+                m.tpot.observe((seq.last_token_t - seq.first_token_t) / (seq.num_output - 1))
+
+    # -- the loop --------------------------------------------------------------------------
+    async def run(self) -> None:
+        clock = time.monotonic
+        prev_end = 0.0
+        busy = False
+        next_log = clock() + self.log_interval_s if self.log_interval_s else float("inf")
+        while not self._stopped:
+            if not self.running and not self.waiting:
+                busy = False
+                self._wake.clear()
+                if self._aborts:
+                    self._aborts = 0
+                await self._wake.wait()
+                continue
+            now = clock()
+            t0 = prev_end if busy and prev_end > now - 0.05 else now
+            scheduled, dt = self.schedule()
+            self.steps += 1
+            if not scheduled:
+                # nothing fits (every request waits for memory held by aborted ones): retry
+                busy = False
+                self.metrics.num_waiting = len(self.waiting)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 0.01)
+                continue
+            deadline = t0 + dt / self.speedup
+            delay = deadline - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                remaining = deadline - clock()
+                while remaining > 0.0002:
+                    await asyncio.sleep(remaining)
+                    remaining = deadline - clock()
+            else:
+                await asyncio.sleep(0)
+            if self._stopped:
+                break
+            self.complete(scheduled, deadline)
+            prev_end = deadline
+            busy = True
+            if clock() >= next_log:
+                next_log = clock() + self.log_interval_s
+                self.log_stats()
+
+    def log_stats(self) -> None:
+        m = self.metrics
+        log.info(
+            "sim: running=%d waiting=%d kv=%.1f%% gen_tokens=%d preemptions=%d "
+            "emission lag p50=%.2fms p99=%.2fms max=%.2fms late_steps=%d",
+            len(self.running), len(self.waiting), 100 * self.pool.usage(),
+            m.generation_tokens, m.preemptions, 1e3 * m.fine_lag.quantile(0.5),
+            1e3 * m.fine_lag.quantile(0.99), 1e3 * m.fine_lag.max, m.step_overrun,
+        )
+
+    def shutdown(self) -> None:
+        """Abort everything in flight (server stopping)."""
+        self.stop()
+        now = time.monotonic()
+        for seq in [*self.running, *self.waiting]:
+            if not seq.finished:
+                seq.aborted = True
+                self._finish_stats(seq, "abort", now)
+        self.running = []
+        self.waiting = deque()

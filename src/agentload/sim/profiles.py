@@ -1,0 +1,134 @@
+"""Engine timing profiles: the cost figures the simulator's step model uses.
+
+Every figure is in seconds of model time (before ``--speedup``). See docs/simulator.md for the
+equations and for the sources of the figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Profile(BaseModel):
+    """Timing parameters of one simulated deployment (model + hardware)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    description: str = ""
+    # step time = step_overhead_s + prefill_token_s * prefill tokens
+    #           + decode_seq_s * decoding sequences
+    #           + prefill_attention_s * (query, key) pairs attended by prefill tokens
+    #           + decode_context_token_s * context tokens read by decoding sequences
+    step_overhead_s: float = Field(0.0, ge=0)
+    prefill_token_s: float = Field(0.0, ge=0)
+    decode_seq_s: float = Field(0.0, ge=0)
+    prefill_attention_s: float = Field(0.0, ge=0)
+    decode_context_token_s: float = Field(0.0, ge=0)
+    # front end (HTTP, chat template, tokenisation) before a request reaches the queue
+    request_overhead_s: float = Field(0.0, ge=0)
+    frontend_token_s: float = Field(0.0, ge=0)
+    # engine defaults (CLI flags override them)
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    kv_blocks: int = Field(16384, ge=1)
+    block_size: int = Field(16, ge=1)
+    max_model_len: int = Field(32768, ge=16)
+
+
+BUILTIN_PROFILES: dict[str, Profile] = {
+    "instant": Profile(
+        name="instant",
+        description="No model time: tokens leave as fast as the simulator can write them. "
+        "For measuring a client's own capacity.",
+        max_num_seqs=4096,
+        max_num_batched_tokens=1 << 20,
+        kv_blocks=1 << 20,
+        block_size=16,
+        max_model_len=131072,
+    ),
+    "tiny-cpu": Profile(
+        name="tiny-cpu",
+        description="A small model served by vLLM's CPU backend on 2 cores; fitted to measured "
+        "TTFT (cold and cached) and single-stream decode speed.",
+        step_overhead_s=0.002,
+        prefill_token_s=4.6e-5,
+        decode_seq_s=0.001,
+        prefill_attention_s=5.4e-8,
+        decode_context_token_s=5.4e-8,
+        request_overhead_s=0.010,
+        frontend_token_s=1.5e-6,
+        max_num_seqs=256,
+        max_num_batched_tokens=4096,
+        kv_blocks=16384,
+        block_size=128,
+        max_model_len=32768,
+    ),
+    "llama-8b-h100": Profile(
+        name="llama-8b-h100",
+        description="Llama-3.1-8B-Instruct, BF16, one H100 80GB SXM, vLLM v1 defaults.",
+        step_overhead_s=0.0055,
+        prefill_token_s=3.5e-5,
+        decode_seq_s=2.5e-5,
+        prefill_attention_s=1.1e-9,
+        decode_context_token_s=4.0e-8,
+        request_overhead_s=0.002,
+        frontend_token_s=2.0e-7,
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        kv_blocks=23000,
+        block_size=16,
+        max_model_len=131072,
+    ),
+    "llama-70b-4xh100": Profile(
+        name="llama-70b-4xh100",
+        description="Llama-3.1-70B-Instruct, BF16, four H100 80GB SXM with tensor parallelism 4, "
+        "vLLM v1 defaults.",
+        step_overhead_s=0.018,
+        prefill_token_s=7.5e-5,
+        decode_seq_s=8.0e-5,
+        prefill_attention_s=1.4e-9,
+        decode_context_token_s=2.5e-8,
+        request_overhead_s=0.003,
+        frontend_token_s=2.0e-7,
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        kv_blocks=25000,
+        block_size=16,
+        max_model_len=131072,
+    ),
+}
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A built-in profile by name, or a profile read from a YAML or JSON file.
+
+    A file may name a built-in profile under ``base:`` and override some of its fields.
+    """
+    if name_or_path in BUILTIN_PROFILES:
+        return BUILTIN_PROFILES[name_or_path].model_copy()
+    path = Path(name_or_path)
+    if not path.is_file():
+        known = ", ".join(sorted(BUILTIN_PROFILES))
+        raise ValueError(f"unknown profile {name_or_path!r}: not one of {known}, and no such file")
+    text = path.read_text(encoding="utf-8")
+    data: Any = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a profile file must hold a mapping of profile fields")
+    base_name = data.pop("base", None)
+    merged: dict[str, Any] = {}
+    if base_name is not None:
+        if base_name not in BUILTIN_PROFILES:
+            raise ValueError(f"{path}: base profile {base_name!r} is not a built-in profile")
+        merged = BUILTIN_PROFILES[base_name].model_dump()
+    merged.setdefault("name", path.stem)
+    merged.update(data)
+    try:
+        return Profile.model_validate(merged)
+    except Exception as exc:
+        raise ValueError(f"{path}: invalid profile: {exc}") from exc

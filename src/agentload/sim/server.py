@@ -1,0 +1,609 @@
+"""The simulator's HTTP server: vLLM's OpenAI-compatible wire format over the engine model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import socket
+import struct
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from agentload import __version__
+from agentload.sim.behaviour import BehaviourSet, RequestView, ResponsePlan
+from agentload.sim.config import SimConfig
+from agentload.sim.engine import Engine, Seq
+from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
+from agentload.sim.metrics import SimMetrics
+from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
+
+log = logging.getLogger("agentload.sim")
+
+FINGERPRINT = f"agentload-sim-{__version__}"
+
+# token item kinds
+HIDDEN, CONTENT, REASONING, TOOL_HEADER, TOOL_ARGS = range(5)
+Item = tuple[int, str, int]
+
+_NULL_DELTA_SUFFIX = b',"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+_DONE = b"data: [DONE]\n\n"
+
+
+def _finish_suffix(reason: str) -> bytes:
+    return (b',"logprobs":null,"finish_reason":"' + reason.encode()
+            + b'","stop_reason":null,"token_ids":null}]}\n\n')
+
+
+def error_body(message: str, status: int, etype: str = "BadRequestError",
+               param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": etype, "param": param, "code": status}}
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, etype: str = "BadRequestError",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = error_body(message, status, etype, param)
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def plan_items(
+    plan: ResponsePlan, thinking: bool, rng: random.Random
+) -> tuple[list[Item], list[str]]:
+    """The token sequence of a plan: what each generated token shows on the wire."""
+    items: list[Item] = []
+    ids: list[str] = []
+    if plan.reasoning:
+        items.extend((REASONING, piece, 0) for piece in split_pieces(plan.reasoning))
+    if thinking:
+        items.append((HIDDEN, "</think>", 0))
+        items.append((HIDDEN, "\n\n", 0))
+    if plan.content:
+        items.extend((CONTENT, piece, 0) for piece in split_pieces(plan.content))
+    for i, call in enumerate(plan.tool_calls):
+        opening = split_pieces(f'<tool_call>\n{{"name": "{call.name}", "arguments": ')
+        items.extend((HIDDEN, "", i) for _ in range(max(0, len(opening) - 1)))
+        items.append((TOOL_HEADER, call.name, i))
+        items.extend((TOOL_ARGS, piece, i) for piece in split_pieces(call.arguments))
+        items.extend((HIDDEN, "", i) for _ in split_pieces("}\n</tool_call>"))
+        ids.append(f"chatcmpl-tool-{rng.getrandbits(64):016x}")
+    return items, ids
+
+
+class _Out:
+    """Common state of one request's output."""
+
+    def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
+                 fault: str | None) -> None:
+        self.sim = sim
+        self.rid = rid
+        self.items = items
+        self.tool_ids = tool_ids
+        self.has_tools = bool(tool_ids)
+        self.fault = fault
+        self.future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def _resolve(self, value: str) -> None:
+        if not self.future.done():
+            self.future.set_result(value)
+
+    def aborted(self, seq: Seq) -> None:
+        self._resolve("aborted")
+
+    def usage(self, seq: Seq) -> dict[str, Any]:
+        return {
+            "prompt_tokens": seq.prompt_len,
+            "total_tokens": seq.prompt_len + seq.num_output,
+            "completion_tokens": seq.num_output,
+            "prompt_tokens_details": {
+                "cached_tokens": seq.cached_tokens,
+                "created_cache_tokens": seq.created_cache_tokens,
+            },
+        }
+
+    def finish_name(self, finish: str) -> str:
+        return "tool_calls" if finish == "stop" and self.has_tools else finish
+
+
+class StreamOut(_Out):
+    """Server-sent events written straight to the transport as the engine emits tokens."""
+
+    def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
+                 fault: str | None, transport: asyncio.Transport, *, chat: bool,
+                 include_usage: bool, created: int) -> None:
+        super().__init__(sim, rid, items, tool_ids, fault)
+        self.transport = transport
+        self.chat = chat
+        self.include_usage = include_usage
+        model = orjson.dumps(sim.config.model)
+        if chat:
+            self.head = (b'data: {"id":"' + rid.encode()
+                         + b'","object":"chat.completion.chunk","created":'
+                         + str(created).encode() + b',"model":' + model)
+            self.prefix = self.head + b',"choices":[{"index":0,"delta":'
+        else:
+            self.head = (b'data: {"id":"' + rid.encode()
+                         + b'","object":"text_completion","created":'
+                         + str(created).encode() + b',"model":' + model)
+            self.prefix = self.head + b',"choices":[{"index":0,"text":'
+        self.held: list[bytes] | None = None
+        self.fault_at = -1
+        if fault in ("reset", "truncate", "malformed", "stall"):
+            self.fault_at = sim.config.fault_after_tokens
+        elif fault == "stall_first_token":
+            self.fault_at = 0
+
+    # -- bytes -----------------------------------------------------------------------------
+    def _delta(self, item: Item) -> bytes | None:
+        kind, text, idx = item
+        if kind == CONTENT:
+            return orjson.dumps({"content": text})
+        if kind == REASONING:
+            return orjson.dumps({"reasoning_content": text})
+        if kind == TOOL_HEADER:
+            return orjson.dumps({"content": None, "tool_calls": [{
+                "id": self.tool_ids[idx], "type": "function", "index": idx,
+                "function": {"name": text}}]})
+        if kind == TOOL_ARGS:
+            return orjson.dumps({"content": None, "tool_calls": [
+                {"index": idx, "function": {"arguments": text}}]})
+        return None
+
+    def _write(self, data: bytes, seq: Seq) -> None:
+        if self.held is not None:
+            self.held.append(data)
+            return
+        t = self.transport
+        if t.is_closing():
+            self.sim.engine.abort(seq)
+            self._resolve("gone")
+            return
+        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
+        parts: list[bytes] = []
+        if index == 0 and self.chat:
+            parts.append(self.prefix + b'{"role":"assistant","content":""},"logprobs":null,'
+                         b'"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n')
+        items = self.items
+        if index < len(items):
+            delta = self._delta(items[index]) if self.chat else orjson.dumps(items[index][1])
+        elif seq.ignore_eos and index >= seq.plan_len:
+            delta = orjson.dumps({"content": " the"}) if self.chat else b'" the"'
+        else:
+            delta = None  # the end-of-sequence token
+        fault_now = self.fault_at >= 0 and (
+            index == self.fault_at or (finish is not None and index < self.fault_at))
+        cut = fault_now and self.fault in ("reset", "truncate")
+        if finish is not None and not cut:
+            name = self.finish_name(finish)
+            if not self.chat:
+                parts.append(self.prefix + (delta or b'""') + b',"logprobs":null,'
+                             b'"finish_reason":"' + name.encode() + b'","stop_reason":null}]}\n\n')
+            elif delta is not None and not self.has_tools:
+                parts.append(self.prefix + delta + _finish_suffix(name))
+            else:
+                if delta is not None:
+                    parts.append(self.prefix + delta + _NULL_DELTA_SUFFIX)
+                empty = b'{"content":""}' if name == "stop" else b"{}"
+                parts.append(self.prefix + empty + _finish_suffix(name))
+            if self.include_usage:
+                parts.append(self.head + b',"choices":[],"usage":' + orjson.dumps(self.usage(seq))
+                             + b',"system_fingerprint":"' + FINGERPRINT.encode() + b'"}\n\n')
+            parts.append(_DONE)
+        elif delta is not None:
+            if self.chat:
+                parts.append(self.prefix + delta + _NULL_DELTA_SUFFIX)
+            else:
+                parts.append(self.prefix + delta + b',"logprobs":null,"finish_reason":null,'
+                             b'"stop_reason":null}]}\n\n')
+        if fault_now:
+            self._fault(seq, parts, now)
+            return
+        if parts:
+            self._write(b"".join(parts), seq)
+        if finish is not None and self.held is None:
+            self._resolve("done")
+
+    # -- faults ----------------------------------------------------------------------------
+    def _fault(self, seq: Seq, parts: list[bytes], now: float) -> None:
+        fault = self.fault
+        self.fault_at = -2
+        if fault in ("stall", "stall_first_token"):
+            self.held = []
+            if parts:
+                self.held.append(b"".join(parts))
+            asyncio.get_running_loop().call_later(self.sim.config.fault_stall_s, self._release,
+                                                  seq)
+            return
+        if fault == "malformed":
+            self._write(self.head + b',"choices":[{"index":0,"delta":{"content":"\n\n', seq)
+        if parts:
+            self._write(b"".join(parts), seq)
+        if fault == "malformed":
+            if seq.finished:
+                self._resolve("done")
+            return
+        self.sim.engine.abort(seq)
+        if fault == "reset":
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.transport.abort()
+            self._resolve("reset")
+        else:
+            self._resolve("truncate")
+
+    def _release(self, seq: Seq) -> None:
+        held, self.held = self.held or [], None
+        data = b"".join(held)
+        if data:
+            self._write(data, seq)
+        if seq.finished:
+            self._resolve("done")
+
+
+class CollectOut(_Out):
+    """A non-streamed response, built when the last token leaves."""
+
+    def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
+                 fault: str | None, *, chat: bool, created: int) -> None:
+        super().__init__(sim, rid, items, tool_ids, fault)
+        self.chat = chat
+        self.created = created
+        self.body: bytes = b""
+
+    def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
+        if finish is None:
+            return
+        n = seq.num_output
+        items = self.items[:n]
+        content = "".join(t for k, t, _ in items if k == CONTENT)
+        if seq.ignore_eos and n > seq.plan_len:
+            content += " the" * (n - seq.plan_len)
+        reasoning = "".join(t for k, t, _ in items if k == REASONING)
+        name = self.finish_name(finish)
+        if not self.chat:
+            body: dict[str, Any] = {
+                "id": self.rid, "object": "text_completion", "created": self.created,
+                "model": self.sim.config.model,
+                "choices": [{"index": 0, "text": content, "logprobs": None,
+                             "finish_reason": name, "stop_reason": None,
+                             "prompt_logprobs": None}],
+                "usage": self.usage(seq), "kv_transfer_params": None,
+            }
+        else:
+            calls: list[dict[str, Any]] = []
+            for k, text, idx in items:
+                if k == TOOL_HEADER:
+                    calls.append({"id": self.tool_ids[idx], "type": "function",
+                                  "function": {"name": text, "arguments": ""}})
+                elif k == TOOL_ARGS and calls:
+                    calls[-1]["function"]["arguments"] += text
+            message = {
+                "role": "assistant", "content": content or (None if calls else ""),
+                "refusal": None, "annotations": None, "audio": None, "function_call": None,
+                "tool_calls": calls, "reasoning_content": reasoning or None,
+            }
+            body = {
+                "id": self.rid, "object": "chat.completion", "created": self.created,
+                "model": self.sim.config.model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": name, "stop_reason": None, "token_ids": None}],
+                "service_tier": None, "system_fingerprint": FINGERPRINT,
+                "usage": self.usage(seq), "prompt_logprobs": None, "prompt_token_ids": None,
+                "kv_transfer_params": None,
+            }
+        self.body = orjson.dumps(body)
+        self._resolve("done")
+
+
+def _stable_digest(*parts: str) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return int.from_bytes(h.digest(), "big")
+
+
+class SimApp:
+    """One simulator: engine, metrics, behaviours and the aiohttp application."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.profile = config.resolved_profile()
+        self.tokenizer = make_tokenizer(config.tokenizer)
+        self.metrics = SimMetrics(config.model, block_size=self.profile.block_size,
+                                  kv_blocks=self.profile.kv_blocks,
+                                  prefix_caching=config.prefix_caching)
+        self.engine = Engine(self.profile, self.metrics, speedup=config.speedup,
+                             prefix_caching=config.prefix_caching,
+                             log_interval_s=config.log_interval_s)
+        self.behaviours = BehaviourSet(config)
+        self.counter = 0
+        self.created = int(time.time())
+        self.app = web.Application(middlewares=[self._auth_middleware], client_max_size=64 << 20)
+        self.app.router.add_post("/v1/chat/completions", self.chat_completions)
+        self.app.router.add_post("/v1/completions", self.completions)
+        self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/metrics", self.metrics_handler)
+        self.app.router.add_get("/sim/stats", self.stats_handler)
+        self._engine_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start_engine(self) -> None:
+        self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
+
+    async def stop_engine(self) -> None:
+        self.engine.shutdown()
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._engine_task
+            self._engine_task = None
+
+    # -- middleware ------------------------------------------------------------------------
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        key = self.config.api_key
+        if (key and request.path.startswith("/v1")
+                and request.headers.get("Authorization", "") != f"Bearer {key}"):
+            self.metrics.count_http(request.path, 401)
+            return json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    # -- simple endpoints ------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        m = self.config.model
+        return json_response({"object": "list", "data": [{
+            "id": m, "object": "model", "created": self.created, "owned_by": "vllm",
+            "root": m, "parent": None, "max_model_len": self.profile.max_model_len,
+            "permission": [{
+                "id": f"modelperm-{m}", "object": "model_permission", "created": self.created,
+                "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                "organization": "*", "group": None, "is_blocking": False}],
+        }]})
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def stats_handler(self, request: web.Request) -> web.Response:
+        m = self.metrics
+        return json_response({
+            "running": len(self.engine.running), "waiting": len(self.engine.waiting),
+            "steps": self.engine.steps, "generation_tokens": m.generation_tokens,
+            "emission_lag_p50_s": m.fine_lag.quantile(0.5),
+            "emission_lag_p99_s": m.fine_lag.quantile(0.99),
+            "emission_lag_max_s": m.fine_lag.max, "emitted_tokens": m.fine_lag.n,
+            "late_steps": m.step_overrun, "preemptions": m.preemptions,
+            "kv_cache_usage": self.engine.pool.usage(),
+        })
+
+    # -- generation ------------------------------------------------------------------------
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _parse(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RequestError(400, f"Invalid JSON body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise RequestError(400, "The request body must be a JSON object.")
+        return body
+
+    def _validate_common(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if model is not None and model != self.config.model:
+            raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError",
+                               "model")
+        n = body.get("n", 1)
+        if n is not None and n != 1:
+            raise RequestError(400, f"n={n} is not supported: the agentload simulator "
+                               "generates one choice per request (n must be 1).", param="n")
+        if body.get("use_beam_search") or (body.get("best_of") or 1) > 1:
+            raise RequestError(400, "best_of and beam search are not supported by the "
+                               "agentload simulator.", param="best_of")
+
+    def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int:
+        max_len = self.profile.max_model_len
+        if prompt_len >= max_len:
+            raise RequestError(
+                400, f"This model's maximum context length is {max_len} tokens. However, your "
+                f"request has {prompt_len} input tokens. Please reduce the length of the input "
+                "messages.")
+        requested = body.get("max_completion_tokens")
+        if requested is None:
+            requested = body.get("max_tokens")
+        if requested is None:
+            return max_len - prompt_len
+        if not isinstance(requested, int) or requested < 1:
+            raise RequestError(400, f"max_tokens must be at least 1, got {requested}.",
+                               param="max_tokens")
+        if requested > max_len - prompt_len:
+            raise RequestError(
+                400, f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This "
+                f"model's maximum context length is {max_len} tokens and your request has "
+                f"{prompt_len} input tokens ({requested} > {max_len} - {prompt_len}). "
+                f"(parameter=max_tokens, value={requested})", param="max_tokens")
+        return requested
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        arrival = time.monotonic()
+        handler = request.path
+        try:
+            body = await self._parse(request)
+            self._validate_common(body)
+            prepared = self._prepare(body, chat)
+        except RequestError as exc:
+            self.metrics.count_http(handler, exc.status)
+            return json_response(exc.body, status=exc.status)
+        parts, prompt_len, hashes, tools, tool_choice, thinking = prepared
+        try:
+            max_tokens = self._max_tokens(body, prompt_len)
+            if prompt_len + max_tokens > self.engine.capacity_tokens():
+                raise RequestError(400, f"The request needs {prompt_len + max_tokens} tokens of "
+                                   f"KV cache but the simulated engine holds only "
+                                   f"{self.engine.capacity_tokens()}.")
+            counter = self.counter
+            self.counter += 1
+            fault = choose_fault(self.config.seed, counter, self.config.fault_rate,
+                                 self.config.fault_kinds, request.headers.get(FAULT_HEADER))
+        except (RequestError, ValueError) as exc:
+            err = exc if isinstance(exc, RequestError) else RequestError(400, str(exc))
+            self.metrics.count_http(handler, err.status)
+            return json_response(err.body, status=err.status)
+        if fault is not None:
+            self.metrics.faults[fault] = self.metrics.faults.get(fault, 0) + 1
+        if fault in HTTP_FAULTS:
+            status = HTTP_FAULTS[fault]
+            self.metrics.count_http(handler, status)
+            headers = {"Retry-After": "1"} if status in (429, 503) else None
+            return web.Response(body=orjson.dumps(HTTP_FAULT_BODIES[status]), status=status,
+                                content_type="application/json", headers=headers)
+
+        temperature = body.get("temperature")
+        if body.get("seed") is not None or temperature == 0:
+            rng = random.Random(_stable_digest(str(self.config.seed), str(body.get("seed")),
+                                               *parts))
+        else:
+            rng = random.Random(_stable_digest(str(self.config.seed), str(counter)))
+        view = RequestView(
+            body=body, messages=list(body.get("messages") or []), tools=tools,
+            tool_choice=tool_choice, max_tokens=max_tokens, rng=rng, headers=request.headers,
+            settings=self.config, thinking=thinking, prompt_tokens=prompt_len,
+            endpoint="chat" if chat else "completions",
+            parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
+        )
+        behaviour = self.behaviours.for_role(request.headers.get("X-Agentload-Role"))
+        plan = behaviour.respond(view)
+        if not chat:
+            plan = ResponsePlan(content=(plan.content or ""))
+        items, tool_ids = plan_items(plan, thinking, rng)
+        rid = (f"chatcmpl-{rng.getrandbits(64):016x}" if chat
+               else f"cmpl-{rng.getrandbits(64):016x}")
+        created = int(time.time())
+        ignore_eos = bool(body.get("ignore_eos"))
+        m = self.metrics
+        m.request_max_tokens.observe(max_tokens)
+        m.request_params_n.observe(1)
+        stream = bool(body.get("stream"))
+        out: StreamOut | CollectOut
+        resp: web.StreamResponse | None = None
+        if stream:
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream; charset=utf-8"})
+            resp.enable_chunked_encoding()
+            writer = await resp.prepare(request)
+            send_headers = getattr(writer, "send_headers", None)
+            if send_headers is not None:
+                send_headers()
+            transport = request.transport
+            if transport is None:
+                return resp
+            opts = body.get("stream_options") or {}
+            out = StreamOut(self, rid, items, tool_ids, fault, transport, chat=chat,
+                            include_usage=bool(opts.get("include_usage")), created=created)
+        else:
+            out = CollectOut(self, rid, items, tool_ids, fault, chat=chat, created=created)
+        seq = Seq(rid, prompt_len, hashes, max_tokens, len(items), out,
+                  ignore_eos=ignore_eos, arrival_t=arrival)
+        delay = (self.profile.request_overhead_s
+                 + self.profile.frontend_token_s * prompt_len) / self.config.speedup
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self.engine.add(seq)
+        outcome = await out.future
+        m.count_http(handler, 200)
+        if resp is not None:
+            if outcome in ("done", "truncate", "aborted"):
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await resp.write_eof()
+            return resp
+        # non-streamed
+        if fault == "reset":
+            if request.transport is not None:
+                sock = request.transport.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                        struct.pack("ii", 1, 0))
+                request.transport.abort()
+            return web.Response(status=200)
+        assert isinstance(out, CollectOut)
+        body_bytes = out.body
+        if fault in ("stall", "stall_first_token"):
+            await asyncio.sleep(self.config.fault_stall_s)
+        elif fault in ("truncate", "malformed"):
+            body_bytes = body_bytes[: len(body_bytes) // 2]
+        if outcome == "aborted":
+            return json_response(error_body("The request was aborted.", 500,
+                                            "InternalServerError"), status=500)
+        return web.Response(body=body_bytes, content_type="application/json")
+
+    def _prepare(self, body: dict[str, Any], chat: bool) -> tuple[
+            list[str], int, list[int], list[dict[str, Any]], Any, bool]:
+        bs = self.profile.block_size
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) for m in messages):
+                raise RequestError(400, "messages must be a non-empty list of message objects.",
+                                   param="messages")
+            tools = body.get("tools") or []
+            if not isinstance(tools, list):
+                raise RequestError(400, "tools must be a list.", param="tools")
+            tool_choice = body.get("tool_choice")
+            if tool_choice is None:
+                tool_choice = "auto" if tools else "none"
+            if tool_choice not in ("none", "auto", "required") and not isinstance(
+                    tool_choice, dict):
+                raise RequestError(400, f"Invalid tool_choice {tool_choice!r}.",
+                                   param="tool_choice")
+            if tool_choice != "none" and tool_choice != "auto" and not tools:
+                raise RequestError(400, "When using `tool_choice`, `tools` must be set.",
+                                   param="tool_choice")
+            if isinstance(tool_choice, dict):
+                wanted = (tool_choice.get("function") or {}).get("name")
+                names = [(t.get("function") or {}).get("name") for t in tools
+                         if isinstance(t, dict)]
+                if wanted not in names:
+                    raise RequestError(400, f"Tool '{wanted}' has not been passed in `tools`.",
+                                       param="tool_choice")
+            kwargs = body.get("chat_template_kwargs") or {}
+            thinking = bool(kwargs.get("enable_thinking") or kwargs.get("thinking"))
+            parts = render_chat_parts(messages, tools, thinking=thinking)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list):
+                if prompt and all(isinstance(x, int) for x in prompt):
+                    prompt = " ".join(str(x) for x in prompt)
+                else:
+                    prompt = "".join(str(x) for x in prompt)
+            if not isinstance(prompt, str) or not prompt:
+                raise RequestError(400, "prompt must be a non-empty string.", param="prompt")
+            tools, tool_choice, thinking = [], "none", False
+            parts = [prompt]
+        prompt_len, hashes = self.tokenizer.encode_parts(parts, bs)
+        return parts, prompt_len, hashes, tools, tool_choice, thinking
