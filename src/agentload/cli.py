@@ -21,6 +21,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "agentload.client.cli",
     "agentload.domains.cli",
+    "agentload.sim.cli",
 ]
 
 

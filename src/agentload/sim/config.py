@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentload.sim.profiles import Profile, load_profile
@@ -121,5 +122,6 @@ class SimConfig(BaseModel):
             "--log-interval", repr(self.log_interval_s),
         ]
         for key, value in self.behaviour_options.items():
-            args += ["--behaviour-option", f"{key}={value}"]
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            args += ["--behaviour-option", f"{key}={text}"]
         return args
