@@ -18,6 +18,7 @@ FaultKind = Literal[
     "malformed",
     "stall",
     "stall_first_token",
+    "error_event",
 ]
 FAULT_KINDS: tuple[str, ...] = (
     "http_500",
@@ -28,6 +29,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "malformed",
     "stall",
     "stall_first_token",
+    "error_event",
 )
 
 

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Sequence
 
 HTTP_FAULTS = {"http_500": 500, "http_429": 429, "http_503": 503}
-STREAM_FAULTS = ("reset", "truncate", "malformed", "stall", "stall_first_token")
+STREAM_FAULTS = ("reset", "truncate", "malformed", "stall", "stall_first_token", "error_event")
 ALL_FAULTS = (*HTTP_FAULTS, *STREAM_FAULTS)
 
 FAULT_HEADER = "X-Agentload-Fault"

@@ -138,7 +138,7 @@ class StreamOut(_Out):
             self.prefix = self.head + b',"choices":[{"index":0,"text":'
         self.held: list[bytes] | None = None
         self.fault_at = -1
-        if fault in ("reset", "truncate", "malformed", "stall"):
+        if fault in ("reset", "truncate", "malformed", "stall", "error_event"):
             self.fault_at = sim.config.fault_after_tokens
         elif fault == "stall_first_token":
             self.fault_at = 0
@@ -184,7 +184,7 @@ class StreamOut(_Out):
             delta = None  # the end-of-sequence token
         fault_now = self.fault_at >= 0 and (
             index == self.fault_at or (finish is not None and index < self.fault_at))
-        cut = fault_now and self.fault in ("reset", "truncate")
+        cut = fault_now and self.fault in ("reset", "truncate", "error_event")
         if finish is not None and not cut:
             name = self.finish_name(finish)
             if not self.chat:
@@ -234,6 +234,10 @@ class StreamOut(_Out):
             if seq.finished:
                 self._resolve("done")
             return
+        if fault == "error_event":
+            self._write(b'data: {"error":{"object":"error","message":"Internal server error '
+                        b'(injected by agentload sim)","type":"InternalServerError","param":null,'
+                        b'"code":500}}\n\n' + _DONE, seq)
         self.sim.engine.abort(seq)
         if fault == "reset":
             sock = self.transport.get_extra_info("socket")
@@ -557,6 +561,8 @@ class SimApp:
             await asyncio.sleep(self.config.fault_stall_s)
         elif fault in ("truncate", "malformed"):
             body_bytes = body_bytes[: len(body_bytes) // 2]
+        elif fault == "error_event":
+            return json_response(HTTP_FAULT_BODIES[500], status=500)
         if outcome == "aborted":
             return json_response(error_body("The request was aborted.", 500,
                                             "InternalServerError"), status=500)
