@@ -1,0 +1,238 @@
+"""Live progress: a rich display on a terminal, plain periodic lines otherwise.
+
+The tracker is fed from the hot path (one call per finished LLM call and per episode), so it
+only bumps counters and keeps a bounded reservoir of TTFTs; everything else is computed when
+the display refreshes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from agentload.client.record import CallRecord
+
+_RESERVOIR = 20_000
+
+
+def fmt_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v < 1:
+        return f"{v * 1000:.0f}ms"
+    return f"{v:.2f}s"
+
+
+def fmt_eta(v: float | None) -> str:
+    if v is None:
+        return "?"
+    v = int(max(0.0, v))
+    h, rem = divmod(v, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def _pct(sorted_vals: list[float], q: float) -> float | None:
+    if not sorted_vals:
+        return None
+    pos = (len(sorted_vals) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+class ProgressTracker:
+    """Running totals of a run, cheap to update."""
+
+    def __init__(self, total: int | None = None, duration_s: float | None = None) -> None:
+        self.total = total
+        self.duration_s = duration_s
+        self.t0 = time.perf_counter()
+        self.calls = 0
+        self.call_errors = 0
+        self.tokens = 0
+        self.episodes = 0
+        self.warmup_episodes = 0
+        self.successes = 0
+        self.failed_episodes = 0
+        self._ttft: list[float] = []
+        self._ttft_seen = 0
+        self._rng = random.Random(0)
+        self._window: deque[tuple[float, int, int]] = deque(maxlen=64)
+        self.active: Callable[[], int] = lambda: 0
+        self.lag_p99: Callable[[], float | None] = lambda: None
+
+    def on_call(self, rec: CallRecord) -> None:
+        self.calls += 1
+        if rec.status != "ok":
+            self.call_errors += 1
+        self.tokens += rec.completion_tokens or 0
+        ttft = rec.ttft_s
+        if ttft is not None and rec.status == "ok":
+            self._ttft_seen += 1
+            if len(self._ttft) < _RESERVOIR:
+                self._ttft.append(ttft)
+            else:  # reservoir sampling keeps percentiles honest on long runs
+                j = self._rng.randrange(self._ttft_seen)
+                if j < _RESERVOIR:
+                    self._ttft[j] = ttft
+
+    def on_episode(self, session: dict[str, Any]) -> None:
+        if session.get("warmup"):
+            self.warmup_episodes += 1
+            return
+        self.episodes += 1
+        if (session.get("reward") or 0.0) >= 1.0:
+            self.successes += 1
+        if session.get("termination") in ("infra_error", "protocol_error"):
+            self.failed_episodes += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.perf_counter()
+        elapsed = now - self.t0
+        self._window.append((now, self.calls, self.tokens))
+        # Rates over the last ~10 s of refreshes (whole run until then).
+        t_old, c_old, k_old = self._window[0]
+        for t, c, k in self._window:
+            if now - t <= 10.0:
+                t_old, c_old, k_old = t, c, k
+                break
+        span = now - t_old
+        if span < 0.5:
+            t_old, c_old, k_old, span = self.t0, 0, 0, elapsed
+        calls_s = (self.calls - c_old) / span if span > 0 else 0.0
+        tok_s = (self.tokens - k_old) / span if span > 0 else 0.0
+        ttft = sorted(self._ttft)
+        eta = None
+        if self.total:
+            left = self.total - self.episodes
+            if self.episodes and left >= 0:
+                eta = elapsed / self.episodes * left
+        if self.duration_s is not None:
+            d_left = self.duration_s - elapsed
+            eta = d_left if eta is None else min(eta, d_left)
+        return {
+            "elapsed_s": elapsed,
+            "episodes": self.episodes,
+            "warmup_episodes": self.warmup_episodes,
+            "total": self.total,
+            "eta_s": eta,
+            "active": self.active(),
+            "calls": self.calls,
+            "calls_per_s": calls_s,
+            "tokens_per_s": tok_s,
+            "error_rate": self.call_errors / self.calls if self.calls else 0.0,
+            "ttft_p50": _pct(ttft, 0.5),
+            "ttft_p90": _pct(ttft, 0.9),
+            "success_rate": self.successes / self.episodes if self.episodes else None,
+            "lag_p99": self.lag_p99(),
+        }
+
+
+def progress_line(s: dict[str, Any]) -> str:
+    total = s["total"]
+    done = f"{s['episodes']}/{total}" if total else f"{s['episodes']}"
+    pct = f" ({100 * s['episodes'] / total:.0f}%)" if total else ""
+    warm = f" +{s['warmup_episodes']} warmup" if s["warmup_episodes"] else ""
+    succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
+    return (
+        f"episodes {done}{pct}{warm} ETA {fmt_eta(s['eta_s'])} | active {s['active']} | "
+        f"calls/s {s['calls_per_s']:.1f} | tok/s {s['tokens_per_s']:.0f} | "
+        f"errors {100 * s['error_rate']:.1f}% | TTFT p50 {fmt_s(s['ttft_p50'])} "
+        f"p90 {fmt_s(s['ttft_p90'])} | success {succ} | loop lag p99 {fmt_s(s['lag_p99'])}"
+    )
+
+
+def progress_table(s: dict[str, Any], title: str = "") -> Table:
+    t = Table(title=title or None, show_header=False, box=None, pad_edge=False)
+    t.add_column(style="dim")
+    t.add_column()
+    total = s["total"]
+    done = f"{s['episodes']} / {total}" if total else str(s["episodes"])
+    if total:
+        width = 30
+        fill = int(width * min(1.0, s["episodes"] / total))
+        done = f"[green]{'━' * fill}[/][dim]{'━' * (width - fill)}[/] {done}"
+    t.add_row("episodes", f"{done}   ETA {fmt_eta(s['eta_s'])}   elapsed "
+              f"{fmt_eta(s['elapsed_s'])}")
+    if s["warmup_episodes"]:
+        t.add_row("warmup", f"{s['warmup_episodes']} episodes (not in statistics)")
+    t.add_row("active", str(s["active"]))
+    t.add_row("throughput", f"{s['calls_per_s']:.1f} calls/s   {s['tokens_per_s']:.0f} tokens/s")
+    t.add_row("errors", f"{100 * s['error_rate']:.1f}% of {s['calls']} calls")
+    t.add_row("TTFT", f"p50 {fmt_s(s['ttft_p50'])}   p90 {fmt_s(s['ttft_p90'])}")
+    succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}%"
+    t.add_row("success", succ)
+    t.add_row("loop lag p99", fmt_s(s["lag_p99"]))
+    return t
+
+
+class ProgressDisplay:
+    """Refreshes a live table on a terminal, or logs a line every `interval_s` otherwise."""
+
+    def __init__(
+        self,
+        tracker: ProgressTracker,
+        *,
+        mode: str = "auto",  # auto | live | plain | off
+        stream: TextIO | None = None,
+        interval_s: float = 10.0,
+        title: str = "",
+    ) -> None:
+        self.tracker = tracker
+        self.stream = stream or sys.stderr
+        self.console = Console(file=self.stream, stderr=stream is None)
+        if mode == "auto":
+            mode = "live" if self.console.is_terminal else "plain"
+        self.mode = mode
+        self.interval_s = interval_s
+        self.title = title
+        self._task: asyncio.Task[None] | None = None
+        self._live: Live | None = None
+
+    async def __aenter__(self) -> ProgressDisplay:
+        if self.mode == "live":
+            self._live = Live(
+                progress_table(self.tracker.snapshot(), self.title),
+                console=self.console,
+                refresh_per_second=4,
+                transient=False,
+            )
+            self._live.start()
+            self._task = asyncio.get_running_loop().create_task(self._loop(0.5))
+        elif self.mode == "plain":
+            self._task = asyncio.get_running_loop().create_task(self._loop(self.interval_s))
+        return self
+
+    async def _loop(self, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            self.refresh()
+
+    def refresh(self) -> None:
+        snap = self.tracker.snapshot()
+        if self._live is not None:
+            self._live.update(progress_table(snap, self.title))
+        elif self.mode == "plain":
+            print(f"[agentload] {progress_line(snap)}", file=self.stream, flush=True)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._live is not None:
+            self._live.update(progress_table(self.tracker.snapshot(), self.title))
+            self._live.stop()
+        elif self.mode == "plain":
+            self.refresh()
