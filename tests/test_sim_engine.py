@@ -1,0 +1,188 @@
+"""The simulator's timing behaves like an engine: prefill cost, prefix cache, batching, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import statistics
+import time
+from typing import Any
+
+import aiohttp
+from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentload.sim import Profile, SimConfig, SimServer
+from agentload.sim.engine import BlockPool
+from agentload.sim.tokenizer import ApproxTokenizer, render_chat_parts, split_pieces
+
+MODEL = "sim-model"
+
+
+def unique_text(n_words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(f"w{rng.randrange(10**6)}" for _ in range(n_words))
+
+
+async def timed_stream(client: AsyncOpenAI, content: str, max_tokens: int,
+                       **extra: Any) -> dict[str, Any]:
+    t0 = time.monotonic()
+    stream = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=max_tokens,
+        stream=True, stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, **extra})
+    times: list[float] = []
+    usage = None
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            times.append(time.monotonic())
+        if chunk.usage:
+            usage = chunk.usage
+    assert usage is not None
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return {"ttft": times[0] - t0, "itl": statistics.median(gaps) if gaps else 0.0,
+            "tokens": len(times), "usage": usage, "e2e": time.monotonic() - t0}
+
+
+async def scrape(server: SimServer) -> dict[str, float]:
+    async with aiohttp.ClientSession() as s, s.get(server.metrics_url) as resp:
+        text = await resp.text()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if "le" not in sample.labels:
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def test_tokenizer_approximation_is_about_four_characters_per_token() -> None:
+    text = (
+        "The simulator counts tokens with a fast approximation so that a request carrying a "
+        "long policy document and several tool schemas gets a realistic prompt length. "
+    ) * 20
+    pieces = split_pieces(text)
+    assert "".join(pieces) == text
+    assert 3.5 <= len(text) / len(pieces) <= 5.5
+    tok = ApproxTokenizer()
+    parts = render_chat_parts([{"role": "user", "content": text}], None)
+    n, hashes = tok.encode_parts(parts, 16)
+    assert n > len(pieces) and len(hashes) == n // 16
+    # same prefix, same block hashes
+    parts2 = render_chat_parts([{"role": "user", "content": text},
+                                {"role": "assistant", "content": "ok"}], None)
+    _, hashes2 = tok.encode_parts(parts2, 16)
+    assert hashes2[: len(hashes) - 1] == hashes[: len(hashes) - 1]
+
+
+def test_block_pool_prefix_sharing_and_lru_eviction() -> None:
+    pool = BlockPool(4, caching=True)
+    a = pool.allocate(2)
+    assert a is not None
+    pool.register(a[0], 111)
+    pool.register(a[1], 222)
+    pool.release(a)
+    assert pool.num_free == 4 and pool.usage() == 0.0
+    hits = pool.lookup([111, 222, 333], 3)
+    assert hits == a
+    pool.acquire(hits)
+    assert pool.num_free == 2
+    pool.release(hits)
+    # uncached free blocks go first, then the prefix's tail, then its head
+    b = pool.allocate(3)
+    assert b is not None
+    assert pool.lookup([111, 222], 2) == [a[0]]
+    assert pool.allocate(1) == [a[0]]
+    assert pool.lookup([111], 1) == []
+    assert pool.allocate(1) is None
+    off = BlockPool(2, caching=False)
+    c = off.allocate(1)
+    assert c is not None
+    off.register(c[0], 5)
+    assert off.lookup([5], 1) == []
+
+
+async def test_ttft_grows_with_prompt_and_prefix_cache_hits() -> None:
+    config = SimConfig(port=0, model=MODEL, profile="tiny-cpu", speedup=4, seed=1)
+    async with SimServer(config) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        await timed_stream(client, "warm up", 2)
+        short = await timed_stream(client, unique_text(300, 1), 4)
+        long_text = unique_text(2500, 2)
+        long = await timed_stream(client, long_text, 4)
+        assert long["usage"].prompt_tokens > 4000
+        assert long["usage"].prompt_tokens_details.cached_tokens == 0
+        assert long["ttft"] > 3 * short["ttft"], (short["ttft"], long["ttft"])
+        again = await timed_stream(client, long_text, 4)
+        cached = again["usage"].prompt_tokens_details.cached_tokens
+        assert cached > 0 and cached % 128 == 0  # whole blocks of the tiny-cpu profile
+        assert again["usage"].prompt_tokens - cached < 128 + 1
+        assert again["ttft"] < long["ttft"] / 3, (long["ttft"], again["ttft"])
+        m = await scrape(server)
+        assert m["vllm:prefix_cache_hits_total"] == cached
+        await client.close()
+
+
+async def test_itl_grows_with_concurrent_sequences() -> None:
+    profile = Profile(name="batch", step_overhead_s=0.002, decode_seq_s=0.001,
+                      max_num_seqs=64, block_size=16, kv_blocks=4096)
+    async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        alone = await timed_stream(client, "hello", 20)
+        crowd = await asyncio.gather(*(timed_stream(client, f"hello {i}", 20)
+                                       for i in range(16)))
+        crowd_itl = statistics.median(r["itl"] for r in crowd)
+        assert alone["itl"] < 0.008
+        assert crowd_itl > 2.5 * alone["itl"], (alone["itl"], crowd_itl)
+        assert crowd_itl > 0.012
+        await client.close()
+
+
+async def test_full_kv_cache_queues_requests() -> None:
+    profile = Profile(name="small-kv", step_overhead_s=0.005, max_num_seqs=16,
+                      block_size=16, kv_blocks=45, max_model_len=700)
+    async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        texts = [unique_text(150, 10 + i) for i in range(3)]
+        tasks = [asyncio.create_task(timed_stream(client, t, 20)) for t in texts]
+        await asyncio.sleep(0.03)
+        mid = await scrape(server)
+        results = await asyncio.gather(*tasks)
+        assert all(r["usage"].prompt_tokens > 256 for r in results)
+        assert mid["vllm:num_requests_waiting"] >= 1
+        assert mid["vllm:kv_cache_usage_perc"] > 0.5
+        # the queued request waited for one of the others to finish
+        ttfts = sorted(r["ttft"] for r in results)
+        assert ttfts[-1] > min(r["e2e"] for r in results) * 0.8
+        end = await scrape(server)
+        assert end["vllm:request_queue_time_seconds_sum"] > 0.05
+        assert end["vllm:num_requests_waiting"] == 0
+        await client.close()
+
+
+async def test_preemptions_happen_and_are_counted() -> None:
+    profile = Profile(name="tiny-kv", step_overhead_s=0.001, max_num_seqs=16,
+                      block_size=16, kv_blocks=12, max_model_len=180)
+    async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        results = await asyncio.gather(*(timed_stream(client, f"go {i}", 60)
+                                         for i in range(4)))
+        for r in results:
+            assert r["tokens"] == 60
+            assert r["usage"].completion_tokens == 60
+        m = await scrape(server)
+        assert m["vllm:num_preemptions_total"] >= 1
+        assert m["vllm:request_success_total"] == 4
+        assert m["vllm:generation_tokens_total"] == 240
+        await client.close()
+
+
+async def test_speedup_scales_time() -> None:
+    profile = Profile(name="slow", step_overhead_s=0.02, block_size=16, kv_blocks=1024)
+    async with SimServer(SimConfig(port=0, model=MODEL, profile=profile, speedup=10)) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        r = await timed_stream(client, "hello", 30)
+        # 31 steps of 20 ms model time at 10x: about 62 ms
+        assert r["e2e"] < 0.3
+        assert r["itl"] > 0.001
+        await client.close()
