@@ -390,3 +390,18 @@ def test_environment_is_cheap_and_isolated() -> None:
         a.replay(task.gold_actions)
     assert b.db_hash() == h == Environment(DOMAIN).db_hash()
     assert orjson.dumps(_base_db(0)) == base_blob
+
+
+def test_listing_items_in_another_order_grades_the_same() -> None:
+    """A return of two items stores them in the order's own sequence, so an agent that lists
+    them the other way round still matches the gold database."""
+    checked = 0
+    for task in TASKS:
+        actions = []
+        for a in task.gold_actions:
+            if a.name == "return_delivered_order_items" and len(a.arguments["item_ids"]) > 1:
+                a = Action(a.name, {**a.arguments, "item_ids": a.arguments["item_ids"][::-1]})
+                checked += 1
+            actions.append(a)
+        assert grade(DOMAIN, task, actions, _said(task)).reward == 1.0, task.id
+    assert checked >= 2

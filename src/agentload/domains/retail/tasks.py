@@ -772,9 +772,11 @@ def t_items_and_address(g: _Gen) -> _Draft | None:
     addr = g.new_address(user)
     draft.category = "multi_write"
     draft.known["new_address"] = _addr_text(addr)
-    draft.instructions += (
-        f" After that, you also want this order shipped to {_addr_text(addr)}; your default "
-        "address stays the same."
+    assert draft.instructions.endswith(_CONFIRM)
+    draft.instructions = (
+        draft.instructions[: -len(_CONFIRM)]
+        + f" After that, you also want this order shipped to {_addr_text(addr)}; your default "
+        "address stays the same." + _CONFIRM
     )
     draft.gold.append(
         Action("modify_pending_order_address", {"order_id": order["order_id"], **_addr_args(addr)})
@@ -789,7 +791,10 @@ def t_cancel_two(g: _Gen) -> _Draft | None:
     a, b = g.orders(user, "pending")[:2]
     reason = g.choose(sorted(_REASON_TEXT))
     known, gold = g.auth(user)
-    known.update(order_ids=f"{a['order_id']} and {b['order_id']}", reason=_REASON_TEXT[reason])
+    known.update(
+        order_ids=f"{a['order_id']} and {b['order_id']}",
+        reason=_REASON_TEXT[reason].replace(" it", " them"),
+    )
     for o in (a, b):
         gold += [
             _read("get_order_details", order_id=o["order_id"]),
@@ -798,7 +803,7 @@ def t_cancel_two(g: _Gen) -> _Draft | None:
     return _Draft(
         "multi_write",
         f"You want to cancel both of your orders {a['order_id']} and {b['order_id']}, because "
-        f"{_REASON_TEXT[reason]}." + _CONFIRM,
+        f"{_REASON_TEXT[reason].replace(' it', ' them')}." + _CONFIRM,
         known,
         [],
         "Hi, I need to cancel a couple of orders.",

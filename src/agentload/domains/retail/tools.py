@@ -107,6 +107,13 @@ def _order_items(order: dict, item_ids: list[str]) -> list[dict]:
     return [by_id[i] for i in item_ids]
 
 
+def _in_order_sequence(order: dict, item_ids: list[str]) -> list[str]:
+    """`item_ids` in the order's own item order, so the stored request (and so the db hash)
+    does not depend on the order in which an agent listed the items."""
+    wanted = set(item_ids)
+    return [i["item_id"] for i in order["items"] if i["item_id"] in wanted]
+
+
 def _check_swaps(db: dict, order: dict, item_ids: list[str], new_item_ids: list[str]) -> float:
     """Validate an item-for-variant swap and return the price difference (new - old)."""
     if len(item_ids) != len(new_item_ids):
@@ -373,7 +380,7 @@ def return_delivered_order_items(
     order = _own(db, "orders", order["order_id"])
     order["status"] = "return requested"
     order["return_request"] = {
-        "item_ids": list(item_ids),
+        "item_ids": _in_order_sequence(order, item_ids),
         "payment_method_id": pm["id"],
         "refund_amount": _money(sum(i["price"] for i in items)),
     }
@@ -388,11 +395,13 @@ def exchange_delivered_order_items(
     diff = _check_swaps(db, order, item_ids, new_item_ids)
     pm = _payment_method(db, order, payment_method_id)
     _check_balance(pm, diff)
+    swap = dict(zip(item_ids, new_item_ids, strict=True))
+    pairs = [(old, swap[old]) for old in _in_order_sequence(order, item_ids)]
     order = _own(db, "orders", order["order_id"])
     order["status"] = "exchange requested"
     order["exchange_request"] = {
-        "item_ids": list(item_ids),
-        "new_item_ids": list(new_item_ids),
+        "item_ids": [old for old, _ in pairs],
+        "new_item_ids": [new for _, new in pairs],
         "payment_method_id": pm["id"],
         "price_difference": diff,
     }
