@@ -244,3 +244,15 @@ def test_registry() -> None:
         get_task("airline")
     with pytest.raises(KeyError, match="unknown task"):
         get_task("airline/999")
+
+
+def test_db_cache_is_bounded(bank: Bank) -> None:
+    from agentload.domains.base import DB_CACHE_SEEDS
+
+    for seed in range(DB_CACHE_SEEDS + 3):
+        Environment(bank, seed)
+    Environment(bank, DB_CACHE_SEEDS + 2)  # recent: cached
+    assert bank.made == DB_CACHE_SEEDS + 3
+    Environment(bank, 0)  # evicted long ago: regenerated
+    assert bank.made == DB_CACHE_SEEDS + 4
+    assert len(bank.__dict__["_db_cache"]) == DB_CACHE_SEEDS

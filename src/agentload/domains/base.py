@@ -23,6 +23,9 @@ import orjson
 # Bump when grading semantics change; it goes into every Grade (and so every result).
 GRADER_VERSION = "1"
 
+# Generated databases kept per domain (as JSON bytes), least recently used dropped first.
+DB_CACHE_SEEDS = 8
+
 ToolFn = Callable[..., Any]
 """fn(db: dict, **arguments) -> JSON-able result; raises ToolError for bad input or rule
 violations. A tool must check everything before it mutates `db`, so that a call that fails
@@ -145,10 +148,13 @@ class Domain:
     def fresh_db(self, seed: int = 0) -> dict:
         """A private copy of make_db(seed); the generated db is cached as JSON bytes, so a
         new episode costs one orjson parse rather than a regeneration."""
-        cache = self.__dict__.setdefault("_db_cache", {})
-        blob = cache.get(seed)
+        cache: dict[int, bytes] = self.__dict__.setdefault("_db_cache", {})
+        blob = cache.pop(seed, None)
         if blob is None:
-            blob = cache[seed] = orjson.dumps(self.make_db(seed))
+            blob = orjson.dumps(self.make_db(seed))
+            if len(cache) >= DB_CACHE_SEEDS:  # bounded: a run may use many seeds
+                del cache[next(iter(cache))]
+        cache[seed] = blob  # most recently used last
         return orjson.loads(blob)
 
     def system_prompt(self) -> str:
@@ -300,6 +306,39 @@ def grade(
         db_hash=actual,
         gold_hash=expected,
     )
+
+
+WRITE_CATEGORIES = ("single_write", "multi_write")
+
+
+def check_tasks(domain: Domain, seed: int = 0) -> list[str]:
+    """Self-consistency of a domain's tasks; returns one line per problem (empty: all good).
+
+    Each task's gold actions must all succeed on a fresh database, the gold trajectory must
+    earn reward 1 when the required outputs are said, write tasks must change the database
+    and read-only / refusal tasks must not; ids must be unique and categories known.
+    """
+    problems: list[str] = []
+    pristine = Environment(domain, seed).db_hash()
+    seen: set[str] = set()
+    for t in domain.tasks():
+        if t.id in seen:
+            problems.append(f"{t.id}: duplicate id")
+        seen.add(t.id)
+        if t.category not in TASK_CATEGORIES:
+            problems.append(f"{t.id}: unknown category {t.category!r}")
+        env = Environment(domain, seed)
+        for a in t.gold_actions:
+            r = env.execute(a.name, a.arguments)
+            if not r.ok:
+                problems.append(f"{t.id}: gold action {a.name} fails: {r.content}")
+        g = grade(domain, t, env.actions, [" ".join(t.required_outputs)], seed)
+        if g.reward != 1.0:
+            problems.append(f"{t.id}: the gold trajectory does not pass its own grading")
+        changed = g.db_hash != pristine
+        if changed != (t.category in WRITE_CATEGORIES):
+            problems.append(f"{t.id}: category {t.category} but database changed={changed}")
+    return problems
 
 
 def pass_hat_k(successes: Mapping[str, Sequence[bool]]) -> dict[int, float]:

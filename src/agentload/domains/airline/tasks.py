@@ -165,6 +165,14 @@ def _lookup(res: dict) -> list[Action]:
     ]
 
 
+def _statuses(res: dict) -> list[Action]:
+    """What an agent checks before a cancellation: has any flight flown or been cancelled?"""
+    return [
+        A("get_flight_status", flight_number=s["flight_number"], date=s["date"])
+        for s in res["flights"]
+    ]
+
+
 def _legs(segs: list[dict]) -> list[dict]:
     return [{"flight_number": s["flight_number"], "date": s["date"]} for s in segs]
 
@@ -339,7 +347,11 @@ def t_cancel(kind: str) -> Callable[[_Builder, int], Iterator[None]]:
                 "cancelled, accept that.",
                 "Hi, I need to cancel a reservation.",
                 _known(res, reason=reason),
-                [*_lookup(res), A("cancel_reservation", reservation_id=res["reservation_id"])],
+                [
+                    *_lookup(res),
+                    *_statuses(res),
+                    A("cancel_reservation", reservation_id=res["reservation_id"]),
+                ],
                 [_money(paid(res))],
             )
             n -= 1
@@ -649,9 +661,9 @@ def t_cancel_and_compensate(b: _Builder, n: int) -> Iterator[None]:
             _known(res, reason="the airline cancelled a flight"),
             [
                 *_lookup(res),
-                gold[0],
+                *_statuses(res),
                 A("cancel_reservation", reservation_id=res["reservation_id"]),
-                gold[1],
+                gold[-1],
             ],
             [_money(paid(res)), _money(amount)],
         )
@@ -712,6 +724,7 @@ def t_cancel_and_book(b: _Builder, n: int) -> Iterator[None]:
             _known(res, reason="booked by mistake"),
             [
                 *_lookup(res),
+                *_statuses(res),
                 A("cancel_reservation", reservation_id=res["reservation_id"]),
                 *gold,
             ],
@@ -782,7 +795,13 @@ def t_upgrade_and_bags(b: _Builder, n: int) -> Iterator[None]:
 
 
 def _refuse(
-    b: _Builder, res: dict, instructions: str, opening: str, reason: str, keyword: str
+    b: _Builder,
+    res: dict,
+    instructions: str,
+    opening: str,
+    reason: str,
+    keyword: str,
+    cancellation: bool = False,
 ) -> None:
     b.claim(res["reservation_id"], res["user_id"])
     b.add(
@@ -790,7 +809,7 @@ def _refuse(
         instructions + " If the agent refuses and explains why, accept it and end the chat.",
         opening,
         _known(res),
-        _lookup(res),
+        [*_lookup(res), *(_statuses(res) if cancellation else [])],
         [keyword],
         refusal=reason,
     )
@@ -815,6 +834,7 @@ def t_refuse_cancel(b: _Builder, n: int) -> Iterator[None]:
             "Hi, I want to cancel my reservation and get my money back.",
             "booked more than 24 hours ago, not business, no insurance, no airline cancellation",
             "24 hours",
+            cancellation=True,
         )
         yield
 
@@ -832,6 +852,7 @@ def t_refuse_insurance_reason(b: _Builder, n: int) -> Iterator[None]:
             "Hello, I need to cancel a booking. I have insurance on it.",
             "insurance covers illness or a family emergency, not work",
             "illness",
+            cancellation=True,
         )
         yield
 

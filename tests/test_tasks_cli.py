@@ -1,0 +1,45 @@
+"""`agentload tasks` through the real command line app."""
+
+from __future__ import annotations
+
+import orjson
+from typer.testing import CliRunner
+
+from agentload.cli import app
+
+runner = CliRunner()
+
+
+def test_tasks_list_table() -> None:
+    r = runner.invoke(app, ["tasks", "--domain", "airline"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "airline/000" in r.output and "airline/057" in r.output
+    assert "58 tasks (read_only 12, single_write 22, multi_write 10, refusal 14)" in r.output
+
+
+def test_tasks_list_json_filtered() -> None:
+    r = runner.invoke(app, ["tasks", "-d", "airline", "-c", "refusal", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [orjson.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 14
+    assert all(row["category"] == "refusal" and row["flags"] == ["refusal"] for row in rows)
+
+
+def test_tasks_show_and_errors() -> None:
+    r = runner.invoke(app, ["tasks", "show", "airline/025"])
+    assert r.exit_code == 0, r.output
+    task = orjson.loads(r.stdout)
+    assert task["id"] == "airline/025" and task["gold_actions"][-1]["name"] == "book_reservation"
+
+    r = runner.invoke(app, ["tasks", "show", "airline/999"])
+    assert r.exit_code == 2 and "unknown task 'airline/999'" in r.output
+    r = runner.invoke(app, ["tasks", "-c", "bogus"])
+    assert r.exit_code == 2 and "bogus" in r.output
+    r = runner.invoke(app, ["tasks", "-d", "nope"])
+    assert r.exit_code == 2 and "unknown domain 'nope'" in r.output
+
+
+def test_tasks_check_airline() -> None:
+    r = runner.invoke(app, ["tasks", "check", "-d", "airline"])
+    assert r.exit_code == 0, r.output
+    assert "airline: 58 tasks checked, data airline-1, grader 1" in r.output
