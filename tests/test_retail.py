@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from agentload.domains import Action, Environment, get_domain, get_task, grade
-from agentload.domains.base import TASK_CATEGORIES, hash_db
+from agentload.domains.base import TASK_CATEGORIES, check_tasks, hash_db
 from agentload.domains.retail import REASON_KEYWORDS, RetailDomain, _base_db, data
 
 DOMAIN = get_domain("retail")
@@ -41,6 +41,7 @@ def test_registry_and_ids() -> None:
     assert {t.category for t in TASKS} == set(TASK_CATEGORIES)
     for cat in TASK_CATEGORIES:
         assert sum(t.category == cat for t in TASKS) >= 10, cat
+    assert check_tasks(DOMAIN) == []
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.id)
