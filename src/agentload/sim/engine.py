@@ -113,22 +113,28 @@ class Seq:
 
 
 class BlockPool:
-    """Paged KV blocks with hash-chained prefix caching and LRU eviction."""
+    """Paged KV blocks with hash-chained prefix caching and LRU eviction.
+
+    Blocks never used yet are handed out first (created on demand, so a huge pool costs
+    nothing up front); after that, the least recently freed block is reused, and a cached
+    block's hash is forgotten when it is.
+    """
 
     def __init__(self, num_blocks: int, caching: bool) -> None:
         self.num_blocks = num_blocks
         self.caching = caching
-        self.ref = [0] * num_blocks
-        self.hash: list[int | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.ref: list[int] = []
+        self.hash: list[int | None] = []
+        self.fresh = num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict()
         self.cached: dict[int, int] = {}
 
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return self.fresh + len(self.free)
 
     def usage(self) -> float:
-        return 1.0 - len(self.free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
         if not self.caching:
@@ -150,10 +156,18 @@ class BlockPool:
             ref[b] += 1
 
     def allocate(self, k: int) -> list[int] | None:
-        if k > len(self.free):
+        if k > self.fresh + len(self.free):
             return None
         out: list[int] = []
-        free, hashes, cached, ref = self.free, self.hash, self.cached, self.ref
+        ref = self.ref
+        while k and self.fresh:
+            b = len(ref)
+            ref.append(1)
+            self.hash.append(None)
+            self.fresh -= 1
+            out.append(b)
+            k -= 1
+        free, hashes, cached = self.free, self.hash, self.cached
         for _ in range(k):
             b, _ = free.popitem(last=False)
             h = hashes[b]
