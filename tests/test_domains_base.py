@@ -256,3 +256,19 @@ def test_db_cache_is_bounded(bank: Bank) -> None:
     Environment(bank, 0)  # evicted long ago: regenerated
     assert bank.made == DB_CACHE_SEEDS + 4
     assert len(bank.__dict__["_db_cache"]) == DB_CACHE_SEEDS
+
+
+def test_tools_cannot_alias_recorded_or_gold_arguments(bank: Bank) -> None:
+    def keep(db: dict, items: list) -> str:
+        db["kept"] = items
+        items.append("changed later")
+        return "ok"
+
+    schema = {"type": "object", "properties": {"items": {"type": "array"}}}
+    bank.tools = [*TOOLS, Tool("keep", "Keeps its argument.", schema, True, keep)]
+    env = Environment(bank)
+    args = {"items": ["a"]}
+    assert env.execute("keep", args).ok
+    assert args == {"items": ["a"]}
+    assert env.actions[-1].arguments == {"items": ["a"]}
+    assert env.db["kept"] == ["a", "changed later"]

@@ -217,9 +217,16 @@ class Environment:
             where = "/".join(str(p) for p in err.absolute_path)
             prefix = f"{where}: " if where else ""
             return _error(f"invalid arguments for {name}: {prefix}{err.message}")
-        self.actions.append(Action(name, arguments))
+        # The record and the tool each get their own copy: a tool may keep parts of its
+        # arguments in the db and change them later, which must not rewrite history (or a
+        # task's gold actions).
         try:
-            value = tool.fn(self.db, **arguments)
+            blob = orjson.dumps(arguments)
+        except TypeError as e:
+            return _error(f"arguments of {name} are not JSON: {e}")
+        self.actions.append(Action(name, orjson.loads(blob)))
+        try:
+            value = tool.fn(self.db, **orjson.loads(blob))
         except ToolError as e:
             return _error(str(e))
         except Exception as e:  # a tool bug must not end the episode
