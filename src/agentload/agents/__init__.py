@@ -1,0 +1,43 @@
+"""Agent strategies (tool-calling, react, act, and the oracle / noop controls) and user
+simulators (an LLM customer, a scripted customer) for live episodes."""
+
+from agentload.agents.actions import ActionParseError, ParsedAction, format_action, parse_action
+from agentload.agents.base import Agent, AgentTurn, LLMCall, ToolCall, ToolOutcome
+from agentload.agents.prompts import STOP, STOP_TOKENS, user_system_prompt
+from agentload.agents.strategies import (
+    AGENT_NAMES,
+    NoopAgent,
+    OracleAgent,
+    TextActionAgent,
+    ToolCallingAgent,
+    make_agent,
+    transfer_tool_name,
+)
+from agentload.agents.users import USER_NAMES, LlmUser, ScriptedUser, UserTurn, make_user
+
+__all__ = [
+    "AGENT_NAMES",
+    "STOP",
+    "STOP_TOKENS",
+    "USER_NAMES",
+    "ActionParseError",
+    "Agent",
+    "AgentTurn",
+    "LLMCall",
+    "LlmUser",
+    "NoopAgent",
+    "OracleAgent",
+    "ParsedAction",
+    "ScriptedUser",
+    "TextActionAgent",
+    "ToolCall",
+    "ToolCallingAgent",
+    "ToolOutcome",
+    "UserTurn",
+    "format_action",
+    "make_agent",
+    "make_user",
+    "parse_action",
+    "transfer_tool_name",
+    "user_system_prompt",
+]

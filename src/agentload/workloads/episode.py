@@ -1,0 +1,524 @@
+"""Live episodes: an agent serves a simulated customer with a domain's tools, measured call
+by call.
+
+The loop: the user's opening goes to the agent; each agent step is one model call (or one
+scripted step for the oracle / noop controls); its tool calls are executed in order against
+the episode's environment and their results go back to the agent; a text reply without tool
+calls goes to the user simulator, whose answer goes back to the agent; until a termination
+reason (see `TERMINATIONS` and docs/episodes.md). Every model call goes through a
+`ChatClient` with the session, role and task headers, and the episode ends with a session
+record, a trajectory and the calls' records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentload.agents.base import AgentTurn, ToolCall, ToolOutcome
+from agentload.agents.strategies import AGENT_NAMES, make_agent, transfer_tool_name
+from agentload.agents.users import USER_NAMES, is_stop, make_user
+from agentload.client import CallRecord, CallResult, ChatClient
+from agentload.domains import Environment, get_domain
+from agentload.domains.base import GRADER_VERSION, Domain, Grade, Task, gold_hash, hash_db
+from agentload.domains.base import missing_outputs as find_missing
+
+log = logging.getLogger("agentload.episode")
+
+SESSION_SCHEMA = "agentload.session/1"
+TRAJECTORY_SCHEMA = "agentload.trajectory/1"
+
+TERMINATIONS = (
+    "user_stop",
+    "agent_transfer",
+    "max_steps",
+    "budget_exceeded",
+    "too_many_errors",
+    "context_overflow",
+    "infra_error",
+    "protocol_error",
+)
+TOOL_LATENCY_KINDS = ("none", "constant", "uniform", "lognormal")
+COUNT_KEYS = (
+    "agent_calls",
+    "user_calls",
+    "tool_calls",
+    "tool_errors",
+    "parse_errors",
+    "protocol_errors",
+    "failed_calls",
+    "text_and_tool_messages",
+    "parallel_tool_messages",
+)
+
+_now_ns = time.perf_counter_ns
+
+
+@dataclass
+class ToolLatency:
+    """Simulated time a tool takes, drawn per call from an rng seeded per episode."""
+
+    kind: str = "none"  # none | constant | uniform | lognormal
+    mean_s: float = 0.0
+    spread: float = 0.5  # uniform: ±spread*mean; lognormal: sigma
+
+    def sampler(self, seed: int) -> random.Random | None:
+        if self.kind == "none" or self.mean_s <= 0:
+            return None
+        return random.Random(seed ^ 0x7A11CE)
+
+    def draw(self, rng: random.Random) -> float:
+        m = self.mean_s
+        if self.kind == "constant":
+            return m
+        if self.kind == "uniform":
+            return max(0.0, rng.uniform(m * (1 - self.spread), m * (1 + self.spread)))
+        if self.kind == "lognormal":
+            sigma = self.spread
+            return rng.lognormvariate(math.log(m) - sigma * sigma / 2, sigma)  # mean = m
+        raise ValueError(f"unknown tool latency kind {self.kind!r}")
+
+
+@dataclass
+class EpisodeOptions:
+    agent: str = "tool-calling"  # tool-calling | react | act | oracle | noop
+    user: str = "llm"  # llm | scripted
+    temperature: float | None = None
+    max_steps: int = 30  # agent steps (model calls) per episode
+    max_user_turns: int = 20
+    budget_s: float | None = 900.0  # per-episode wall time
+    max_errors: int = 5  # tool errors + protocol/parse errors tolerated; one more ends it
+    keep_reasoning: bool = False  # reasoning content kept in the history sent back, or dropped
+    chat_template_kwargs: dict | None = None  # extra_body of agent and user calls
+    tool_latency: ToolLatency = field(default_factory=ToolLatency)
+    agent_max_tokens: int | None = None
+    user_max_tokens: int | None = None
+
+
+@dataclass
+class EpisodeSpec:
+    task_id: str
+    trial: int
+    seed: int  # per (task, trial), chosen by the caller (see episode_seed)
+    session_id: str
+
+
+@dataclass
+class EpisodeResult:
+    session: dict  # "agentload.session/1"
+    trajectory: dict  # "agentload.trajectory/1"
+    calls: list[CallRecord]
+
+
+def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
+    """A seed for one (task, trial), stable across processes and Python versions, in the
+    range servers accept (31 bits)."""
+    digest = hashlib.sha256(f"agentload/episode/{base_seed}/{task_id}/{trial}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
+
+
+def validate_options(options: EpisodeOptions) -> None:
+    """Raise ValueError for options no episode can run with."""
+    if options.agent not in AGENT_NAMES:
+        raise ValueError(f"unknown agent {options.agent!r}; known: {', '.join(AGENT_NAMES)}")
+    if options.user not in USER_NAMES:
+        raise ValueError(f"unknown user {options.user!r}; known: {', '.join(USER_NAMES)}")
+    if options.tool_latency.kind not in TOOL_LATENCY_KINDS:
+        raise ValueError(
+            f"unknown tool latency kind {options.tool_latency.kind!r}; "
+            f"known: {', '.join(TOOL_LATENCY_KINDS)}"
+        )
+    if options.max_steps < 1 or options.max_user_turns < 1 or options.max_errors < 0:
+        raise ValueError("max_steps and max_user_turns must be >= 1, max_errors >= 0")
+
+
+class _Tap:
+    """Routes the records a client emits to the episode that made the call.
+
+    A call cancelled by the episode budget raises instead of returning its result, but the
+    client still hands its record to `on_record`; the tap catches it there, keyed by call id.
+    """
+
+    __slots__ = ("inner", "sinks")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sinks: dict[str, list[CallRecord]] = {}
+
+    def __call__(self, rec: CallRecord) -> None:
+        sink = self.sinks.pop(rec.call_id, None)
+        if sink is not None:
+            sink.append(rec)
+        if self.inner is not None:
+            self.inner(rec)
+
+
+def _tap(client: ChatClient) -> _Tap:
+    cb = client.on_record
+    if isinstance(cb, _Tap):
+        return cb
+    tap = _Tap(cb)
+    client.on_record = tap
+    return tap
+
+
+class _Stop(Exception):
+    """Ends the loop with a termination reason."""
+
+    def __init__(self, termination: str, error: str | None = None) -> None:
+        super().__init__(termination)
+        self.termination = termination
+        self.error = error
+
+
+class _Episode:
+    def __init__(
+        self, spec: EpisodeSpec, clients: Mapping[str, ChatClient], options: EpisodeOptions
+    ) -> None:
+        validate_options(options)
+        self.spec = spec
+        self.options = options
+        domain_name, sep, _ = spec.task_id.partition("/")
+        if not sep:
+            raise ValueError(f"task id {spec.task_id!r} is not of the form <domain>/<NNN>")
+        self.domain = get_domain(domain_name)
+        self.task = self.domain.get_task(spec.task_id)
+        # Tasks are written against one database; the episode seed drives sampling only.
+        self.db_seed = int(getattr(self.task, "db_seed", 0))
+        self.agent = make_agent(options.agent, self.domain, self.task,
+                                keep_reasoning=options.keep_reasoning)
+        self.user = make_user(options.user, self.task, max_turns=options.max_user_turns)
+        self.clients = clients
+        for role, needed in (("agent", self.agent.uses_llm), ("user", self.user.uses_llm)):
+            if needed and clients.get(role) is None:
+                raise ValueError(f"agent {options.agent!r} / user {options.user!r} needs "
+                                 f"clients[{role!r}]")
+        self.taps = {role: _tap(c) for role, c in clients.items() if c is not None}
+        self.headers = {
+            role: {
+                "X-Session-ID": spec.session_id,
+                "X-Agentload-Role": role,
+                "X-Agentload-Task": spec.task_id,
+            }
+            for role in ("agent", "user")
+        }
+        self.extra_body = (
+            {"chat_template_kwargs": options.chat_template_kwargs}
+            if options.chat_template_kwargs else None
+        )
+        self.env: Environment | None = None
+        self.transfer_tool = transfer_tool_name(self.domain)
+        self.latency_rng = options.tool_latency.sampler(spec.seed)
+        self.calls: list[CallRecord] = []
+        self.turns = {"agent": 0, "user": 0}
+        self.counts = dict.fromkeys(COUNT_KEYS, 0)
+        self.steps = 0
+        self.user_turns = 0
+        self.errors = 0
+        self.tool_s = 0.0
+        self.replies: list[str] = []
+
+    # --- model calls ---------------------------------------------------------------------
+
+    async def _call(
+        self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> CallResult:
+        opts = self.options
+        turn = self.turns[role]
+        self.turns[role] = turn + 1
+        call_id = f"{self.spec.session_id}:{role[0]}{turn}"
+        tap = self.taps[role]
+        tap.sinks[call_id] = self.calls
+        res = await self.clients[role].chat(
+            messages,
+            tools=tools,
+            max_tokens=opts.agent_max_tokens if role == "agent" else opts.user_max_tokens,
+            temperature=opts.temperature,
+            seed=self.spec.seed,
+            extra_body=self.extra_body,
+            headers=self.headers[role],
+            session_id=self.spec.session_id,
+            role=role,
+            turn=turn,
+            call_id=call_id,
+        )
+        if tap.sinks.pop(call_id, None) is not None:
+            # on_record was replaced after the tap was installed: keep the record anyway.
+            self.calls.append(res.record)
+        return res
+
+    async def agent_llm(
+        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> CallResult:
+        return await self._call("agent", messages, tools)
+
+    async def user_llm(
+        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> CallResult:
+        return await self._call("user", messages, tools)
+
+    @staticmethod
+    def _failed(res: CallResult, role: str) -> _Stop:
+        rec = res.record
+        kind = rec.error_kind or "error"
+        termination = "context_overflow" if kind == "context_overflow" else "infra_error"
+        detail = f": {rec.error_message}" if rec.error_message else ""
+        return _Stop(termination, f"{role} call {kind}{detail}")
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def user_says(self, agent_text: str | None) -> str:
+        if self.user_turns >= self.options.max_user_turns:
+            raise _Stop("max_steps", f"user turn limit ({self.options.max_user_turns}) reached")
+        ut = await self.user.reply(agent_text, self.user_llm)
+        if ut.result is not None and not ut.result.ok:
+            raise self._failed(ut.result, "user")
+        self.user_turns += 1
+        if not ut.text.strip():
+            raise _Stop("protocol_error", "user: empty message")
+        return ut.text
+
+    async def run(self) -> None:
+        agent = self.agent
+        opening = await self.user_says(None)
+        agent.add_user_message(opening)
+        if is_stop(opening):
+            raise _Stop("user_stop")
+        retried = False
+        while True:
+            if self.steps >= self.options.max_steps:
+                raise _Stop("max_steps", f"{self.options.max_steps} agent steps")
+            turn: AgentTurn = await agent.step(self.agent_llm)
+            self.steps += 1
+            if turn.result is not None and not turn.result.ok:
+                raise self._failed(turn.result, "agent")
+            if turn.parse_error is not None:
+                self.counts["parse_errors"] += 1
+                self.errors += 1
+                if retried:
+                    raise _Stop("protocol_error", f"agent: unparsable action twice: "
+                                f"{turn.parse_error}")
+                self._check_errors()
+                agent.add_parse_retry(turn.parse_error)
+                retried = True
+                continue
+            retried = False
+            if turn.empty:
+                raise _Stop("protocol_error", "agent: empty message (no text, no tool call)")
+            if turn.tool_calls:
+                if turn.text.strip():
+                    self.counts["text_and_tool_messages"] += 1
+                if len(turn.tool_calls) > 1:
+                    self.counts["parallel_tool_messages"] += 1
+                transferred = await self.run_tools(turn.tool_calls)
+                if transferred:
+                    raise _Stop("agent_transfer")
+                self._check_errors()
+                continue
+            self.replies.append(turn.text)
+            answer = await self.user_says(turn.text)
+            agent.add_user_message(answer)
+            if is_stop(answer):
+                raise _Stop("user_stop")
+
+    def _check_errors(self) -> None:
+        if self.errors > self.options.max_errors:
+            raise _Stop(
+                "too_many_errors",
+                f"{self.errors} tool/protocol errors (max_errors={self.options.max_errors})",
+            )
+
+    async def run_tools(self, calls: list[ToolCall]) -> bool:
+        """Execute every call of one message in order (none is dropped); True when the
+        hand-over tool was among them."""
+        env = self.env
+        if env is None:
+            # Created on the first tool call: a conversation without tools never pays for
+            # a database copy.
+            env = self.env = Environment(self.domain, self.db_seed)
+        counts = self.counts
+        outcomes: list[ToolOutcome] = []
+        transferred = False
+        t0 = _now_ns()
+        for call in calls:
+            counts["tool_calls"] += 1
+            if call.error is not None:
+                counts["protocol_errors"] += 1
+                self.errors += 1
+                outcomes.append(ToolOutcome(call, f"Error: {call.error}", False))
+                continue
+            if self.domain.tool(call.name) is None:
+                counts["protocol_errors"] += 1
+                self.errors += 1
+                outcomes.append(ToolOutcome(call, f"Error: unknown tool {call.name!r}", False))
+                continue
+            r = env.execute(call.name, call.arguments)
+            if not r.ok:
+                counts["tool_errors"] += 1
+                self.errors += 1
+            if call.name == self.transfer_tool:
+                transferred = True
+            outcomes.append(ToolOutcome(call, r.content, r.ok))
+        rng = self.latency_rng
+        if rng is not None:
+            # Calls of one message run concurrently in a real system: the slowest one counts.
+            await asyncio.sleep(max(self.options.tool_latency.draw(rng) for _ in calls))
+        self.tool_s += (_now_ns() - t0) / 1e9
+        self.agent.add_tool_results(outcomes)
+        return transferred
+
+
+async def run_episode(
+    spec: EpisodeSpec, clients: Mapping[str, ChatClient], options: EpisodeOptions
+) -> EpisodeResult:
+    """Run one episode to its end; see the module docs.
+
+    Raises ValueError, before any call, for an unknown task, agent or user or a missing
+    client; afterwards never raises except on cancellation (a bug inside the loop ends the
+    episode as `infra_error` with the exception in `error`).
+    """
+    try:
+        ep = _Episode(spec, clients, options)
+    except KeyError as e:
+        raise ValueError(str(e.args[0]) if e.args else str(e)) from None
+    started_at = time.time()
+    start_ns = _now_ns()
+    termination = "infra_error"
+    error: str | None = None
+    try:
+        async with asyncio.timeout(options.budget_s):
+            await ep.run()
+    except _Stop as stop:
+        termination, error = stop.termination, stop.error
+    except TimeoutError:
+        termination, error = "budget_exceeded", f"episode wall time over {options.budget_s} s"
+    except Exception as e:  # a bug must not take the other episodes of the run down
+        log.exception("episode %s (%s) failed", spec.session_id, spec.task_id)
+        termination, error = "infra_error", f"internal error: {type(e).__name__}: {e}"
+    end_ns = _now_ns()
+    return _finish(ep, termination, error, started_at, start_ns, end_ns)
+
+
+_BASE_HASHES: dict[tuple[str, str, int], str] = {}
+
+
+def _base_hash(domain: Domain, seed: int) -> str:
+    key = (domain.name, domain.data_version, seed)
+    h = _BASE_HASHES.get(key)
+    if h is None:
+        h = _BASE_HASHES[key] = hash_db(domain.fresh_db(seed))
+    return h
+
+
+def grade_environment(
+    domain: Domain, task: Task, env: Environment | None, replies: Sequence[str], seed: int
+) -> Grade:
+    """The same Grade as `domains.grade(domain, task, env.actions, replies, seed)`, without
+    replaying the episode on a second database copy: the episode's own environment already
+    holds the result of its actions (tools are deterministic), and an episode that ran no
+    write tool left the database as generated, whose hash is cached."""
+    if env is None:
+        actual = _base_hash(domain, seed)
+    elif any(getattr(domain.tool(a.name), "writes", True) for a in env.actions):
+        actual = env.db_hash()
+    else:
+        actual = _base_hash(domain, seed)
+    expected = gold_hash(domain, task, seed)
+    missing = find_missing(task.required_outputs, replies)
+    db_match = actual == expected
+    return Grade(
+        reward=1.0 if db_match and not missing else 0.0,
+        db_match=db_match,
+        outputs_ok=not missing,
+        missing_outputs=missing,
+        grader_version=GRADER_VERSION,
+        data_version=domain.data_version,
+        db_hash=actual,
+        gold_hash=expected,
+    )
+
+
+def _finish(
+    ep: _Episode, termination: str, error: str | None, started_at: float, start_ns: int,
+    end_ns: int,
+) -> EpisodeResult:
+    spec, task, domain = ep.spec, ep.task, ep.domain
+    try:
+        g = grade_environment(domain, task, ep.env, ep.replies, ep.db_seed)
+        grade_dict = g.to_dict()
+        reward = float(g.reward)
+    except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
+        log.exception("grading %s failed", spec.task_id)
+        grade_dict = {"reward": 0.0, "db_match": False, "outputs_ok": False,
+                      "missing_outputs": list(task.required_outputs), "error": repr(e)}
+        reward = 0.0
+    counts = ep.counts
+    llm_s = user_s = 0.0
+    for rec in ep.calls:
+        if rec.role == "user":
+            counts["user_calls"] += 1
+            user_s += rec.total_s
+        else:
+            counts["agent_calls"] += 1
+            llm_s += rec.total_s
+        if rec.status != "ok":
+            counts["failed_calls"] += 1
+    counts["steps"] = ep.steps
+    counts["user_turns"] = ep.user_turns
+    messages = ep.agent.messages
+    session = {
+        "schema": SESSION_SCHEMA,
+        "session_id": spec.session_id,
+        "domain": domain.name,
+        "task_id": spec.task_id,
+        "trial": spec.trial,
+        "seed": spec.seed,
+        "agent": ep.options.agent,
+        "user": ep.options.user,
+        "reward": reward,
+        "reward_breakdown": {
+            "db_match": grade_dict.get("db_match"),
+            "outputs_ok": grade_dict.get("outputs_ok"),
+            "missing_outputs": grade_dict.get("missing_outputs"),
+        },
+        "grader_version": grade_dict.get("grader_version"),
+        "data_version": domain.data_version,
+        "termination": termination,
+        "error": error,
+        "counts": counts,
+        "durations": {
+            "total_s": (end_ns - start_ns) / 1e9,
+            "llm_s": llm_s,
+            "tool_s": ep.tool_s,
+            "user_s": user_s,
+        },
+        "started_at": started_at,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "num_messages": len(messages),
+        "category": task.category,
+        "db_seed": ep.db_seed,
+    }
+    trajectory = {
+        "schema": TRAJECTORY_SCHEMA,
+        "session_id": spec.session_id,
+        "domain": domain.name,
+        "task_id": spec.task_id,
+        "trial": spec.trial,
+        "seed": spec.seed,
+        "messages": messages,
+        "tools": ep.agent.tools or [],
+        # "native": tools sent as `tools`; "text": described in the system prompt (react, act)
+        "action_format": "text" if ep.options.agent in ("react", "act") else "native",
+        "reward": reward,
+        "termination": termination,
+        "grade": grade_dict,
+    }
+    return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
