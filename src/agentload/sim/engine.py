@@ -38,7 +38,7 @@ class Output(Protocol):
         """Token ``index`` (0-based) left the engine; ``finish`` is set on the last one."""
         ...
 
-    def aborted(self, seq: Seq) -> None:
+    def aborted(self, seq: Seq | None) -> None:
         """The engine dropped the sequence (client gone, server stopping)."""
         ...
 

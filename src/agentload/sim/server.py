@@ -97,7 +97,7 @@ class _Out:
         if not self.future.done():
             self.future.set_result(value)
 
-    def aborted(self, seq: Seq) -> None:
+    def aborted(self, seq: Seq | None) -> None:
         self._resolve("aborted")
 
     def usage(self, seq: Seq) -> dict[str, Any]:
@@ -345,6 +345,7 @@ class SimApp:
         self.app.router.add_get("/metrics", self.metrics_handler)
         self.app.router.add_get("/sim/stats", self.stats_handler)
         self._engine_task: asyncio.Task[None] | None = None
+        self.active: set[_Out] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -352,6 +353,8 @@ class SimApp:
 
     async def stop_engine(self) -> None:
         self.engine.shutdown()
+        for out in list(self.active):
+            out.aborted(None)
         if self._engine_task is not None:
             self._engine_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -537,8 +540,12 @@ class SimApp:
                  + self.profile.frontend_token_s * prompt_len) / self.config.speedup
         if delay > 0:
             await asyncio.sleep(delay)
-        self.engine.add(seq)
-        outcome = await out.future
+        self.active.add(out)
+        try:
+            self.engine.add(seq)
+            outcome = await out.future
+        finally:
+            self.active.discard(out)
         m.count_http(handler, 200)
         if resp is not None:
             if outcome in ("done", "truncate", "aborted"):
