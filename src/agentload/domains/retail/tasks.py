@@ -643,6 +643,141 @@ def t_modify_items(g: _Gen) -> _Draft | None:
     return r[0] if r else None
 
 
+def _two_swaps(g: _Gen, user: dict, order: dict) -> tuple[list[tuple[dict, str]], dict] | None:
+    """Two (order item, new item id) swaps and a payment method covering the difference."""
+    swaps: list[tuple[dict, str]] = []
+    taken: set[str] = set()
+    for item in order["items"]:
+        targets = [t for t in g.swap_targets(order, item) if t not in taken]
+        if targets:
+            new_id = targets[len(targets) // 2]
+            swaps.append((item, new_id))
+            taken.add(new_id)
+        if len(swaps) == 2:
+            break
+    if len(swaps) < 2:
+        return None
+    variants = {i: v for p in g.db["products"].values() for i, v in p["variants"].items()}
+    diff = sum(variants[new]["price"] - it["price"] for it, new in swaps)
+    methods = sorted(user["payment_methods"].values(), key=lambda p: p["id"])
+    methods.sort(key=lambda p: p["id"] != order["payment_method_id"])
+    for pm in methods:
+        if not (pm["source"] == "gift_card" and diff > 0 and pm["balance"] < diff):
+            return swaps, pm
+    return None
+
+
+def _swap_two(g: _Gen, exchange: bool) -> _Draft | None:
+    def order_ok(u: dict, o: dict) -> bool:
+        if exchange:
+            ok = g.in_window(o)
+        else:
+            ok = o["status"] == "pending" and not o.get("items_modified")
+        return ok and _two_swaps(g, u, o) is not None
+
+    user = g.pick_user(lambda u: any(order_ok(u, o) for o in g.orders(u)))
+    if user is None:
+        return None
+    order = next(o for o in g.orders(user) if order_ok(user, o))
+    found = _two_swaps(g, user, order)
+    assert found is not None
+    swaps, pm = found
+    wants = [
+        f"the {g.item_desc(it['item_id'], it['product_id'])} for the variant with "
+        f"{_opts(g.db['products'][it['product_id']]['variants'][new]['options'])}"
+        for it, new in swaps
+    ]
+    known, gold = g.auth(user)
+    known["order_id"] = order["order_id"]
+    known["changes"] = "; ".join(wants)
+    known["payment_method"] = g.pm_desc(pm)
+    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    for pid in dict.fromkeys(it["product_id"] for it, _ in swaps):
+        gold.append(_read("get_product_details", product_id=pid))
+    name = "exchange_delivered_order_items" if exchange else "modify_pending_order_items"
+    gold.append(
+        Action(
+            name,
+            {
+                "order_id": order["order_id"],
+                "item_ids": [it["item_id"] for it, _ in swaps],
+                "new_item_ids": [new for _, new in swaps],
+                "payment_method_id": pm["id"],
+            },
+        )
+    )
+    verb = "exchange" if exchange else "change, before the order ships,"
+    return _Draft(
+        "single_write",
+        f"In order {order['order_id']} you want to {verb} two items: {wants[0]}, and "
+        f"{wants[1]}. Mention the second item only after the agent has the first. Nothing "
+        f"else in the order changes. Any price difference should be settled with "
+        f"{g.pm_desc(pm)}." + _CONFIRM,
+        known,
+        ["item ids", "the price difference"],
+        g.choose(
+            [
+                "Hi, a couple of things I received aren't the right size or colour.",
+                "Hello, I'd like to exchange two items from a delivery.",
+            ]
+            if exchange
+            else [
+                "Hi, I want to change a few options on an order I placed.",
+                "Hello, can I adjust a couple of items in my order before it ships?",
+            ]
+        ),
+        gold,
+    )
+
+
+def t_exchange_two(g: _Gen) -> _Draft | None:
+    return _swap_two(g, exchange=True)
+
+
+def t_modify_two_items(g: _Gen) -> _Draft | None:
+    return _swap_two(g, exchange=False)
+
+
+def _pm_keyword(pm: dict) -> str:
+    """What any correct naming of a payment method contains."""
+    if pm["source"] == "credit_card":
+        return pm["last_four"]
+    return "gift card" if pm["source"] == "gift_card" else "paypal"
+
+
+def t_order_total(g: _Gen) -> _Draft | None:
+    def ok(o: dict) -> bool:
+        return (
+            o["status"] in ("pending", "processed", "delivered")
+            and len(o["payment_history"]) == 1
+            and _clean_amount(o["payment_history"][0]["amount"])
+        )
+
+    user = g.pick_user(lambda u: any(ok(o) for o in g.orders(u)))
+    if user is None:
+        return None
+    order = next(o for o in g.orders(user) if ok(o))
+    pm = user["payment_methods"][order["payment_method_id"]]
+    known, gold = g.auth(user)
+    known["order_id"] = order["order_id"]
+    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    return _Draft(
+        "read_only",
+        f"You want to know how much you paid in total for order {order['order_id']}, and "
+        "which payment method was charged. You do not want to change anything.",
+        known,
+        ["the order total", "the payment method"],
+        g.choose(
+            [
+                "Hi, I'm checking my statement. How much was my last order?",
+                "Hello, could you tell me what I was charged for an order?",
+            ]
+        ),
+        gold,
+        (_money(order["payment_history"][0]["amount"]), _pm_keyword(pm)),
+    )
+
+
 # --- multi-write templates -------------------------------------------------------------
 
 
@@ -1223,6 +1358,9 @@ TEMPLATES: list[tuple[Callable[[_Gen], _Draft | None], int]] = [
     (t_other_account, 1),
     (t_gift_card_short, 1),
     (t_exchange_out_of_stock, 1),
+    (t_exchange_two, 2),
+    (t_order_total, 2),
+    (t_modify_two_items, 1),
 ]
 
 
