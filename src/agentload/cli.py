@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "agentload.client.cli",
     "agentload.domains.cli",
     "agentload.sim.cli",
+    "agentload.run_cli",
 ]
 
 

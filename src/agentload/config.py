@@ -371,8 +371,8 @@ def format_validation_error(
         loc = _fmt_loc(tuple(e.get("loc", ())))
         loc = loc.replace("schema_", "schema")
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        flag = next((f for path, f in flags.items() if loc == path or loc.startswith(path + ".")),
-                    None)
+        flag = next((flags[p] for p in sorted(flags, key=len, reverse=True)
+                     if loc == p or loc.startswith(p + ".")), None)
         if flag:
             where = f"flag {flag}"
         elif source:
