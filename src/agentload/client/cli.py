@@ -105,7 +105,7 @@ def call(
         None, help="Environment variable that holds the API key (sent as a bearer token)."
     ),
     extra_body: str | None = typer.Option(
-        None, help='JSON object merged into the request body, e.g. \'{"ignore_eos": true}\'.'
+        None, help="JSON object merged into the request body, e.g. '{\"ignore_eos\": true}'."
     ),
     no_stream: bool = typer.Option(False, "--no-stream", help="Send a non-streaming request."),
     timeout: float = typer.Option(300.0, min=0.001, help="Total time limit per attempt (s)."),
@@ -171,8 +171,6 @@ def call(
                 seed=seed,
                 keep_itl=keep_itl,
             )
-
-
 
     res = run_async(_go())
     if json_out:

@@ -176,6 +176,13 @@ class _Watchdog:
         self.kind = kind
         self._task.cancel()
 
+    def first_token(self, now: int) -> None:
+        # The idle deadline replaces the (usually much later) first-token one: re-arm once.
+        self.last_ns = now
+        if self._handle is not None:
+            self._handle.cancel()
+        self._arm(now)
+
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
@@ -450,8 +457,11 @@ class ChatClient:
             raise CallError("timeout_connect", str(e) or "connect timed out") from None
         except aiohttp.ClientConnectorError as e:
             raise CallError("connect_error", str(e)) from None
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                aiohttp.ClientOSError) as e:
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+        ) as e:
             if got_headers:
                 raise CallError("malformed_stream", f"connection lost mid-stream: {e}") from None
             raise CallError("connect_error", str(e) or type(e).__name__) from None
@@ -508,7 +518,7 @@ class ChatClient:
                             times.append(now)
                             if acc.first_token_ns is None:
                                 acc.first_token_ns = now
-                                dog.last_ns = now
+                                dog.first_token(now)
                     fr = ch.get("finish_reason")
                     if fr:
                         acc.finish_reason = fr
@@ -520,8 +530,9 @@ class ChatClient:
                     if _OVERFLOW_RE.search(msg):
                         kind = "context_overflow"
                     raise CallError(
-                        kind, " ".join(msg.split())[:_EXCERPT], code if isinstance(code, int)
-                        else None
+                        kind,
+                        " ".join(msg.split())[:_EXCERPT],
+                        code if isinstance(code, int) else None,
                     )
                 u = obj.get("usage")
                 if u:

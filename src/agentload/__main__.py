@@ -1,0 +1,3 @@
+from agentload.cli import main
+
+main()
