@@ -1,0 +1,123 @@
+"""PNG charts of a run (matplotlib, Agg backend; no pyplot, so no global GUI state)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless; must precede any figure canvas import
+
+import numpy as np
+from matplotlib.figure import Figure
+
+CHARTS_DIR = "charts"
+_DPI = 110
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI, format="png")
+    return path
+
+
+def latency_cdf(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """TTFT and end-to-end latency CDFs, one line per role."""
+    dists = summary.get("distributions") or {}
+    if not any(d.get("ttft_s") or d.get("e2e_s") for d in dists.values()):
+        return None
+    fig = Figure(figsize=(10, 4))
+    for ax, key, title in ((fig.add_subplot(1, 2, 1), "ttft_s", "Time to first token"),
+                           (fig.add_subplot(1, 2, 2), "e2e_s", "End-to-end latency")):
+        for role, d in sorted(dists.items()):
+            q = d.get(key)
+            if q:
+                ax.plot(q, np.linspace(0, 1, len(q)), label=role)
+        ax.set_title(title)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("share of calls")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def by_turn(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """TTFT p50 / p90 and cached share against the call's turn index, per role."""
+    turns = summary.get("turns") or {}
+    if not any(turns.values()):
+        return None
+    fig = Figure(figsize=(10, 4))
+    ax1 = fig.add_subplot(1, 2, 1)
+    ax2 = fig.add_subplot(1, 2, 2)
+    for role, rows in sorted(turns.items()):
+        if not rows:
+            continue
+        x = [r["turn"] for r in rows]
+        p50 = [np.nan if r["ttft_s"]["p50"] is None else r["ttft_s"]["p50"] for r in rows]
+        p90 = [np.nan if r["ttft_s"]["p90"] is None else r["ttft_s"]["p90"] for r in rows]
+        (line,) = ax1.plot(x, p50, marker="o", ms=3, label=f"{role} p50")
+        ax1.plot(x, p90, ls="--", color=line.get_color(), label=f"{role} p90")
+        share = [np.nan if r["cached_share"] is None else r["cached_share"] for r in rows]
+        ax2.plot(x, share, marker="o", ms=3, label=role)
+    ax1.set_title("TTFT by turn index")
+    ax1.set_xlabel("turn (call index within the episode, per role)")
+    ax1.set_ylabel("seconds")
+    ax1.grid(alpha=0.3)
+    ax1.legend()
+    ax2.set_title("Cached share of prompt tokens by turn index")
+    ax2.set_xlabel("turn")
+    ax2.set_ylabel("cached / prompt tokens")
+    ax2.set_ylim(0, 1.05)
+    ax2.grid(alpha=0.3)
+    ax2.legend()
+    return _save(fig, path)
+
+
+def server_timeline(samples: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Running / waiting requests and KV-cache use over time, per scraped endpoint."""
+    by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("ok", True) and s.get("t") is not None:
+            by_ep[str(s.get("endpoint") or "default")].append(s)
+    if not by_ep:
+        return None
+    t0 = min(float(s["t"]) for v in by_ep.values() for s in v)
+    fig = Figure(figsize=(10, 3.2 * len(by_ep)))
+    for i, (ep, ss) in enumerate(sorted(by_ep.items())):
+        ss = sorted(ss, key=lambda s: float(s["t"]))
+        t = np.array([float(s["t"]) - t0 for s in ss])
+        ax = fig.add_subplot(len(by_ep), 1, i + 1)
+        for key in ("running", "waiting"):
+            y = np.array([np.nan if s.get(key) is None else float(s[key]) for s in ss])
+            if np.isfinite(y).any():
+                ax.step(t, y, where="post", label=key)
+        ax.set_ylabel("requests")
+        ax.set_title(f"Server state: {ep}")
+        ax.grid(alpha=0.3)
+        kv = np.array([np.nan if s.get("kv_usage") is None else float(s["kv_usage"]) for s in ss])
+        if np.isfinite(kv).any():
+            ax2 = ax.twinx()
+            ax2.plot(t, kv * 100, color="0.4", lw=1, ls=":", label="KV cache %")
+            ax2.set_ylabel("KV cache use %")
+            ax2.set_ylim(0, 105)
+            ax2.legend(loc="upper right")
+        ax.legend(loc="upper left")
+    ax.set_xlabel("seconds since first scrape")
+    return _save(fig, path)
+
+
+def write_charts(
+    out_dir: Path, summary: Mapping[str, Any], server_samples: Sequence[Mapping[str, Any]]
+) -> list[Path]:
+    charts = out_dir / CHARTS_DIR
+    made = [
+        latency_cdf(summary, charts / "latency_cdf.png"),
+        by_turn(summary, charts / "by_turn.png"),
+        server_timeline(server_samples, charts / "server_timeline.png"),
+    ]
+    return [p for p in made if p is not None]

@@ -1,0 +1,558 @@
+"""Aggregate a results directory into summary.json (schema "agentload.summary/1").
+
+Which records count: the calls and sessions of finished, non-warmup episodes, plus calls that
+belong to no episode (session_id null). Warmup sessions and their calls are counted apart;
+calls whose episode never finished (the run was interrupted) are counted as `unfinished_calls`
+and left out, so that the statistics always describe complete episodes. docs/results.md
+defines every figure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import yaml
+
+from agentload import __version__, stats
+from agentload.results.jsonl import atomic_write_bytes, load_jsonl
+from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
+
+SUMMARY_SCHEMA = "agentload.summary/1"
+SUCCESS_REWARD = 1.0 - 1e-6  # an episode succeeds when its reward is 1 (float tolerance)
+CDF_POINTS = 101  # quantiles at 0, 1, ..., 100 % for the CDF charts
+TURN_PERCENTILES = (50, 90, 99)
+
+_SLO_KEY = re.compile(r"^(ttft|e2e|itl|tpot)_(p(\d+(?:\.\d+)?)|mean|max)$")
+
+NAN = math.nan
+
+
+def _num(x: Any) -> float | None:
+    """JSON-safe float: NaN and infinities become null."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return float(a / b) if b else None
+
+
+# ---- call arrays ------------------------------------------------------------------------
+
+
+class CallArrays:
+    """Column arrays over a list of call dicts (one pass per field, numpy afterwards)."""
+
+    def __init__(self, calls: Sequence[Mapping[str, Any]]) -> None:
+        self.n = len(calls)
+
+        def col(key: str) -> np.ndarray:
+            return np.array([NAN if (v := c.get(key)) is None else v for c in calls], dtype=float)
+
+        itls = [c.get("itl") or {} for c in calls]
+
+        def itl_col(key: str) -> np.ndarray:
+            return np.array([NAN if (v := d.get(key)) is None else v for d in itls], dtype=float)
+
+        self.role = np.array([str(c.get("role") or "none") for c in calls], dtype=object)
+        self.endpoint = np.array([str(c.get("endpoint") or "default") for c in calls],
+                                 dtype=object)
+        self.session_id = np.array([c.get("session_id") for c in calls], dtype=object)
+        self.turn = np.array([-1 if (t := c.get("turn")) is None else int(t) for c in calls],
+                             dtype=np.int64)
+        self.ok = np.array([c.get("status", "ok") == "ok" for c in calls], dtype=bool)
+        self.error_kind = np.array([c.get("error_kind") or "unknown" for c in calls],
+                                   dtype=object)
+        self.estimated = np.array([bool(c.get("tokens_estimated")) for c in calls], dtype=bool)
+        self.ttft = col("ttft_s")
+        self.e2e = col("e2e_s")
+        self.tpot = col("tpot_s")
+        self.started_at = col("started_at")
+        self.total_s = col("total_s")
+        self.prompt = col("prompt_tokens")
+        self.cached = col("cached_tokens")
+        self.completion = col("completion_tokens")
+        self.reasoning = col("reasoning_tokens")
+        self.itl_count = np.nan_to_num(itl_col("count"))
+        self.itl_mean = itl_col("mean")
+        self.itl_p50 = itl_col("p50")
+        self.itl_p90 = itl_col("p90")
+        self.itl_p99 = itl_col("p99")
+        self.itl_max = itl_col("max")
+
+
+def _desc(values: np.ndarray) -> dict[str, Any]:
+    """`agentload.stats.describe` computed on an array without a Python-level pass."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return stats.describe([])
+    out: dict[str, Any] = {
+        "count": int(v.size),
+        "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+        "min": float(v.min()),
+        "max": float(v.max()),
+    }
+    qs = np.percentile(v, list(stats.PERCENTILES))
+    out.update({stats.pct_key(p): float(q) for p, q in zip(stats.PERCENTILES, qs, strict=True)})
+    return out
+
+
+def _brief(values: np.ndarray, ps: Sequence[float] = TURN_PERCENTILES) -> dict[str, Any]:
+    v = values[np.isfinite(values)]
+    out: dict[str, Any] = {"count": int(v.size), "mean": _num(v.mean()) if v.size else None}
+    qs = np.percentile(v, list(ps)) if v.size else [None] * len(ps)
+    out.update({stats.pct_key(p): _num(q) for p, q in zip(ps, qs, strict=True)})
+    return out
+
+
+def _tokens(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+    prompt = a.prompt[m]
+    cached = a.cached[m]
+    reported = np.isfinite(cached) & np.isfinite(prompt)
+    prompt_reported = float(prompt[reported].sum())
+    cached_sum = float(np.nansum(cached))
+    return {
+        "prompt": int(np.nansum(prompt)),
+        "cached": int(cached_sum),
+        "completion": int(np.nansum(a.completion[m])),
+        "reasoning": int(np.nansum(a.reasoning[m])),
+        "calls_reporting_cached": int(reported.sum()),
+        "cached_share": _ratio(float(cached[reported].sum()), prompt_reported),
+        "estimated_calls": int(a.estimated[m].sum()),
+    }
+
+
+def _itl(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+    sel = m & a.ok & (a.itl_count > 0) & np.isfinite(a.itl_mean)
+    counts = a.itl_count[sel]
+    gaps = float(counts.sum())
+    return {
+        "calls": int(sel.sum()),
+        "gaps": int(gaps),
+        # Exact mean of all gaps of all calls: the per-call means weighted by their gap counts.
+        "mean": _ratio(float((a.itl_mean[sel] * counts).sum()), gaps),
+        "max": _num(np.nanmax(a.itl_max[sel])) if sel.any() else None,
+        # Distributions over calls of each call's own ITL percentile.
+        "per_call_p50": _desc(a.itl_p50[sel]),
+        "per_call_p90": _desc(a.itl_p90[sel]),
+        "per_call_p99": _desc(a.itl_p99[sel]),
+    }
+
+
+def _call_block(a: CallArrays, m: np.ndarray, window_s: float | None) -> dict[str, Any]:
+    ok = m & a.ok
+    tokens = _tokens(a, m)
+    n_ok = int(ok.sum())
+    return {
+        "calls": int(m.sum()),
+        "ok": n_ok,
+        "failed": int(m.sum()) - n_ok,
+        "ttft_s": _desc(a.ttft[ok]),
+        "e2e_s": _desc(a.e2e[ok]),
+        "tpot_s": _desc(a.tpot[ok]),
+        "itl_s": _itl(a, m),
+        "tokens": tokens,
+        "throughput": {
+            "calls_per_s": _ratio(n_ok, window_s or 0.0),
+            "output_tokens_per_s": _ratio(tokens["completion"], window_s or 0.0),
+            "prompt_tokens_per_s": _ratio(tokens["prompt"], window_s or 0.0),
+        },
+    }
+
+
+def _by_turn(a: CallArrays, m: np.ndarray) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    turns = a.turn[m]
+    if turns.size == 0:
+        return rows
+    idx = np.flatnonzero(m)
+    order = np.argsort(turns, kind="stable")
+    sorted_turns = turns[order]
+    uniq, starts = np.unique(sorted_turns, return_index=True)
+    bounds = [*starts[1:], sorted_turns.size]
+    for t, lo, hi in zip(uniq, starts, bounds, strict=True):
+        if t < 0:
+            continue
+        sel = np.zeros(a.n, dtype=bool)
+        sel[idx[order[lo:hi]]] = True
+        ok = sel & a.ok
+        tok = _tokens(a, sel)
+        rows.append({
+            "turn": int(t),
+            "calls": int(sel.sum()),
+            "ttft_s": _brief(a.ttft[ok]),
+            "e2e_s": _brief(a.e2e[ok], (50, 90)),
+            "prompt_tokens_mean": _num(np.nanmean(a.prompt[sel])) if
+            np.isfinite(a.prompt[sel]).any() else None,
+            "cached_share": tok["cached_share"],
+        })
+    return rows
+
+
+def _quantile_grid(values: np.ndarray) -> list[float] | None:
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return None
+    return [float(x) for x in np.percentile(v, np.linspace(0, 100, CDF_POINTS))]
+
+
+# ---- SLOs ---------------------------------------------------------------------------------
+
+
+def parse_slo_key(key: str) -> tuple[str, str]:
+    """`ttft_p90` -> ("ttft", "p90"); metric ttft|e2e|itl|tpot, stat pN|mean|max."""
+    m = _SLO_KEY.match(key)
+    if not m:
+        raise ValueError(
+            f"SLO key {key!r}: expected <metric>_<stat>, metric ttft|e2e|itl|tpot, "
+            "stat pN|mean|max (e.g. ttft_p90)"
+        )
+    return m.group(1), m.group(2)
+
+
+def _per_call_values(a: CallArrays, metric: str, stat: str) -> np.ndarray:
+    """The value a single call is judged by for an SLO key (NaN = failed call = a miss)."""
+    if metric == "itl":
+        col = {"p50": a.itl_p50, "p90": a.itl_p90, "p99": a.itl_p99, "mean": a.itl_mean}.get(
+            stat, a.itl_max)
+        # A call without token gaps (one chunk) has no ITL to violate.
+        vals = np.where(a.itl_count > 0, col, 0.0)
+    else:
+        vals = {"ttft": a.ttft, "e2e": a.e2e, "tpot": a.tpot}[metric].copy()
+        if metric == "tpot":  # single-token answers have no TPOT to violate
+            vals = np.where(np.isnan(vals) & a.ok, 0.0, vals)
+    return np.where(a.ok, vals, NAN)
+
+
+def _stat(values: np.ndarray, stat: str) -> float | None:
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return None
+    if stat == "mean":
+        return float(v.mean())
+    if stat == "max":
+        return float(v.max())
+    return float(np.percentile(v, float(stat[1:])))
+
+
+def _slo_block(
+    slo: Mapping[str, float], a: CallArrays, m_calls: np.ndarray,
+    sessions: list[dict[str, Any]], success: np.ndarray, window_s: float | None,
+) -> dict[str, Any]:
+    roles = set(a.role[m_calls].tolist())
+    slo_role = "agent" if "agent" in roles or not roles else None
+    m = m_calls & (a.role == slo_role) if slo_role else m_calls.copy()
+    meet_all = np.ones(a.n, dtype=bool)
+    conditions: dict[str, Any] = {}
+    for key, threshold in slo.items():
+        metric, stat = parse_slo_key(key)
+        vals = _per_call_values(a, metric, stat)
+        with np.errstate(invalid="ignore"):
+            meet = vals <= float(threshold)  # NaN (failed call) compares False: a miss
+        meet_all &= meet
+        observed = _stat(vals[m], stat)
+        conditions[key] = {
+            "metric": metric,
+            "stat": stat,
+            "threshold": float(threshold),
+            "observed": observed,
+            "met": observed is not None and observed <= float(threshold),
+            "attainment": _ratio(float(meet[m].sum()), float(m.sum())),
+        }
+    # Sessions: every SLO-role call of the episode must meet every per-call threshold.
+    missed: set[str] = {str(s) for s in a.session_id[m & ~meet_all] if s is not None}
+    meets = np.array([str(s.get("session_id")) not in missed for s in sessions], dtype=bool)
+    good = meets & success
+    minutes = window_s / 60 if window_s else 0.0
+    return {
+        "thresholds": {k: float(v) for k, v in slo.items()},
+        "role": slo_role or "all",
+        "conditions": conditions,
+        "all_met": all(c["met"] for c in conditions.values()),
+        "call_attainment": _ratio(float(meet_all[m].sum()), float(m.sum())),
+        "sessions_meeting_slo": int(meets.sum()),
+        "session_attainment": _ratio(float(meets.sum()), float(len(sessions))),
+        "good_sessions": int(good.sum()),
+        "goodput_per_min": _ratio(float(good.sum()), minutes),
+    }
+
+
+# ---- episodes -----------------------------------------------------------------------------
+
+
+def _success(session: Mapping[str, Any]) -> bool:
+    r = session.get("reward")
+    return r is not None and float(r) >= SUCCESS_REWARD
+
+
+def _pass_k(sessions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for s in sessions:
+        by_task[str(s.get("task_id"))].append(_success(s))
+    return {str(k): v for k, v in stats.pass_hat_k(by_task).items()}
+
+
+def _episode_group(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    n = len(sessions)
+    succ = sum(_success(s) for s in sessions)
+    rewards = [float(s["reward"]) for s in sessions if s.get("reward") is not None]
+    trials = Counter(str(s.get("task_id")) for s in sessions)
+    return {
+        "episodes": n,
+        "tasks": len(trials),
+        "trials_per_task": {"min": min(trials.values()), "max": max(trials.values())}
+        if trials else None,
+        "successes": succ,
+        "success_rate": _ratio(succ, n),
+        "mean_reward": float(np.mean(rewards)) if rewards else None,
+        "pass_hat_k": _pass_k(sessions),
+    }
+
+
+def _dur(s: Mapping[str, Any], key: str) -> float:
+    v = (s.get("durations") or {}).get(key)
+    return float(v) if v is not None else NAN
+
+
+def session_end(s: Mapping[str, Any]) -> float:
+    """Wall-clock end of a session (unix s)."""
+    total = _dur(s, "total_s")
+    if math.isnan(total) and s.get("end_ns") is not None and s.get("start_ns") is not None:
+        total = (s["end_ns"] - s["start_ns"]) / 1e9
+    return float(s.get("started_at") or 0.0) + (0.0 if math.isnan(total) else total)
+
+
+def _episodes(
+    sessions: list[dict[str, Any]], window_s: float | None, a: CallArrays, m: np.ndarray,
+) -> dict[str, Any]:
+    out = _episode_group(sessions)
+    by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in sessions:
+        by_domain[str(s.get("domain") or "none")].append(s)
+    out["by_domain"] = {d: _episode_group(v) for d, v in sorted(by_domain.items())}
+    out["terminations"] = dict(Counter(str(s.get("termination")) for s in sessions)
+                               .most_common())
+    out["with_error"] = sum(1 for s in sessions if s.get("error"))
+    totals = np.array([_dur(s, "total_s") for s in sessions])
+    out["duration_s"] = _desc(totals)
+    split: dict[str, Any] = {}
+    total_sum = float(np.nansum(totals))
+    for key in ("llm_s", "tool_s", "user_s"):
+        v = float(np.nansum([_dur(s, key) for s in sessions]))
+        split[key] = v
+        split[key.replace("_s", "_share")] = _ratio(v, total_sum)
+    split["total_s"] = total_sum
+    out["time_split"] = split
+    counts: Counter[str] = Counter()
+    for s in sessions:
+        for k, v in (s.get("counts") or {}).items():
+            if isinstance(v, int | float):
+                counts[k] += v
+    out["counts"] = dict(counts)
+    minutes = window_s / 60 if window_s else 0.0
+    out["episodes_per_min"] = _ratio(len(sessions), minutes)
+    out["successes_per_min"] = _ratio(out["successes"], minutes)
+    tok = _tokens(a, m)
+    out["tokens_per_success"] = {
+        "prompt": _ratio(tok["prompt"], out["successes"]),
+        "completion": _ratio(tok["completion"], out["successes"]),
+    }
+    return out
+
+
+# ---- window -------------------------------------------------------------------------------
+
+
+def _window(
+    sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray
+) -> dict[str, Any]:
+    if sessions:
+        start = min(float(s.get("started_at") or 0.0) for s in sessions)
+        end = max(session_end(s) for s in sessions)
+        source = "sessions"
+    elif m.any():
+        st = a.started_at[m]
+        start = float(np.nanmin(st))
+        end = float(np.nanmax(st + np.nan_to_num(a.total_s[m])))
+        source = "calls"
+    else:
+        return {"start": None, "end": None, "duration_s": None, "source": None}
+    return {"start": start, "end": end, "duration_s": max(0.0, end - start), "source": source}
+
+
+# ---- entry points -------------------------------------------------------------------------
+
+
+def _config_slo(out_dir: Path) -> dict[str, float]:
+    path = out_dir / CONFIG
+    if not path.exists():
+        return {}
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        return {}
+    slo = cfg.get("slo") if isinstance(cfg, dict) else None
+    if not isinstance(slo, dict):
+        return {}
+    return {str(k): parse_seconds(v) for k, v in slo.items()}
+
+
+_DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|us|µs|s|m)?\s*$")
+
+
+def parse_seconds(value: Any) -> float:
+    """2, "2s", "150ms", "0.5m" -> seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    m = _DUR.match(str(value))
+    if not m:
+        raise ValueError(f"not a duration: {value!r} (expected e.g. 2s or 150ms)")
+    scale = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "m": 60.0}.get(m.group(2) or "s", 1.0)
+    return float(m.group(1)) * scale
+
+
+def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]:
+    """`"ttft_p90=2s,e2e_p99=10s"`, a list of such terms, or a mapping -> {key: seconds}."""
+    if isinstance(spec, Mapping):
+        items = [(str(k), v) for k, v in spec.items()]
+    else:
+        terms = spec.split(",") if isinstance(spec, str) else [
+            t for part in spec for t in part.split(",")]
+        items = []
+        for term in terms:
+            if not term.strip():
+                continue
+            key, sep, val = term.partition("=")
+            if not sep:
+                raise ValueError(f"SLO term {term!r}: expected key=value like ttft_p90=2s")
+            items.append((key.strip(), val))
+    out: dict[str, float] = {}
+    for key, val in items:
+        parse_slo_key(key)
+        out[key] = parse_seconds(val)
+    return out
+
+
+def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Read the JSONL files of `out_dir` and return the summary dict (see docs/results.md).
+
+    `slo=None` takes the thresholds from config.yaml's `slo` when present.
+    """
+    out_dir = Path(out_dir)
+    all_sessions = load_jsonl(out_dir / SESSIONS)
+    all_calls = load_jsonl(out_dir / CALLS)
+    if slo is None:
+        slo = _config_slo(out_dir)
+    for key in slo:
+        parse_slo_key(key)
+
+    warm_ids = {str(s.get("session_id")) for s in all_sessions if s.get("warmup")}
+    sessions = [s for s in all_sessions if not s.get("warmup")]
+    done_ids = {str(s.get("session_id")) for s in sessions}
+
+    a = CallArrays(all_calls)
+    sid = np.array([None if s is None else str(s) for s in a.session_id], dtype=object)
+    no_session = np.array([s is None for s in sid], dtype=bool)
+    in_done = np.array([s in done_ids for s in sid], dtype=bool)
+    in_warm = np.array([s in warm_ids for s in sid], dtype=bool)
+    m = no_session | in_done
+    unfinished = ~(m | in_warm)
+
+    window = _window(sessions, a, m)
+    window_s = window["duration_s"] or None
+
+    calls: dict[str, Any] = {"all": _call_block(a, m, window_s)}
+    roles = sorted(set(a.role[m].tolist()))
+    endpoints = sorted(set(a.endpoint[m].tolist()))
+    calls["by_role"] = {r: _call_block(a, m & (a.role == r), window_s) for r in roles}
+    calls["by_endpoint"] = {e: _call_block(a, m & (a.endpoint == e), window_s)
+                            for e in endpoints}
+    combos = sorted({(r, e) for r, e in zip(a.role[m], a.endpoint[m], strict=True)})
+    calls["by_role_endpoint"] = {
+        f"{r}@{e}": _call_block(a, m & (a.role == r) & (a.endpoint == e), window_s)
+        for r, e in combos
+    }
+
+    failed = m & ~a.ok
+    errors = {
+        "calls_failed": int(failed.sum()),
+        "error_rate": _ratio(float(failed.sum()), float(m.sum())),
+        "by_kind": dict(Counter(a.error_kind[failed].tolist()).most_common()),
+        "by_role": {r: dict(Counter(a.error_kind[failed & (a.role == r)].tolist())
+                            .most_common()) for r in roles if (failed & (a.role == r)).any()},
+        "retried_calls": int(sum(1 for i in np.flatnonzero(m)
+                                 if (all_calls[i].get("attempts") or 1) > 1)),
+    }
+
+    success = np.array([_success(s) for s in sessions], dtype=bool)
+    summary: dict[str, Any] = {
+        "schema": SUMMARY_SCHEMA,
+        "agentload_version": __version__,
+        "generated_at": time.time(),
+        "run": _run_meta(out_dir),
+        "window": window,
+        "counts": {
+            "calls": int(m.sum()),
+            "warmup_calls": int(in_warm.sum()),
+            "unfinished_calls": int(unfinished.sum()),
+            "sessions": len(sessions),
+            "warmup_sessions": len(all_sessions) - len(sessions),
+        },
+        "calls": calls,
+        "turns": {r: _by_turn(a, m & (a.role == r)) for r in roles},
+        "distributions": {
+            r: {"ttft_s": _quantile_grid(a.ttft[m & a.ok & (a.role == r)]),
+                "e2e_s": _quantile_grid(a.e2e[m & a.ok & (a.role == r)])}
+            for r in roles
+        },
+        "episodes": _episodes(sessions, window_s, a, m) if sessions else None,
+        "slo": _slo_block(slo, a, m, sessions, success, window_s) if slo else None,
+        "errors": errors,
+        "scheduling": {
+            "sched_delay_s": _desc(np.array(
+                [NAN if s.get("sched_delay_s") is None else float(s["sched_delay_s"])
+                 for s in sessions]))
+        },
+        "server": _server(out_dir, window),
+    }
+    return summary
+
+
+def _run_meta(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / RUN
+    if not path.exists():
+        return None
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _server(out_dir: Path, window: Mapping[str, Any]) -> dict[str, Any] | None:
+    samples = load_jsonl(out_dir / SERVER_METRICS)
+    if not samples:
+        return None
+    from agentload.servermetrics.summary import summarize_server
+
+    return summarize_server(samples, window=(window.get("start"), window.get("end")))
+
+
+def write_summary(out_dir: Path | str, summary: Mapping[str, Any]) -> Path:
+    """summary.json (indented, atomic replace)."""
+    path = Path(out_dir) / SUMMARY
+    atomic_write_bytes(
+        path,
+        orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n",
+    )
+    return path
