@@ -145,21 +145,89 @@ class Domain:
         except KeyError:
             raise KeyError(f"unknown task {task_id!r} in domain {self.name!r}") from None
 
-    def fresh_db(self, seed: int = 0) -> dict:
-        """A private copy of make_db(seed); the generated db is cached as JSON bytes, so a
-        new episode costs one orjson parse rather than a regeneration."""
-        cache: dict[int, bytes] = self.__dict__.setdefault("_db_cache", {})
-        blob = cache.pop(seed, None)
-        if blob is None:
-            blob = orjson.dumps(self.make_db(seed))
+    # A domain whose write tools never change a record in place, but first replace it by a
+    # private copy (`own`), sets this: episodes then share the records of one parsed base
+    # database (a new episode costs microseconds) and hashing reuses the base's bytes.
+    copy_on_write: ClassVar[bool] = False
+
+    def _base(self, seed: int) -> _Base:
+        cache: dict[int, _Base] = self.__dict__.setdefault("_db_cache", {})
+        base = cache.pop(seed, None)
+        if base is None:
+            base = _Base(orjson.dumps(self.make_db(seed)))
             if len(cache) >= DB_CACHE_SEEDS:  # bounded: a run may use many seeds
                 del cache[next(iter(cache))]
-        cache[seed] = blob  # most recently used last
-        return orjson.loads(blob)
+        cache[seed] = base  # most recently used last
+        return base
+
+    def fresh_db(self, seed: int = 0) -> dict:
+        """The database of a new episode. The generated db is cached per seed as JSON bytes:
+        by default each episode gets a private parse of them; with `copy_on_write`, new
+        top-level tables whose records are shared with a parsed base (only tools that `own`
+        a record before changing it may write to such a db)."""
+        base = self._base(seed)
+        if not self.copy_on_write:
+            return orjson.loads(base.blob)
+        return {
+            k: dict(v) if isinstance(v, dict) else orjson.loads(orjson.dumps(v))
+            for k, v in base.parsed().items()
+        }
+
+    def db_hash(self, db: Mapping[str, Any], seed: int = 0) -> str:
+        """hash_db(db), faster for copy-on-write databases: records still shared with the
+        base database of `seed` are serialised once per process."""
+        if not self.copy_on_write:
+            return hash_db(db)
+        base = self._base(seed)
+        ref = base.parsed()
+        parts = []
+        for k in sorted(db):
+            v, bv = db[k], ref.get(k)
+            if isinstance(v, dict) and isinstance(bv, dict):
+                done = base.record_bytes.setdefault(k, {})
+                recs = []
+                for rk in sorted(v):
+                    rec = v[rk]
+                    if rk in bv and rec is bv[rk]:
+                        b = done.get(rk)
+                        if b is None:
+                            b = done[rk] = canonical_json(rec)
+                    else:
+                        b = canonical_json(rec)
+                    recs.append(orjson.dumps(rk) + b":" + b)
+                vb = b"{" + b",".join(recs) + b"}"
+            else:
+                vb = canonical_json(v)
+            parts.append(orjson.dumps(k) + b":" + vb)
+        # Same bytes as canonical_json(db): orjson sorts keys by code point, as sorted() does.
+        return hashlib.sha256(b"{" + b",".join(parts) + b"}").hexdigest()
 
     def system_prompt(self) -> str:
         """The agent's static prefix: the policy (tool schemas travel in `tools`)."""
         return self.policy
+
+
+@dataclass
+class _Base:
+    """A generated database: its JSON bytes and, for copy-on-write domains, one parse that
+    episodes share and never change, with the canonical bytes of its records."""
+
+    blob: bytes
+    db: dict | None = None
+    record_bytes: dict[str, dict[str, bytes]] = field(default_factory=dict)
+
+    def parsed(self) -> dict:
+        if self.db is None:
+            self.db = orjson.loads(self.blob)
+        return self.db
+
+
+def own(db: dict, table: str, key: str) -> dict:
+    """Replace db[table][key] by a private deep copy and return it: what a write tool of a
+    copy-on-write domain does before it changes a record."""
+    rec = orjson.loads(orjson.dumps(db[table][key]))
+    db[table][key] = rec
+    return rec
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -241,7 +309,7 @@ class Environment:
             self.execute(a.name, a.arguments)
 
     def db_hash(self) -> str:
-        return hash_db(self.db)
+        return self.domain.db_hash(self.db, self.seed)
 
 
 @dataclass

@@ -17,6 +17,8 @@ class AirlineDomain(Domain):
     name = "airline"
     # Bump on any change to the generated data, the tools' effects or the tasks.
     data_version = "airline-1"
+    # Write tools copy a record before changing it (see tools.py), so episodes share one base.
+    copy_on_write = True
 
     def __init__(self) -> None:
         self.tools = list(TOOLS)

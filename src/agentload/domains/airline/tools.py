@@ -3,7 +3,9 @@
 Tools keep the data consistent (seats, balances, ownership of payment methods, the shape of
 an itinerary) and refuse with ToolError otherwise; the policy's judgement calls (may this
 booking be cancelled? is compensation due?) are the agent's to make, as a human agent's would
-be. Every write tool checks everything before it changes anything.
+be. Every write tool checks everything before it changes anything, and changes a record only
+after replacing it by a private copy (`own`): episodes share the records of one base
+database (copy-on-write).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from agentload.domains.airline.data import (
     payment_id,
     reservation_id,
 )
-from agentload.domains.base import Tool, ToolError
+from agentload.domains.base import Tool, ToolError, own
 
 BOOKABLE = ("scheduled", "delayed")
 MAX_PASSENGERS = 5
@@ -71,12 +73,13 @@ def _check_funds(method: dict, amount: int) -> None:
         raise ToolError(f"certificate amount {method['amount']} is less than {amount}")
 
 
-def _charge(user: dict, method: dict, amount: int) -> None:
+def _charge(db: dict, user_id: str, pid: str, amount: int) -> None:
     """Apply a charge (or, negative, a refund) to a payment method already checked."""
-    if method["source"] == "gift_card":
-        method["balance"] -= amount
-    elif method["source"] == "certificate":
-        del user["payment_methods"][method["id"]]  # single use; any remainder is forfeited
+    source = db["users"][user_id]["payment_methods"][pid]["source"]
+    if source == "gift_card":
+        own(db, "users", user_id)["payment_methods"][pid]["balance"] -= amount
+    elif source == "certificate":
+        del own(db, "users", user_id)["payment_methods"][pid]  # single use; remainder forfeited
 
 
 def _minutes(hhmm: str) -> int:
@@ -139,10 +142,13 @@ def _seat_delta(db: dict, deltas: dict[tuple[str, str, str], int]) -> None:
                 f"flight {number} on {day} has {inst['available_seats'][cabin]} {cabin} seats "
                 f"left, {n} needed"
             )
+    owned: dict[str, dict] = {}
     for (number, day, cabin), n in deltas.items():
-        inst = db["flights"][number]["dates"][day]
-        if n > 0 or inst["status"] in BOOKABLE:  # seats on flown or cancelled flights stay
-            inst["available_seats"][cabin] -= n
+        if n > 0 or db["flights"][number]["dates"][day]["status"] in BOOKABLE:
+            # (seats on flown or cancelled flights stay as they are)
+            if number not in owned:
+                owned[number] = own(db, "flights", number)
+            owned[number]["dates"][day]["available_seats"][cabin] -= n
 
 
 def _seats(segs: list[dict], cabin: str, pax: int, sign: int) -> dict:
@@ -326,7 +332,7 @@ def book_reservation(
         n += 1
     _seat_delta(db, _seats(segs, cabin, len(pax), +1))
     # From here on nothing can fail.
-    _charge(user, method, amount)
+    _charge(db, user_id, payment_method_id, amount)
     db["meta"]["reservations_issued"] = n
     rid = reservation_id(n)
     res = {
@@ -346,7 +352,7 @@ def book_reservation(
         "status": "active",
     }
     db["reservations"][rid] = res
-    user["reservations"].append(rid)
+    own(db, "users", user_id)["reservations"].append(rid)
     return res
 
 
@@ -357,12 +363,13 @@ def cancel_reservation(db: dict, reservation_id: str) -> dict:
     for p in res["payment_history"]:
         net[p["payment_id"]] = net.get(p["payment_id"], 0) + p["amount"]
     _seat_delta(db, _seats(res["flights"], res["cabin"], len(res["passengers"]), -1))
+    res = own(db, "reservations", reservation_id)
     for pid, amount in net.items():
         method = user["payment_methods"].get(pid)
         # Certificates are not refunded (and are gone once used).
         if amount <= 0 or method is None or method["source"] == "certificate":
             continue
-        _charge(user, method, -amount)
+        _charge(db, user["user_id"], pid, -amount)
         res["payment_history"].append({"payment_id": pid, "amount": -amount})
     res["status"] = "cancelled"
     return res
@@ -388,7 +395,8 @@ def update_reservation_flights(
         db,
         _merge(_seats(res["flights"], res["cabin"], pax, -1), _seats(segs, cabin, pax, +1)),
     )
-    _charge(user, method, diff)
+    _charge(db, user["user_id"], payment_method_id, diff)
+    res = own(db, "reservations", reservation_id)
     if diff:
         res["payment_history"].append({"payment_id": payment_method_id, "amount": diff})
     res["flights"] = segs
@@ -403,7 +411,9 @@ def update_reservation_passengers(db: dict, reservation_id: str, passengers: lis
             f"the reservation has {len(res['passengers'])} passengers; the number of "
             "passengers cannot change"
         )
-    res["passengers"] = _passengers(passengers)
+    pax = _passengers(passengers)
+    res = own(db, "reservations", reservation_id)
+    res["passengers"] = pax
     return res
 
 
@@ -422,7 +432,8 @@ def update_reservation_baggages(
     cost = max(0, nonfree_baggages - res["nonfree_baggages"]) * BAG_FEE
     method = _payment(db, user, payment_method_id, ("credit_card", "gift_card"))
     _check_funds(method, cost)
-    _charge(user, method, cost)
+    _charge(db, user["user_id"], payment_method_id, cost)
+    res = own(db, "reservations", reservation_id)
     if cost:
         res["payment_history"].append({"payment_id": payment_method_id, "amount": cost})
     res["total_baggages"] = total_baggages
@@ -431,12 +442,16 @@ def update_reservation_baggages(
 
 
 def send_certificate(db: dict, user_id: str, amount: int) -> str:
-    user = _user(db, user_id)
+    _user(db, user_id)
     amount = int(amount)
     n = db["meta"]["certificates_issued"] + 1
     pid = payment_id("certificate", n, namespace="skyline-issued")
     db["meta"]["certificates_issued"] = n
-    user["payment_methods"][pid] = {"id": pid, "source": "certificate", "amount": amount}
+    own(db, "users", user_id)["payment_methods"][pid] = {
+        "id": pid,
+        "source": "certificate",
+        "amount": amount,
+    }
     return f"Certificate {pid} of {amount} dollars added to the profile of {user_id}."
 
 
