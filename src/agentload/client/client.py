@@ -501,19 +501,20 @@ class ChatClient:
                     ch = choices[0]
                     delta = ch.get("delta")
                     if delta:
-                        tok = False
                         c = delta.get("content")
                         if c:
                             content.append(c)
-                            tok = True
-                        r = delta.get("reasoning_content") or delta.get("reasoning")
-                        if r:
-                            reasoning.append(r)
-                            tok = True
-                        tcs = delta.get("tool_calls")
-                        if tcs:
-                            _merge_tool_calls(slots, tcs)
-                            tok = True
+                        tok = bool(c)
+                        # Most events carry only "content": skip the other look-ups then.
+                        if len(delta) > 1 or not c:
+                            r = delta.get("reasoning_content") or delta.get("reasoning")
+                            if r:
+                                reasoning.append(r)
+                                tok = True
+                            tcs = delta.get("tool_calls")
+                            if tcs:
+                                _merge_tool_calls(slots, tcs)
+                                tok = True
                         if tok:
                             times.append(now)
                             if acc.first_token_ns is None:
