@@ -30,10 +30,11 @@ _DONE = b"[DONE]"
 
 # How servers word a prompt that does not fit: vLLM ("This model's maximum context length is
 # N tokens", "longer than the maximum model length"), SGLang ("exceeds the maximum allowed
-# length", "maximum context length"), OpenAI (code context_length_exceeded).
+# length", "maximum context length"), OpenAI (code context_length_exceeded), llama.cpp's
+# server ("exceeds the available context size").
 _OVERFLOW_RE = re.compile(
     r"maximum context length|context length|context_length_exceeded|maximum model length"
-    r"|max_model_len|maximum allowed length|context window|prompt is too long",
+    r"|max_model_len|maximum allowed length|context window|context size|prompt is too long",
     re.IGNORECASE,
 )
 _EXCERPT = 300
