@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentload.sim")
 
-ROLE_BEHAVIOUR_MODULES: list[str] = []
+ROLE_BEHAVIOUR_MODULES: list[str] = ["agentload.sim.roles"]
 """Modules imported on first use; each registers its behaviours when imported."""
 
 GENERIC_ROLE = "generic"

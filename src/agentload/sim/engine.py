@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from typing import Protocol
 
@@ -29,6 +30,7 @@ from agentload.sim.profiles import Profile
 log = logging.getLogger("agentload.sim")
 
 LATE_STEP_S = 0.002
+MAX_LEAD_S = 0.002
 
 
 class Output(Protocol):
@@ -209,6 +211,8 @@ class Engine:
         self._stopped = False
         self._aborts = 0
         self.steps = 0
+        self.emit_cost = 5e-6
+        """Seconds the simulator needs to write one token (moving average)."""
         self.log_interval_s = log_interval_s
 
     # -- submission ------------------------------------------------------------------------
@@ -360,13 +364,18 @@ class Engine:
         """Apply a step's results: advance KV state, emit one token per finished forward."""
         pool, bs = self.pool, self.bs
         m = self.metrics
+        fine = m.fine_lag
+        lag_counts, lag_scale, lag_size = fine.counts, fine.SCALE, fine.SIZE
+        itl = m.itl
+        itl_counts, itl_bounds = itl.counts, itl.bounds
+        itl_sum = 0.0
+        itl_n = 0
+        lag_sum = 0.0
+        worst = 0.0
         produced = 0
         finished_any = False
-        lag_hist = m.emission_lag
-        fine = m.fine_lag
-        itl = m.itl
-        worst = 0.0
         clock = time.monotonic
+        t_first = clock()
         for seq, n in scheduled:
             if seq.aborted or seq.finished:
                 continue
@@ -391,20 +400,37 @@ class Engine:
                 finish = "stop"
             now = clock()
             lag = now - deadline
-            lag_hist.observe(lag)
-            fine.add(lag)
+            if lag < 0:
+                lag = -lag
+            b = int(lag * lag_scale)
+            lag_counts[b if b < lag_size else lag_size] += 1
+            lag_sum += lag
             if lag > worst:
                 worst = lag
             if idx == 0:
                 seq.first_token_t = now
             else:
-                itl.observe(now - seq.last_token_t)
+                gap = now - seq.last_token_t
+                itl_counts[bisect_left(itl_bounds, gap)] += 1
+                itl_sum += gap
+                itl_n += 1
             seq.last_token_t = now
             if finish is not None:
                 seq.finished = True
                 seq.finish_reason = finish
                 finished_any = True
             seq.out.token(seq, idx, finish, now)
+        if produced:
+            per_token = (clock() - t_first) / produced
+            self.emit_cost = 0.8 * self.emit_cost + 0.2 * per_token
+        fine.n += produced
+        fine.sum += lag_sum
+        if worst > fine.max:
+            fine.max = worst
+        if worst > fine.window_max:
+            fine.window_max = worst
+        itl.sum += itl_sum
+        itl.count += itl_n
         m.generation_tokens += produced
         if worst > LATE_STEP_S:
             m.step_overrun += 1
@@ -477,13 +503,18 @@ class Engine:
                     await asyncio.wait_for(self._wake.wait(), 0.01)
                 continue
             deadline = t0 + dt / self.speedup
-            delay = deadline - clock()
+            # Writing a step's tokens takes time; start early by half of it, so that tokens
+            # leave spread around the deadline rather than all after it.
+            emitting = sum(1 for seq, n in scheduled if seq.num_computed + n >= seq.total_len)
+            lead = min(0.5 * self.emit_cost * emitting, MAX_LEAD_S, deadline - t0)
+            target = deadline - lead
+            delay = target - clock()
             if delay > 0:
                 await asyncio.sleep(delay)
-                remaining = deadline - clock()
+                remaining = target - clock()
                 while remaining > 0.0002:
                     await asyncio.sleep(remaining)
-                    remaining = deadline - clock()
+                    remaining = target - clock()
             else:
                 await asyncio.sleep(0)
             if self._stopped:

@@ -83,34 +83,74 @@ class Hist:
 
 
 class FineLag:
-    """Emission lag in 50 µs steps up to 100 ms, for exact-enough percentiles in the log."""
+    """Emission lag in 50 µs bins up to 1 s: exact-enough percentiles, and the Prometheus
+    histogram derived from the same counts. The engine updates ``counts``, ``n``, ``sum`` and
+    ``max`` inline; :meth:`mark` starts a measurement window for :meth:`window`."""
 
-    __slots__ = ("counts", "max", "n")
+    __slots__ = ("_base", "_base_n", "counts", "max", "n", "sum", "window_max")
     STEP = 5e-5
-    SIZE = 2000
+    SCALE = 1 / STEP
+    SIZE = 20000
 
     def __init__(self) -> None:
         self.counts = [0] * (self.SIZE + 1)
         self.n = 0
+        self.sum = 0.0
         self.max = 0.0
+        self.window_max = 0.0
+        self._base = list(self.counts)
+        self._base_n = 0
 
     def add(self, lag: float, times: int = 1) -> None:
-        i = int(lag / self.STEP) if lag > 0 else 0
+        i = int(lag * self.SCALE) if lag > 0 else 0
         self.counts[i if i < self.SIZE else self.SIZE] += times
         self.n += times
+        self.sum += lag * times
         if lag > self.max:
             self.max = lag
+        if lag > self.window_max:
+            self.window_max = lag
 
-    def quantile(self, q: float) -> float:
-        if self.n == 0:
+    def mark(self) -> None:
+        self._base = list(self.counts)
+        self._base_n = self.n
+        self.window_max = 0.0
+
+    def _quantile(self, counts: list[int], n: int, q: float, top: float) -> float:
+        if n <= 0:
             return 0.0
-        target = q * self.n
+        target = q * n
         acc = 0
-        for i, c in enumerate(self.counts):
+        for i, c in enumerate(counts):
             acc += c
             if acc >= target:
-                return min((i + 1) * self.STEP, self.max) if i < self.SIZE else self.max
-        return self.max
+                return min((i + 1) * self.STEP, top) if i < self.SIZE else top
+        return top
+
+    def quantile(self, q: float) -> float:
+        return self._quantile(self.counts, self.n, q, self.max)
+
+    def window(self) -> dict[str, float]:
+        """Tokens and lag percentiles since the last :meth:`mark`."""
+        counts = [a - b for a, b in zip(self.counts, self._base, strict=True)]
+        n = self.n - self._base_n
+        return {"tokens": n, "p50": self._quantile(counts, n, 0.5, self.window_max),
+                "p99": self._quantile(counts, n, 0.99, self.window_max),
+                "p999": self._quantile(counts, n, 0.999, self.window_max),
+                "max": self.window_max}
+
+    def buckets(self, bounds: Sequence[float]) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        acc = 0
+        i = 0
+        for bound in bounds:
+            edge = min(round(bound * self.SCALE), self.SIZE)
+            while i < edge:
+                acc += self.counts[i]
+                i += 1
+            out.append((repr(float(bound)), float(acc)))
+        out.append(("+Inf", float(self.n)))
+        return out
 
 
 class SimMetrics(Collector):
@@ -153,7 +193,6 @@ class SimMetrics(Collector):
         self.request_preemptions = Hist(PREEMPTION_BUCKETS)
         self.iteration_tokens = Hist(ITERATION_TOKEN_BUCKETS)
         # the simulator's own health
-        self.emission_lag = Hist(LAG_BUCKETS)
         self.fine_lag = FineLag()
         self.step_overrun = 0
         self.faults: dict[str, int] = {}
@@ -262,10 +301,12 @@ class SimMetrics(Collector):
         for (handler, status, method), value in sorted(self.http_requests.items()):
             http.add_metric([handler, method, status], value, created=created)
         yield http
-        yield hist("agentload_sim:emission_lag_seconds", "Delay between the time the timing "
-                   "model assigned to a token and the time the simulator wrote it. Tail values "
-                   "above a few ms mean the simulator, not the system under test, is the limit.",
-                   self.emission_lag)
+        lag = HistogramMetricFamily(
+            "agentload_sim:emission_lag_seconds", "Distance between the time the timing model "
+            "assigned to a token and the time the simulator wrote it. Tail values above a few ms "
+            "mean the simulator, not the system under test, is the limit.", labels=labels)
+        lag.add_metric(base, self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
+        yield lag
         overrun = CounterMetricFamily("agentload_sim:late_steps", "Engine steps emitted more "
                                       "than 2 ms after their deadline.", labels=labels)
         overrun.add_metric(base, self.step_overrun, created=created)

@@ -32,11 +32,18 @@ ASK_TEMPLATES = (
 DETAILS_ASK = (
     "Could you describe exactly what you would like me to do, with all the details you have?"
 )
+CHECKIN = "Thanks, I have the records in front of me now."
 CONFIRM_QUESTIONS = (
     "Shall I go ahead with this? (yes/no)",
     "Do you confirm that I should proceed? (yes/no)",
     "Would you like me to proceed with this change? (yes/no)",
 )
+READ_PREFACES = (
+    "Let me look that up for you.",
+    "One moment while I check our records.",
+    "Let me pull up the details.",
+)
+WRITE_PREFACES = ("I'll make that change now.", "Processing this for you now.")
 DECLINED = "Understood, I will not make that change."
 ANYTHING_ELSE = "Is there anything else I can help you with today?"
 CLOSING = "You're very welcome. Have a wonderful day, and take care."
@@ -77,6 +84,7 @@ REASONING_FILLER = (
 
 YES_REPLIES = ("Yes, please go ahead.", "Yes, that's right. Please proceed.", "yes")
 NO_INFO = "Sorry, I don't have that information."
+PUSHBACK = "Are you sure? Is there really nothing you can do for me?"
 FOLLOWUPS = (
     "Thanks. Just to be sure, is everything settled now?",
     "Okay. Could you repeat the key details once more so I can note them down?",

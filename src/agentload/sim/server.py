@@ -392,16 +392,25 @@ class SimApp:
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def stats_handler(self, request: web.Request) -> web.Response:
+        """The simulator's own figures as JSON; ``?reset=1`` restarts the lag window."""
         m = self.metrics
-        return json_response({
+        body = {
             "running": len(self.engine.running), "waiting": len(self.engine.waiting),
             "steps": self.engine.steps, "generation_tokens": m.generation_tokens,
-            "emission_lag_p50_s": m.fine_lag.quantile(0.5),
-            "emission_lag_p99_s": m.fine_lag.quantile(0.99),
-            "emission_lag_max_s": m.fine_lag.max, "emitted_tokens": m.fine_lag.n,
+            "emitted_tokens_total": m.fine_lag.n,
             "late_steps": m.step_overrun, "preemptions": m.preemptions,
             "kv_cache_usage": self.engine.pool.usage(),
+        }
+        window = m.fine_lag.window()
+        body.update({
+            "emitted_tokens": window["tokens"], "emission_lag_p50_s": window["p50"],
+            "emission_lag_p99_s": window["p99"], "emission_lag_p999_s": window["p999"],
+            "emission_lag_max_s": window["max"],
         })
+        if request.query.get("reset"):
+            m.fine_lag.mark()
+            m.step_overrun = 0
+        return json_response(body)
 
     # -- generation ------------------------------------------------------------------------
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:

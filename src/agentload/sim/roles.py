@@ -1,0 +1,686 @@
+"""Role-aware behaviours: the simulator plays a skilled agent and a cooperative customer.
+
+Requests carrying ``X-Agentload-Role: agent`` (or ``user``) and ``X-Agentload-Task:
+<domain>/<NNN>`` are answered from the task itself, so an episode run against the simulator
+has the shapes of a real one: a static policy + tools prefix, 10-ish agent calls, short
+replies, lookups before writes, confirmations, parallel reads and a closing stop token.
+
+Both behaviours are stateless: every call re-derives where the episode stands from the
+messages it receives (which of the planned tool calls were made, what the customer has said,
+what the agent asked last). Every random choice comes from a generator seeded with
+(simulator seed, ``X-Session-ID``, task), so all calls of one episode agree and a rerun gives
+the same tool arguments, texts and number of calls.
+
+The agent succeeds with probability ``agent_skill`` (behaviour option, default 0.8) per
+episode; a failing agent makes one plausible mistake: a wrong argument in a write, a skipped
+write, or a required output left out of its replies.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import logging
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any
+
+from agentload.sim import roles_text as W
+from agentload.sim.behaviour import (
+    GenericBehaviour,
+    RequestView,
+    ResponsePlan,
+    ToolCallPlan,
+    register_behaviour,
+)
+
+if TYPE_CHECKING:
+    from agentload.domains.base import Action, Domain, Task
+    from agentload.sim.config import SimConfig
+
+log = logging.getLogger("agentload.sim")
+
+AGENT_ROLE = "agent"
+USER_ROLE = "user"
+DEFAULT_SKILL = 0.8
+MISTAKES = ("wrong_argument", "skipped_write", "omitted_output")
+# Asking the customer for the same thing more often than this, the agent goes on without it
+# (a real user model may never give it).
+MAX_ASKS = 3
+MAX_USER_TURNS = 30
+PREFACE_RATE = 0.2
+
+# --- seeding -----------------------------------------------------------------------------------
+
+
+def stable_int(*parts: object) -> int:
+    """A 64-bit integer from the parts (hashlib: the same in every process)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def stable_rng(*parts: object) -> random.Random:
+    return random.Random(stable_int(*parts))
+
+
+def agent_skill(options: Mapping[str, Any]) -> float:
+    """The ``agent_skill`` behaviour option (CLI values arrive as strings), clamped to [0, 1]."""
+    raw = options.get("agent_skill", DEFAULT_SKILL)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"behaviour option agent_skill must be a number, got {raw!r}") from None
+    return min(1.0, max(0.0, value))
+
+
+# --- tasks ------------------------------------------------------------------------------------
+
+
+def _lookup(task_id: str | None) -> tuple[Domain, Task] | None:
+    if not task_id:
+        return None
+    from agentload.domains import get_domain, get_task
+
+    try:
+        task = get_task(task_id)
+    except (KeyError, LookupError):
+        log.warning("unknown task %r in X-Agentload-Task; answering generically", task_id)
+        return None
+    return get_domain(task.domain), task
+
+
+def _canon(arguments: Any) -> str:
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+def _text_leaves(arguments: dict[str, Any]) -> list[str]:
+    # Short strings ("OR", "") say nothing about who knows them.
+    return [v for v in _leaves(arguments) if isinstance(v, str) and len(v) >= 3]
+
+
+# --- the episode plan --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    """What the agent intends in one episode: the gold actions, maybe with one mistake."""
+
+    task: Task
+    domain: Domain
+    success: bool
+    mistake: str | None
+    actions: tuple[Action, ...]
+    omitted: str | None  # the required output a forgetful agent never says
+    ask_together: bool  # ask for all missing facts at once (then look them up in parallel)
+    verify: frozenset[int]  # indexes of writes followed by a re-read of what they changed
+    outputs: tuple[str, ...]
+    checkin: bool  # after the first lookups, asks the customer to spell out the request
+
+    def is_write(self, name: str) -> bool:
+        tool = self.domain.tool(name)
+        return bool(tool and tool.writes)
+
+
+def _wrong_argument(action: Action, domain: Domain, rng: random.Random) -> Action:
+    """The action with one argument changed the way a careless agent would change it."""
+    args = copy.deepcopy(action.arguments)
+    tool = domain.tool(action.name)
+    props = (tool.parameters.get("properties") or {}) if tool else {}
+    slots: list[tuple[int, list[Any], Any]] = []  # (preference, path, value)
+
+    def walk(value: Any, path: list[Any]) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, [*path, k])
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, [*path, i])
+        elif isinstance(value, bool):
+            slots.append((1, path, value))
+        elif isinstance(value, int | float):
+            slots.append((0, path, value))
+        elif isinstance(value, str) and value:
+            enum = (props.get(path[0]) or {}).get("enum") if path else None
+            if not enum:
+                slots.append((1 if re.fullmatch(r"\d{4}-\d\d-\d\d", value) else 2, path, value))
+
+    walk(args, [])
+    if not slots:
+        return action
+    best = min(s[0] for s in slots)
+    _, path, value = rng.choice([s for s in slots if s[0] == best])
+    if isinstance(value, bool):
+        new: Any = not value
+    elif isinstance(value, int | float):
+        new = value + 1
+    elif re.fullmatch(r"\d{4}-\d\d-\d\d", value):
+        new = (date.fromisoformat(value) + timedelta(days=1)).isoformat()
+    else:  # a mistyped identifier: the last character slips to its neighbour
+        last = value[-1]
+        if last.isdigit():
+            repl = str((int(last) + 1) % 10)
+        elif last.isalpha():
+            repl = "a" if last.lower() == "z" else chr(ord(last) + 1)
+        else:
+            repl = "x"
+        new = value[:-1] + repl
+    target: Any = args
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = new
+    return type(action)(action.name, args)
+
+
+@functools.lru_cache(maxsize=4096)
+def episode_plan(task_id: str, session_id: str, sim_seed: int, skill: float) -> EpisodePlan:
+    """The agent's plan for one episode (cached; a pure function of its arguments)."""
+    found = _lookup(task_id)
+    if found is None:
+        raise KeyError(task_id)
+    domain, task = found
+    rng = stable_rng("agent-plan", sim_seed, session_id, task_id)
+    success = rng.random() < skill
+    actions = list(task.gold_actions)
+    writes = [i for i, a in enumerate(actions) if (t := domain.tool(a.name)) and t.writes]
+    choices = []
+    if writes:
+        choices += ["wrong_argument", "skipped_write"]
+    if task.required_outputs:
+        choices.append("omitted_output")
+    mistake = None if success or not choices else rng.choice(choices)
+    omitted = None
+    if mistake == "wrong_argument":
+        i = rng.choice(writes)
+        actions[i] = _wrong_argument(actions[i], domain, rng)
+    elif mistake == "skipped_write":
+        del actions[rng.choice(writes)]
+    elif mistake == "omitted_output":
+        omitted = rng.choice(task.required_outputs)
+    verify = frozenset(
+        i for i, a in enumerate(actions)
+        if (t := domain.tool(a.name)) and t.writes and rng.random() < 0.8
+    )
+    outputs = tuple(o for o in task.required_outputs if o != omitted)
+    return EpisodePlan(
+        task=task, domain=domain, success=success, mistake=mistake, actions=tuple(actions),
+        omitted=omitted, ask_together=rng.random() < 0.35, verify=verify, outputs=outputs,
+        checkin=rng.random() < 0.7,
+    )
+
+
+# --- reading the conversation ------------------------------------------------------------------
+
+
+def text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("text")
+        )
+    return str(content)
+
+
+@dataclass
+class Call:
+    name: str
+    arguments: Any
+    canon: str
+    call_id: str
+    ok: bool = True
+
+
+@dataclass
+class AgentView:
+    """The agent-side conversation, digested."""
+
+    user_texts: list[str] = field(default_factory=list)
+    tool_texts: list[str] = field(default_factory=list)
+    assistant_texts: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    last_role: str = ""
+    last_user: str = ""
+    prev_assistant_text: str = ""  # the assistant's text right before the last user message
+    trailing_calls: list[Call] = field(default_factory=list)  # answered by the last tool msgs
+    final_given: bool = False  # the agent has answered since its last tool call
+    n_assistant: int = 0
+
+    @functools.cached_property
+    def said(self) -> str:
+        return W.norm("\n".join(self.user_texts))
+
+    @functools.cached_property
+    def seen(self) -> str:
+        return W.norm("\n".join(self.user_texts + self.tool_texts))
+
+
+def read_agent_view(messages: Sequence[Mapping[str, Any]]) -> AgentView:
+    view = AgentView()
+    by_id: dict[str, Call] = {}
+    last_assistant_calls: list[Call] = []
+    last_text = ""
+    for msg in messages:
+        role = msg.get("role")
+        text = text_of(msg.get("content"))
+        if role == "user":
+            view.user_texts.append(text)
+            view.last_user = text
+            view.prev_assistant_text = last_text
+        elif role == "tool":
+            view.tool_texts.append(text)
+            call = by_id.get(str(msg.get("tool_call_id")))
+            if call is not None and text.lstrip().startswith("Error"):
+                call.ok = False
+        elif role == "assistant":
+            view.n_assistant += 1
+            tool_calls = msg.get("tool_calls") or []
+            last_text = "" if tool_calls else text
+            last_assistant_calls = []
+            for tc in tool_calls:
+                fn = tc.get("function") or {}
+                raw = fn.get("arguments")
+                try:
+                    args = json.loads(raw) if isinstance(raw, str) else (raw or {})
+                except ValueError:
+                    args = raw
+                call = Call(str(fn.get("name")), args, _canon(args), str(tc.get("id")))
+                view.calls.append(call)
+                last_assistant_calls.append(call)
+                by_id[call.call_id] = call
+            if tool_calls:
+                view.final_given = False
+            elif text:
+                view.assistant_texts.append(text)
+                # Answers (final or follow-up) end by offering more help; questions do not.
+                view.final_given = view.final_given or W.ANYTHING_ELSE in text
+        if role in ("user", "assistant", "tool"):
+            view.last_role = str(role)
+    if view.last_role == "tool":
+        view.trailing_calls = last_assistant_calls
+    if view.last_role != "user":
+        view.prev_assistant_text = ""
+    return view
+
+
+# --- the agent ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    texts: list[str] = field(default_factory=list)  # core sentences of a text reply
+    calls: list[Action] = field(default_factory=list)
+    kind: str = "text"  # ask | details | confirm | final | followup | closing | tools | declined
+    lead: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+
+
+class AgentPlayer:
+    """Decides the next step of the skilled agent from the plan and the conversation."""
+
+    def __init__(self, plan: EpisodePlan, view: AgentView, rng: random.Random) -> None:
+        self.plan = plan
+        self.view = view
+        self.rng = rng
+        self.known = plan.task.scenario.known_info
+
+    # -- what the agent knows --
+
+    def pending(self) -> int:
+        """Index of the first planned action not attempted yet (in order)."""
+        pos = 0
+        calls = self.view.calls
+        for i, action in enumerate(self.plan.actions):
+            want = _canon(action.arguments)
+            for j in range(pos, len(calls)):
+                if calls[j].name == action.name and calls[j].canon == want:
+                    pos = j + 1
+                    break
+            else:
+                return i
+        return len(self.plan.actions)
+
+    def asked(self, key: str) -> int:
+        lab = W.label(key)
+        return sum(1 for t in self.view.assistant_texts if lab in t.lower())
+
+    def missing_keys(self, action: Action) -> list[str]:
+        """Facts only the customer knows that this action needs and they have not said."""
+        said = self.view.said
+        out: list[str] = []
+        for leaf in _text_leaves(action.arguments):
+            needle = leaf.lower()
+            if W.norm(leaf) in said:
+                continue
+            for key, value in self.known.items():
+                if needle in value.lower():
+                    if key not in out and self.asked(key) < MAX_ASKS:
+                        out.append(key)
+                    break
+        return out
+
+    def unresolved(self, action: Action) -> bool:
+        """Some argument neither the customer nor a tool result has mentioned yet."""
+        seen = self.view.seen
+        known = " ".join(self.known.values()).lower()
+        return any(
+            W.norm(leaf) not in seen and leaf.lower() not in known
+            for leaf in _text_leaves(action.arguments)
+        )
+
+    def details_asked(self) -> bool:
+        return any(W.DETAILS_ASK in t for t in self.view.assistant_texts)
+
+    def extra_keys(self) -> list[str]:
+        """Known facts no action argument carries (a reason, a preference): asked before the
+        first write so the conversation covers them, as a careful agent would."""
+        linked = set()
+        for action in self.plan.task.gold_actions:
+            for leaf in _text_leaves(action.arguments):
+                for key, value in self.known.items():
+                    if leaf.lower() in value.lower():
+                        linked.add(key)
+        return [k for k in self.known if k not in linked and self.asked(k) == 0]
+
+    # -- decisions --
+
+    def decide(self) -> Step:
+        plan, view = self.plan, self.view
+        # A write just went through: re-read what it changed.
+        if view.last_role == "tool" and view.trailing_calls:
+            check = self.verification()
+            if check is not None:
+                return Step(calls=[check], kind="tools")
+        p = self.pending()
+        if (plan.checkin and view.last_role == "tool" and not self.details_asked()
+                and not any(plan.is_write(c.name) for c in view.trailing_calls)):
+            return Step(texts=[W.CHECKIN, W.DETAILS_ASK], kind="details")
+        if p < len(plan.actions):
+            return self.next_action(p)
+        extras = self.extra_keys()
+        if extras and not any(plan.is_write(a.name) for a in plan.actions):
+            # Nothing to write: the remaining facts are what the answer depends on.
+            return self.ask(extras if plan.ask_together else extras[:2], view.n_assistant == 0)
+        if view.last_role == "user" and view.final_given:
+            if "?" in view.last_user:
+                return self.followup()
+            return Step(texts=[W.CLOSING], kind="closing")
+        return self.final()
+
+    def verification(self) -> Action | None:
+        plan = self.plan
+        for call in reversed(self.view.trailing_calls):
+            if not call.ok or not plan.is_write(call.name) or not isinstance(call.arguments, dict):
+                continue
+            idx = next((i for i, a in enumerate(plan.actions)
+                        if a.name == call.name and _canon(a.arguments) == call.canon), None)
+            if idx is None or idx not in plan.verify:
+                return None
+            for tool in plan.domain.tools:
+                required = tool.parameters.get("required") or []
+                if (not tool.writes and tool.name.startswith("get_") and required
+                        and all(isinstance(call.arguments.get(r), str) for r in required)):
+                    return type(plan.actions[0])(
+                        tool.name, {r: call.arguments[r] for r in required})
+            return None
+        return None
+
+    def ask(self, keys: list[str], first: bool) -> Step:
+        phrases = [W.what(k) for k in keys]
+        template = self.rng.choice(W.ASK_TEMPLATES)
+        lead = [self.rng.choice(W.GREETINGS)] if first else []
+        return Step(texts=[template.format(what=W.join_words(phrases))], kind="ask", lead=lead)
+
+    def next_action(self, p: int) -> Step:
+        plan, view = self.plan, self.view
+        action = plan.actions[p]
+        first = view.n_assistant == 0
+        is_write = plan.is_write(action.name)
+        if is_write:
+            missing = self.missing_keys(action)
+        else:
+            run = [action]
+            for nxt in plan.actions[p + 1:]:
+                if plan.is_write(nxt.name):
+                    break
+                run.append(nxt)
+            missing = self.missing_keys(action)
+            if plan.ask_together:
+                for nxt in run[1:]:
+                    missing += [k for k in self.missing_keys(nxt) if k not in missing]
+        if missing:
+            return self.ask(missing if plan.ask_together else missing[:1], first)
+        if self.unresolved(action) and not self.details_asked():
+            lead = [self.rng.choice(W.GREETINGS)] if first else []
+            return Step(texts=[W.DETAILS_ASK], kind="details", lead=lead)
+        if not is_write:
+            batch = [action]
+            for nxt in plan.actions[p + 1:]:
+                if (plan.is_write(nxt.name) or self.missing_keys(nxt) or self.unresolved(nxt)):
+                    break
+                batch.append(nxt)
+            return Step(calls=batch, kind="tools")
+        first_write = next(i for i, a in enumerate(plan.actions) if plan.is_write(a.name))
+        if p == first_write:
+            extras = self.extra_keys()
+            if extras:
+                keys = extras if plan.ask_together else extras[:2]
+                return self.ask(keys, first)
+        if (view.last_role == "user" and W.is_confirm_request(view.prev_assistant_text)):
+            if W.is_yes(view.last_user):
+                return Step(calls=[action], kind="tools")
+            if W.is_no(view.last_user):
+                return Step(texts=[W.DECLINED], kind="declined", tail=[W.ANYTHING_ELSE])
+        summary = W.describe_action(action.name, action.arguments, full=True)
+        return Step(
+            texts=[f"Here is what I am about to do: {summary}."],
+            kind="confirm",
+            lead=["I have everything I need for the next step."],
+            tail=[self.rng.choice(W.CONFIRM_QUESTIONS)],
+        )
+
+    def output_sentences(self) -> list[str]:
+        outs = [W.say_output(o) for o in self.plan.outputs]
+        if not outs:
+            return []
+        return [f"For your records, the key details are: {W.join_words(outs)}."]
+
+    def final(self) -> Step:
+        plan = self.plan
+        task = plan.task
+        texts: list[str] = []
+        if task.refusal_reason:
+            texts.append(f"I have reviewed your request, but I am unable to do this: "
+                         f"{task.refusal_reason}.")
+            texts.append("This is a firm rule of our policy, and I cannot make an exception.")
+        else:
+            done = [
+                W.describe_action(c.name, c.arguments, full=False)
+                for c in self.view.calls
+                if c.ok and plan.is_write(c.name) and isinstance(c.arguments, dict)
+            ]
+            if done:
+                texts.append(f"All done: I have completed {W.join_words(done)}.")
+            else:
+                texts.append("I have looked into this for you.")
+        texts += self.output_sentences()
+        return Step(texts=texts, kind="final", tail=[W.ANYTHING_ELSE])
+
+    def followup(self) -> Step:
+        reason = self.plan.task.refusal_reason
+        first = (f"I understand, but I'm afraid I really cannot: {reason}." if reason
+                 else self.rng.choice(W.FOLLOWUP_ANSWERS))
+        texts = [first, *self.output_sentences()]
+        return Step(texts=texts, kind="followup", tail=[W.ANYTHING_ELSE])
+
+
+def _target_tokens(rng: random.Random, kind: str) -> int:
+    if kind == "closing":
+        return rng.randint(20, 40)
+    return rng.randint(60, 150)
+
+
+def _reasoning(step: Step, plan: EpisodePlan, rng: random.Random) -> str:
+    if step.calls:
+        what = "call " + ", ".join(a.name for a in step.calls)
+    else:
+        what = {"ask": "ask the customer for what I still need",
+                "details": "ask the customer to describe the request",
+                "confirm": "summarise the change and ask for explicit confirmation",
+                "final": "report the outcome to the customer"}.get(step.kind, "reply briefly")
+    core = [f"The customer's request falls under the {plan.domain.name} policy.",
+            f"Next I should {what}."]
+    extra = list(W.REASONING_FILLER)
+    rng.shuffle(extra)
+    return " ".join(core + extra[: rng.randint(1, 3)])
+
+
+class SkilledAgent:
+    """``X-Agentload-Role: agent``: follows the task's gold actions through the conversation."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.generic = GenericBehaviour(config)
+
+    def respond(self, request: RequestView) -> ResponsePlan:
+        try:
+            plan = episode_plan(request.task or "", request.session_id or "",
+                                self.config.seed, agent_skill(request.options))
+        except KeyError:
+            return self.generic.respond(request)
+        view = read_agent_view(request.messages)
+        rng = stable_rng("agent-call", self.config.seed, request.session_id or "",
+                         plan.task.id, len(request.messages), view.n_assistant)
+        step = AgentPlayer(plan, view, rng).decide()
+        out = ResponsePlan()
+        if request.thinking:
+            out.reasoning = _reasoning(step, plan, rng)
+        allowed = {name for t in request.tools_allowed() if (name := _tool_name(t))}
+        calls = [a for a in step.calls if not request.tools or a.name in allowed]
+        if step.calls and calls:
+            if not request.parallel_tool_calls:
+                calls = calls[:1]
+            out.tool_calls = [
+                ToolCallPlan(a.name, json.dumps(a.arguments, ensure_ascii=False)) for a in calls
+            ]
+            if rng.random() < PREFACE_RATE:  # models often say a word before calling tools
+                writes = any(plan.is_write(a.name) for a in calls)
+                out.content = rng.choice(W.WRITE_PREFACES if writes else W.READ_PREFACES)
+            return out
+        if step.calls:  # tools not offered on this request: say what would happen instead
+            step = Step(texts=["Let me check that for you."], kind="ask")
+        out.content = W.padded(step.texts, rng, _target_tokens(rng, step.kind), lead=step.lead,
+                               tail=step.tail, avoid=plan.omitted)
+        return out
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    return str((fn or {}).get("name", ""))
+
+
+# --- the user ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserProfile:
+    followups: int  # questions asked after the agent has answered, before stopping
+    one_at_a_time: bool  # answers one fact per message even when asked for several
+    pushes_back: bool  # told no, asks once whether nothing can be done
+
+
+@functools.lru_cache(maxsize=4096)
+def user_profile(task_id: str, session_id: str, sim_seed: int) -> UserProfile:
+    rng = stable_rng("user-profile", sim_seed, session_id, task_id)
+    followups = rng.choices((0, 1, 2), weights=(0.15, 0.5, 0.35))[0]
+    return UserProfile(followups=followups, one_at_a_time=rng.random() < 0.4,
+                       pushes_back=rng.random() < 0.7)
+
+
+def requested_keys(text: str, known: Mapping[str, str]) -> list[str]:
+    """The known-info keys an agent message asks for, longest label first wins."""
+    low = text.lower()
+    hits: list[str] = []
+    spans: list[tuple[int, int]] = []
+    for key in sorted(known, key=lambda k: -len(W.label(k))):
+        lab = W.label(key)
+        for m in re.finditer(re.escape(lab), low):
+            if not any(a <= m.start() < b for a, b in spans):
+                hits.append(key)
+                spans.append((m.start(), m.end()))
+                break
+    order = list(known)
+    return sorted(set(hits), key=order.index)
+
+
+class CooperativeUser:
+    """``X-Agentload-Role: user``: the customer of the task named by ``X-Agentload-Task``.
+
+    It sees the conversation from its side. With the roles flipped (the agent's words as
+    ``user``, its own as ``assistant``) or not, its own turns are the role opposite to the
+    last message's.
+    """
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.generic = GenericBehaviour(config)
+
+    def respond(self, request: RequestView) -> ResponsePlan:
+        found = _lookup(request.task)
+        if found is None:
+            return self.generic.respond(request)
+        _, task = found
+        return ResponsePlan(content=self.reply(task, request.messages, request.session_id or ""))
+
+    def reply(self, task: Task, messages: Sequence[Mapping[str, Any]], session_id: str) -> str:
+        scenario = task.scenario
+        turns = [m for m in messages if m.get("role") in ("user", "assistant")]
+        if not turns:
+            return scenario.opening
+        last = turns[-1]
+        mine = "assistant" if last.get("role") == "user" else "user"
+        own = [text_of(m.get("content")) for m in turns if m.get("role") == mine]
+        if not own:
+            return scenario.opening
+        if len(own) >= MAX_USER_TURNS:
+            return W.STOP
+        profile = user_profile(task.id, session_id, self.config.seed)
+        rng = stable_rng("user-call", self.config.seed, session_id, task.id, len(own))
+        said = text_of(last.get("content"))
+        if W.is_confirm_request(said):
+            return rng.choice(W.YES_REPLIES)
+        if W.INFO_REQUEST_RE.search(said) or W.DETAILS_REQUEST_RE.search(said):
+            keys = requested_keys(said, scenario.known_info)
+            if keys:
+                if profile.one_at_a_time:
+                    keys = keys[:1]
+                parts = [f"my {W.label(k)} is {W.first_person(scenario.known_info[k])}"
+                         for k in keys]
+                return "Sure, " + W.join_words(parts) + "."
+            if W.DETAILS_REQUEST_RE.search(said):
+                return W.restated(scenario.instructions)
+            return W.NO_INFO
+        if task.refusal_reason and profile.pushes_back and W.PUSHBACK not in own:
+            return W.PUSHBACK
+        asked = sum(1 for t in own if t in W.FOLLOWUPS)
+        if asked < profile.followups:
+            return W.FOLLOWUPS[asked % len(W.FOLLOWUPS)]
+        return W.STOP
+
+
+register_behaviour(AGENT_ROLE, SkilledAgent)
+register_behaviour(USER_ROLE, CooperativeUser)
