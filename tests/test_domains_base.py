@@ -217,6 +217,7 @@ def test_output_normalisation() -> None:
     assert missing_outputs([], []) == []
     # A comma that is not a thousands separator stays.
     assert normalize_text("1,2") == "1,2"
+    assert missing_outputs(["24 hour"], ["booked within the last 24-hour window"]) == []
 
 
 def test_pass_hat_k_matches_definition() -> None:

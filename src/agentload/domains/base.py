@@ -331,10 +331,14 @@ _NUM_COMMA = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _SPACES = re.compile(r"\s+")
 
 
+_AS_SPACE = str.maketrans("_-", "  ")
+
+
 def normalize_text(text: str) -> str:
-    """Lower case, thousands separators dropped ("$1,234" -> "$1234"), underscores read as
-    spaces ("basic_economy" == "basic economy"), runs of spaces collapsed."""
-    return _SPACES.sub(" ", _NUM_COMMA.sub("", text.lower()).replace("_", " "))
+    """Lower case, thousands separators dropped ("$1,234" -> "$1234"), underscores and
+    hyphens read as spaces ("basic_economy" == "basic economy", "24-hour" == "24 hour"),
+    runs of spaces collapsed. Applied to required outputs and replies alike."""
+    return _SPACES.sub(" ", _NUM_COMMA.sub("", text.lower()).translate(_AS_SPACE))
 
 
 def missing_outputs(required: Sequence[str], agent_replies: Sequence[str]) -> list[str]:
