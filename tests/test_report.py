@@ -84,3 +84,29 @@ def test_report_without_episodes_or_server(tmp_path: Path) -> None:
     # no turn indices, no server samples: no by-turn or timeline chart
     assert {p.name for p in files} == {"report.md", "report.html", "latency_cdf.png"}
     Console(record=True).print(summary_table(summary))
+
+
+def test_report_and_compare_commands(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentload.cli import app
+
+    a = build_run(tmp_path / "a")
+    b = build_run(tmp_path / "b", server_samples=False)
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", str(a), "--slo", "ttft_p90=400ms", "-q"])
+    assert res.exit_code == 0, res.output
+    assert (a / "summary.json").exists() and (a / "report.html").exists()
+    md = (a / "report.md").read_text()
+    assert "| ttft_p90 | 400 ms | 300 ms | yes |" in md
+    res = runner.invoke(app, ["compare", str(a), str(b), "--json"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    out = json.loads(res.output)
+    ttft = out["metrics"]["ttft_p50"]
+    assert ttft["a"]["value"] == pytest.approx(0.2) and ttft["delta"] == pytest.approx(0.0)
+    assert ttft["a"]["ci"][0] <= 0.2 <= ttft["a"]["ci"][1]
+    assert out["metrics"]["success_rate"]["a"]["value"] == pytest.approx(0.5)
+    res = runner.invoke(app, ["report", str(tmp_path / "missing")])
+    assert res.exit_code == 2  # a usage error naming the path

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "agentload.domains.cli",
     "agentload.sim.cli",
     "agentload.run_cli",
+    "agentload.report.cli",
 ]
 
 

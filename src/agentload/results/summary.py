@@ -14,6 +14,7 @@ import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -444,30 +445,49 @@ def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]
     return out
 
 
+@dataclass
+class MeasuredRun:
+    """The records of a results directory, split into what counts and what does not."""
+
+    calls: CallArrays
+    raw_calls: list[dict[str, Any]]
+    measured: np.ndarray  # calls of finished non-warmup episodes, and episode-less calls
+    warmup: np.ndarray  # calls of warmup episodes
+    unfinished: np.ndarray  # calls of episodes with no session line
+    sessions: list[dict[str, Any]]  # finished non-warmup episodes
+    warmup_sessions: int
+
+
+def load_measured(out_dir: Path | str) -> MeasuredRun:
+    out_dir = Path(out_dir)
+    all_sessions = load_jsonl(out_dir / SESSIONS)
+    all_calls = load_jsonl(out_dir / CALLS)
+    warm_ids = {str(s.get("session_id")) for s in all_sessions if s.get("warmup")}
+    sessions = [s for s in all_sessions if not s.get("warmup")]
+    done_ids = {str(s.get("session_id")) for s in sessions}
+    a = CallArrays(all_calls)
+    sid = [None if s is None else str(s) for s in a.session_id]
+    no_session = np.array([s is None for s in sid], dtype=bool)
+    in_done = np.array([s in done_ids for s in sid], dtype=bool)
+    in_warm = np.array([s in warm_ids for s in sid], dtype=bool)
+    m = no_session | in_done
+    return MeasuredRun(a, all_calls, m, in_warm, ~(m | in_warm), sessions,
+                       len(all_sessions) - len(sessions))
+
+
 def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Read the JSONL files of `out_dir` and return the summary dict (see docs/results.md).
 
     `slo=None` takes the thresholds from config.yaml's `slo` when present.
     """
     out_dir = Path(out_dir)
-    all_sessions = load_jsonl(out_dir / SESSIONS)
-    all_calls = load_jsonl(out_dir / CALLS)
     if slo is None:
         slo = _config_slo(out_dir)
     for key in slo:
         parse_slo_key(key)
-
-    warm_ids = {str(s.get("session_id")) for s in all_sessions if s.get("warmup")}
-    sessions = [s for s in all_sessions if not s.get("warmup")]
-    done_ids = {str(s.get("session_id")) for s in sessions}
-
-    a = CallArrays(all_calls)
-    sid = np.array([None if s is None else str(s) for s in a.session_id], dtype=object)
-    no_session = np.array([s is None for s in sid], dtype=bool)
-    in_done = np.array([s in done_ids for s in sid], dtype=bool)
-    in_warm = np.array([s in warm_ids for s in sid], dtype=bool)
-    m = no_session | in_done
-    unfinished = ~(m | in_warm)
+    run = load_measured(out_dir)
+    a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
+    in_warm, unfinished = run.warmup, run.unfinished
 
     window = _window(sessions, a, m)
     window_s = window["duration_s"] or None
@@ -507,7 +527,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
             "warmup_calls": int(in_warm.sum()),
             "unfinished_calls": int(unfinished.sum()),
             "sessions": len(sessions),
-            "warmup_sessions": len(all_sessions) - len(sessions),
+            "warmup_sessions": run.warmup_sessions,
         },
         "calls": calls,
         "turns": {r: _by_turn(a, m & (a.role == r)) for r in roles},

@@ -1,0 +1,112 @@
+"""`agentload report DIR` and `agentload compare DIR_A DIR_B`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentload.cli import app
+from agentload.report.fmt import pct, secs
+from agentload.results.jsonl import JsonlError
+
+
+def _check_dir(path: Path) -> None:
+    if not path.is_dir():
+        raise typer.BadParameter(f"{path}: not a directory")
+    if not (path / "calls.jsonl").exists() and not (path / "sessions.jsonl").exists():
+        raise typer.BadParameter(f"{path}: no calls.jsonl or sessions.jsonl (not a results "
+                                 "directory?)")
+
+
+@app.command("report")
+def report_command(
+    out_dir: Annotated[Path, typer.Argument(help="Results directory of a run.")],
+    slo: Annotated[str | None, typer.Option(
+        "--slo", help="SLO thresholds, e.g. ttft_p90=2s,e2e_p99=10s (default: the run's "
+        "config.yaml).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console table.")] = False,
+) -> None:
+    """Re-summarize a results directory: summary.json, report.md, report.html, charts/*.png."""
+    from agentload.report import summary_table, write_report
+    from agentload.results.summary import SUMMARY, parse_slo, summarize, write_summary
+
+    _check_dir(out_dir)
+    try:
+        thresholds = parse_slo(slo) if slo else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--slo") from None
+    try:
+        summary = summarize(out_dir, slo=thresholds)
+    except JsonlError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    # Keep what the run itself added to summary.json (the client's own figures).
+    old = out_dir / SUMMARY
+    if old.exists():
+        try:
+            prev: dict[str, Any] = orjson.loads(old.read_bytes())
+        except orjson.JSONDecodeError:
+            prev = {}
+        for key, value in prev.items():
+            summary.setdefault(key, value)
+    paths = [write_summary(out_dir, summary), *write_report(out_dir, summary)]
+    console = Console()
+    if not quiet:
+        console.print(summary_table(summary))
+    for p in paths:
+        console.print(f"wrote {p}", highlight=False)
+
+
+def _cell(m: dict[str, Any] | None, rate: bool) -> str:
+    if not m or m.get("value") is None:
+        return "–"
+    f = pct if rate else secs
+    ci = m.get("ci")
+    return f"{f(m['value'])} [{f(ci[0])}, {f(ci[1])}]" if ci else f(m["value"])
+
+
+@app.command("compare")
+def compare_command(
+    dir_a: Annotated[Path, typer.Argument(help="Baseline results directory.")],
+    dir_b: Annotated[Path, typer.Argument(help="Results directory to compare with it.")],
+    role: Annotated[str, typer.Option(help="Role whose calls are compared.")] = "agent",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Compare two runs side by side with 95% bootstrap confidence intervals."""
+    from agentload.report.compare import compare_dirs
+
+    _check_dir(dir_a)
+    _check_dir(dir_b)
+    try:
+        res = compare_dirs(dir_a, dir_b, role)
+    except JsonlError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if json_out:
+        typer.echo(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+        return
+    t = Table(title=f"A = {dir_a}   B = {dir_b}   ({role} calls, 95% bootstrap CI)",
+              title_justify="left")
+    t.add_column("metric")
+    for col in ("A", "B", "B − A", "change", "CIs apart"):
+        t.add_column(col, justify="right")
+    for key, row in res["metrics"].items():
+        rate = key == "success_rate"
+        per_min = key == "episodes_per_min"
+        if per_min:
+            a = f"{row['a']['value']:.2f}" if row["a"] and row["a"]["value"] else "–"
+            b = f"{row['b']['value']:.2f}" if row["b"] and row["b"]["value"] else "–"
+            d = "–" if row["delta"] is None else f"{row['delta']:+.2f}"
+        else:
+            a, b = _cell(row["a"], rate), _cell(row["b"], rate)
+            d = "–" if row["delta"] is None else (
+                f"{row['delta'] * 100:+.1f} pt" if rate else
+                ("+" if row["delta"] >= 0 else "−") + secs(abs(row["delta"])))
+        rel = "–" if row["relative"] is None else f"{row['relative'] * 100:+.1f}%"
+        t.add_row(key, a, b, d, rel, "yes" if row["significant"] else "")
+    Console().print(t)
