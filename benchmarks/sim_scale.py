@@ -1,9 +1,10 @@
 """Simulator scale benchmark: open streams, token throughput, emission lag.
 
-Runs the simulator in one subprocess and a lean aiohttp load client in another, so each gets
-its own core. The client keeps ``--concurrency`` streaming requests open at all times (closed
-loop: a finished request is replaced at once); the engine runs ``--max-num-seqs`` of them per
-step and queues the rest, so every request holds an open stream from the start.
+Runs the simulator in one subprocess and a lean load client (raw asyncio protocol on uvloop,
+counting events without parsing them) in another, so each gets its own core. The client keeps
+``--concurrency`` streaming requests open at all times (closed loop: a finished request is
+replaced at once); the engine runs ``--max-num-seqs`` of them per step and queues the rest, so
+every request holds an open stream from the start.
 
     python benchmarks/sim_scale.py                      # 2,000 streams, 256-seq batch, 20 s
     python benchmarks/sim_scale.py --concurrency 500 --duration 10
@@ -23,78 +24,114 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 MODEL = "bench"
 
 
 # --- the load client (runs in its own process) ---------------------------------------------
+class _Stream(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection issuing streaming requests back to back.
+
+    It only counts SSE events (``data: `` prefixes) and spots the end of each response (the
+    chunked terminator after ``[DONE]``): no parsing, no per-event objects.
+    """
+
+    def __init__(self, request: bytes, stats: dict[str, int], stop_at: float) -> None:
+        self.request = request
+        self.stats = stats
+        self.stop_at = stop_at
+        self.tail = b""
+        self.head_seen = False
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self._send()
+
+    def _send(self) -> None:
+        assert self.transport is not None
+        self.head_seen = False
+        self.tail = b""
+        self.stats["open"] += 1
+        self.stats["max_open"] = max(self.stats["max_open"], self.stats["open"])
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        stats = self.stats
+        buf = self.tail + data
+        if not self.head_seen:
+            if not buf.startswith(b"HTTP/1.1 200"):
+                if len(buf) >= 12:
+                    stats["errors"] += 1
+                    assert self.transport is not None
+                    self.transport.close()
+                self.tail = buf
+                return
+            self.head_seen = True
+        stats["events"] += buf.count(b"data: ") - self.tail.count(b"data: ")
+        if buf.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"):
+            stats["events"] -= 1
+            stats["done"] += 1
+            stats["open"] -= 1
+            if time.monotonic() < self.stop_at:
+                self._send()
+            else:
+                assert self.transport is not None
+                self.transport.close()
+            return
+        self.tail = buf[-40:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.head_seen or self.tail:
+            self.stats["open"] -= 1
+            if exc is not None or time.monotonic() < self.stop_at:
+                self.stats["errors"] += 1
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 async def _client(url: str, concurrency: int, warmup: float, duration: float,
                   max_tokens: int) -> dict[str, Any]:
-    import aiohttp
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     body = json.dumps({
         "model": MODEL, "messages": [{"role": "user", "content": "Stream, please."}],
         "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
     }).encode()
-    headers = {"Content-Type": "application/json"}
+    request = (f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               ).encode() + body
     stats = {"events": 0, "done": 0, "errors": 0, "open": 0, "max_open": 0}
-    window: dict[str, float] = {}
+    loop = asyncio.get_running_loop()
     t_start = time.monotonic()
     t_measure = t_start + warmup
     t_end = t_measure + duration
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-
-        async def worker() -> None:
-            while time.monotonic() < t_end:
-                stats["open"] += 1
-                stats["max_open"] = max(stats["max_open"], stats["open"])
-                try:
-                    async with session.post(url, data=body, headers=headers) as resp:
-                        if resp.status != 200:
-                            stats["errors"] += 1
-                            await resp.read()
-                            continue
-                        tail = b""
-                        async for chunk in resp.content.iter_any():
-                            stats["events"] += chunk.count(b"data: ")
-                            tail = (tail + chunk)[-32:]
-                        if b"[DONE]" in tail:
-                            stats["done"] += 1
-                            stats["events"] -= 1  # [DONE] carries no token
-                        else:
-                            stats["errors"] += 1
-                except (TimeoutError, aiohttp.ClientError):
-                    stats["errors"] += 1
-                finally:
-                    stats["open"] -= 1
-
-        async def sampler() -> None:
-            await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
-            window["events0"] = stats["events"]
-            window["t0"] = time.monotonic()
-            window["open_min"] = stats["open"]
-            while time.monotonic() < t_end:
-                await asyncio.sleep(0.25)
-                window["open_min"] = min(window["open_min"], stats["open"])
-            window["events1"] = stats["events"]
-            window["t1"] = time.monotonic()
-
-        tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
-        await sampler()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    elapsed = window["t1"] - window["t0"]
+    protocols: list[_Stream] = []
+    for _ in range(concurrency):
+        _, proto = await loop.create_connection(
+            lambda: _Stream(request, stats, t_end), host, port)
+        protocols.append(proto)
+    await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
+    events0, t0, open_min = stats["events"], time.monotonic(), stats["open"]
+    while time.monotonic() < t_end:
+        await asyncio.sleep(0.25)
+        open_min = min(open_min, stats["open"])
+    events1, t1 = stats["events"], time.monotonic()
+    for proto in protocols:
+        if proto.transport is not None:
+            proto.transport.close()
+    await asyncio.wait([p.closed for p in protocols], timeout=5)
     return {
-        "client_tokens_per_s": (window["events1"] - window["events0"]) / elapsed,
+        "client_tokens_per_s": (events1 - events0) / (t1 - t0),
         "streams_open_max": stats["max_open"],
-        "streams_open_min_in_window": window["open_min"],
+        "streams_open_min_in_window": open_min,
         "requests_completed": stats["done"],
         "errors": stats["errors"],
-        "window_s": elapsed,
+        "window_s": t1 - t0,
     }
 
 
