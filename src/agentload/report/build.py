@@ -24,6 +24,12 @@ def _g(d: Any, *keys: str) -> Any:
     return d
 
 
+def _status(status: Any) -> str:
+    if status in (None, "running"):
+        return "in progress when summarized" if status else DASH
+    return str(status)
+
+
 def _latency_rows(block: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for key, label in (("ttft_s", "TTFT"), ("e2e_s", "end-to-end"), ("tpot_s", "TPOT")):
@@ -71,7 +77,7 @@ def build_document(summary: Mapping[str, Any]) -> Document:
 
     doc.h("Run")
     facts = [
-        ["status", str(run.get("status") or DASH)],
+        ["status", _status(run.get("status"))],
         ["agentload version", str(run.get("agentload_version")
                                   or summary.get("agentload_version") or DASH)],
         ["started", when(run.get("started_at"))],

@@ -33,12 +33,17 @@ def latency_cdf(summary: Mapping[str, Any], path: Path) -> Path | None:
     fig = Figure(figsize=(10, 4))
     for ax, key, title in ((fig.add_subplot(1, 2, 1), "ttft_s", "Time to first token"),
                            (fig.add_subplot(1, 2, 2), "e2e_s", "End-to-end latency")):
+        lo, hi = np.inf, 0.0
         for role, d in sorted(dists.items()):
             q = d.get(key)
             if q:
                 ax.plot(q, np.linspace(0, 1, len(q)), label=role)
+                lo, hi = min(lo, q[0]), max(hi, q[-1])
+        log_x = lo > 0 and hi / lo > 50  # long tails: a log axis keeps the body readable
+        if log_x:
+            ax.set_xscale("log")
         ax.set_title(title)
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("seconds (log scale)" if log_x else "seconds")
         ax.set_ylabel("share of calls")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
