@@ -128,6 +128,7 @@ class EpisodePlan:
     verify: frozenset[int]  # indexes of writes followed by a re-read of what they changed
     outputs: tuple[str, ...]
     checkin: bool  # after the first lookups, asks the customer to spell out the request
+    clarify: bool  # with nothing to write, checks its understanding before answering
 
     def is_write(self, name: str) -> bool:
         tool = self.domain.tool(name)
@@ -211,13 +212,13 @@ def episode_plan(task_id: str, session_id: str, sim_seed: int, skill: float) -> 
         omitted = rng.choice(task.required_outputs)
     verify = frozenset(
         i for i, a in enumerate(actions)
-        if (t := domain.tool(a.name)) and t.writes and rng.random() < 0.8
+        if (t := domain.tool(a.name)) and t.writes and rng.random() < 0.9
     )
     outputs = tuple(o for o in task.required_outputs if o != omitted)
     return EpisodePlan(
         task=task, domain=domain, success=success, mistake=mistake, actions=tuple(actions),
-        omitted=omitted, ask_together=rng.random() < 0.35, verify=verify, outputs=outputs,
-        checkin=rng.random() < 0.7,
+        omitted=omitted, ask_together=rng.random() < 0.3, verify=verify, outputs=outputs,
+        checkin=rng.random() < 0.7, clarify=rng.random() < 0.8,
     )
 
 
@@ -415,6 +416,10 @@ class AgentPlayer:
         if extras and not any(plan.is_write(a.name) for a in plan.actions):
             # Nothing to write: the remaining facts are what the answer depends on.
             return self.ask(extras if plan.ask_together else extras[:2], view.n_assistant == 0)
+        if (plan.clarify and not view.final_given
+                and not any(plan.is_write(a.name) for a in plan.actions)
+                and not any(W.CLARIFY in t for t in view.assistant_texts)):
+            return Step(texts=[W.CLARIFY], kind="clarify", tail=[W.CLARIFY_QUESTION])
         if view.last_role == "user" and view.final_given:
             if "?" in view.last_user:
                 return self.followup()
@@ -562,15 +567,19 @@ class SkilledAgent:
                                 self.config.seed, agent_skill(request.options))
         except KeyError:
             return self.generic.respond(request)
-        view = read_agent_view(request.messages)
+        mode = text_mode(request)
+        messages = from_text_actions(request.messages) if mode else request.messages
+        view = read_agent_view(messages)
         rng = stable_rng("agent-call", self.config.seed, request.session_id or "",
                          plan.task.id, len(request.messages), view.n_assistant)
         step = AgentPlayer(plan, view, rng).decide()
         out = ResponsePlan()
         if request.thinking:
             out.reasoning = _reasoning(step, plan, rng)
+        if mode:
+            return self._text_action(step, plan, rng, mode, out)
         allowed = {name for t in request.tools_allowed() if (name := _tool_name(t))}
-        calls = [a for a in step.calls if not request.tools or a.name in allowed]
+        calls = [a for a in step.calls if a.name in allowed]
         if step.calls and calls:
             if not request.parallel_tool_calls:
                 calls = calls[:1]
@@ -581,11 +590,78 @@ class SkilledAgent:
                 writes = any(plan.is_write(a.name) for a in calls)
                 out.content = rng.choice(W.WRITE_PREFACES if writes else W.READ_PREFACES)
             return out
-        if step.calls:  # tools not offered on this request: say what would happen instead
+        if step.calls:  # the tool is not offered on this request: say so instead
             step = Step(texts=["Let me check that for you."], kind="ask")
-        out.content = W.padded(step.texts, rng, _target_tokens(rng, step.kind), lead=step.lead,
-                               tail=step.tail, avoid=plan.omitted)
+        out.content = self._text(step, plan, rng)
         return out
+
+    @staticmethod
+    def _text(step: Step, plan: EpisodePlan, rng: random.Random) -> str:
+        return W.padded(step.texts, rng, _target_tokens(rng, step.kind), lead=step.lead,
+                        tail=step.tail, avoid=plan.omitted)
+
+    def _text_action(self, step: Step, plan: EpisodePlan, rng: random.Random, mode: str,
+                     out: ResponsePlan) -> ResponsePlan:
+        """One action in the react / act text format (no parallel calls there)."""
+        from agentload.agents.actions import RESPOND, format_action
+
+        if step.calls:
+            action = format_action(step.calls[0].name, step.calls[0].arguments)
+        else:
+            action = format_action(RESPOND, {"content": self._text(step, plan, rng)})
+        if mode == "react":
+            thought = _reasoning(step, plan, rng)
+            out.content = f"Thought: {thought}\nAction: {action}"
+        else:
+            out.content = f"Action: {action}"
+        return out
+
+
+_ACTION_FORMAT_RE = re.compile(r'^Action: \{"name"', re.MULTILINE)
+
+
+def text_mode(request: RequestView) -> str | None:
+    """``"react"`` or ``"act"`` when the agent is told to write actions as text, else None."""
+    if request.tools or not request.messages:
+        return None
+    first = request.messages[0]
+    system = text_of(first.get("content")) if first.get("role") == "system" else ""
+    if not _ACTION_FORMAT_RE.search(system):
+        return None
+    return "react" if re.search(r"^Thought: ", system, re.MULTILINE) else "act"
+
+
+def from_text_actions(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """A text-action conversation in the native tool-calling shape: actions become tool
+    calls, ``Observation:`` messages tool results, ``respond`` actions plain replies."""
+    from agentload.agents.actions import ActionParseError, parse_action
+
+    out: list[Mapping[str, Any]] = []
+    open_ids: list[str] = []
+    for msg in messages:
+        role = msg.get("role")
+        text = text_of(msg.get("content"))
+        if role == "assistant":
+            try:
+                act = parse_action(text)
+            except ActionParseError:
+                out.append({"role": "assistant", "content": text})
+                continue
+            if act.is_respond:
+                out.append({"role": "assistant", "content": act.respond_text()})
+                continue
+            cid = f"action_{len(out)}"
+            open_ids = [cid]
+            out.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": cid, "type": "function",
+                "function": {"name": act.name, "arguments": json.dumps(act.arguments)},
+            }]})
+        elif role == "user" and text.startswith("Observation:") and open_ids:
+            out.append({"role": "tool", "tool_call_id": open_ids.pop(),
+                        "content": text[len("Observation:"):].strip()})
+        else:
+            out.append(msg)
+    return out
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:
@@ -606,7 +682,7 @@ class UserProfile:
 @functools.lru_cache(maxsize=4096)
 def user_profile(task_id: str, session_id: str, sim_seed: int) -> UserProfile:
     rng = stable_rng("user-profile", sim_seed, session_id, task_id)
-    followups = rng.choices((0, 1, 2), weights=(0.15, 0.5, 0.35))[0]
+    followups = rng.choices((0, 1, 2), weights=(0.1, 0.45, 0.45))[0]
     return UserProfile(followups=followups, one_at_a_time=rng.random() < 0.4,
                        pushes_back=rng.random() < 0.7)
 

@@ -33,6 +33,8 @@ DETAILS_ASK = (
     "Could you describe exactly what you would like me to do, with all the details you have?"
 )
 CHECKIN = "Thanks, I have the records in front of me now."
+CLARIFY = "Before I answer, I want to be sure I understood your request correctly."
+CLARIFY_QUESTION = "You are asking me about exactly what you described, is that right? (yes/no)"
 CONFIRM_QUESTIONS = (
     "Shall I go ahead with this? (yes/no)",
     "Do you confirm that I should proceed? (yes/no)",
