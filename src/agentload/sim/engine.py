@@ -30,7 +30,7 @@ from agentload.sim.profiles import Profile
 log = logging.getLogger("agentload.sim")
 
 LATE_STEP_S = 0.002
-MAX_LEAD_S = 0.002
+MAX_LEAD_S = 0.005
 
 
 class Output(Protocol):
