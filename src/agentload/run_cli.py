@@ -234,11 +234,11 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
         put("metrics.enabled", False, "--no-metrics")
     if a.get("no_report"):
         put("report", False, "--no-report")
-    if a.get("concurrency") is not None and "rate" not in ov:
+    if a.get("concurrency") is not None and a.get("rate") is None:
         # A flag picks the loop mode even when the file chose the other one.
         put("load.rate", None, "--concurrency")
         put("load.max_concurrency", None, "--concurrency")
-    if a.get("rate") is not None and "load.concurrency" not in ov:
+    if a.get("rate") is not None and a.get("concurrency") is None:
         put("load.concurrency", None, "--rate")
     if a.get("tool_latency") is not None:
         kind, _, mean = str(a["tool_latency"]).partition(":")
