@@ -60,6 +60,7 @@ def test_schema_counts_and_window(summary: dict[str, Any]) -> None:
     }
     assert summary["window"]["start"] == T0
     assert summary["window"]["duration_s"] == pytest.approx(WINDOW_S)
+    assert summary["window"]["active_s"] == pytest.approx(WINDOW_S)  # episodes overlap
     assert summary["run"]["run_id"] == "r1"
 
 

@@ -84,6 +84,9 @@ def build_document(summary: Mapping[str, Any]) -> Document:
         ["ended", when(run.get("ended_at"))],
         ["measurement window", f"{duration(window.get('duration_s'))} "
                                f"(first start → last end of {window.get('source') or DASH})"],
+        *([["time with episodes active", duration(window.get("active_s"))]]
+          if window.get("active_s") is not None and window.get("duration_s")
+          and window["active_s"] < 0.95 * window["duration_s"] else []),
         ["calls measured", count(counts.get("calls"))],
         ["episodes measured", count(counts.get("sessions"))],
         ["warmup (excluded)", f"{count(counts.get('warmup_sessions'))} episodes, "

@@ -379,17 +379,35 @@ def _window(
     sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray
 ) -> dict[str, Any]:
     if sessions:
-        start = min(float(s.get("started_at") or 0.0) for s in sessions)
-        end = max(session_end(s) for s in sessions)
+        starts = np.array([float(s.get("started_at") or 0.0) for s in sessions])
+        ends = np.array([session_end(s) for s in sessions])
         source = "sessions"
     elif m.any():
-        st = a.started_at[m]
-        start = float(np.nanmin(st))
-        end = float(np.nanmax(st + np.nan_to_num(a.total_s[m])))
+        starts = np.nan_to_num(a.started_at[m])
+        ends = starts + np.nan_to_num(a.total_s[m])
         source = "calls"
     else:
-        return {"start": None, "end": None, "duration_s": None, "source": None}
-    return {"start": start, "end": end, "duration_s": max(0.0, end - start), "source": source}
+        return {"start": None, "end": None, "duration_s": None, "active_s": None,
+                "source": None}
+    start, end = float(starts.min()), float(ends.max())
+    return {"start": start, "end": end, "duration_s": max(0.0, end - start),
+            "active_s": _union_length(starts, ends), "source": source}
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Time covered by at least one interval (excludes idle gaps, e.g. between resumes)."""
+    order = np.argsort(starts)
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
 
 
 # ---- entry points -------------------------------------------------------------------------
