@@ -192,10 +192,8 @@ def main() -> None:
                 stdout=subprocess.PIPE, text=True)
             time.sleep(args.warmup)
             before = _get(f"{sim.url}/sim/stats?reset=1")
-            t0 = time.monotonic()
             time.sleep(args.duration)
             after = _get(f"{sim.url}/sim/stats")
-            t1 = time.monotonic()
             out, _ = client.communicate(timeout=120)
             with open(log_path) as f:
                 sim_log = f.read()
@@ -206,7 +204,12 @@ def main() -> None:
         "model_step_ms": 1e3 * step_s,
         "model_tokens_per_s": args.max_num_seqs / step_s,
         "sim_tokens_per_s": (after["generation_tokens"] - before["generation_tokens"])
-        / (t1 - t0),
+        / (after["monotonic_s"] - before["monotonic_s"]),
+        "sim_cpu_share": (after["process_cpu_s"] - before["process_cpu_s"])
+        / (after["monotonic_s"] - before["monotonic_s"]),
+        "sim_cpu_us_per_token": 1e6 * (after["process_cpu_s"] - before["process_cpu_s"])
+        / max(1, after["generation_tokens"] - before["generation_tokens"]),
+        "load_average_1m": os.getloadavg()[0],
         **client_res,
         "emission_lag_p50_ms": 1e3 * after["emission_lag_p50_s"],
         "emission_lag_p99_ms": 1e3 * after["emission_lag_p99_s"],

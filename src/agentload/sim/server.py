@@ -400,6 +400,7 @@ class SimApp:
             "emitted_tokens_total": m.fine_lag.n,
             "late_steps": m.step_overrun, "preemptions": m.preemptions,
             "kv_cache_usage": self.engine.pool.usage(),
+            "monotonic_s": time.monotonic(), "process_cpu_s": time.process_time(),
         }
         window = m.fine_lag.window()
         body.update({
