@@ -205,6 +205,19 @@ def test_requested_keys_prefers_the_longest_label() -> None:
     assert requested_keys("Could you share the cancel order id?", known) == ["cancel_order_id"]
     assert requested_keys("May I have the order id and the reason?", known) == [
         "order_id", "reason"]
+    # A real agent model's wording.
+    known = {"user_id": "u1", "reservation_id": "ABC", "email": "a@b.c", "zip": "12345"}
+    assert requested_keys("Can you give me your user ID and reservation number?", known) == [
+        "user_id", "reservation_id"]
+    assert requested_keys("What's your e-mail and zip code?", known) == ["email", "zip"]
+
+
+def test_user_tells_a_fact_asked_to_be_confirmed() -> None:
+    task = get_task("airline/012")
+    convo = [{"role": "user", "content": "Hello!"},
+             {"role": "assistant", "content": task.scenario.opening},
+             {"role": "user", "content": "Can you confirm your user ID for me?"}]
+    assert task.scenario.known_info["user_id"] in _user_reply(task.id, convo)
 
 
 # --- the plan, unit level ----------------------------------------------------------------------

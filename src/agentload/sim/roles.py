@@ -687,14 +687,25 @@ def user_profile(task_id: str, session_id: str, sim_seed: int) -> UserProfile:
                        pushes_back=rng.random() < 0.7)
 
 
+@functools.lru_cache(maxsize=256)
+def _label_pattern(key: str) -> re.Pattern[str]:
+    """The field's name as an agent may word it: "reservation id", "reservation number",
+    "reservation code"; "zip" or "zip code"; "email" or "e-mail"."""
+    words = [re.escape(w) for w in W.label(key).split()]
+    if words and words[-1] in ("id", "ids"):
+        plural = words[-1] == "ids"
+        words[-1] = "(?:ids?|numbers?|codes?)" if plural else "(?:id|number|code)"
+    text = r"\s+".join(words).replace("email", "e-?mail")
+    return re.compile(rf"\b{text}\b")
+
+
 def requested_keys(text: str, known: Mapping[str, str]) -> list[str]:
     """The known-info keys an agent message asks for, longest label first wins."""
     low = text.lower()
     hits: list[str] = []
     spans: list[tuple[int, int]] = []
     for key in sorted(known, key=lambda k: -len(W.label(k))):
-        lab = W.label(key)
-        for m in re.finditer(re.escape(lab), low):
+        for m in re.finditer(_label_pattern(key), low):
             if not any(a <= m.start() < b for a, b in spans):
                 hits.append(key)
                 spans.append((m.start(), m.end()))
@@ -737,10 +748,12 @@ class CooperativeUser:
         profile = user_profile(task.id, session_id, self.config.seed)
         rng = stable_rng("user-call", self.config.seed, session_id, task.id, len(own))
         said = text_of(last.get("content"))
-        if W.is_confirm_request(said):
+        asking = bool(W.INFO_REQUEST_RE.search(said) or W.DETAILS_REQUEST_RE.search(said))
+        keys = requested_keys(said, scenario.known_info) if asking else []
+        # "Can you confirm your user id?" asks for a fact; "shall I proceed?" for a yes.
+        if W.is_confirm_request(said) and not (keys and not W.PROCEED_RE.search(said)):
             return rng.choice(W.YES_REPLIES)
-        if W.INFO_REQUEST_RE.search(said) or W.DETAILS_REQUEST_RE.search(said):
-            keys = requested_keys(said, scenario.known_info)
+        if asking:
             if keys:
                 if profile.one_at_a_time:
                     keys = keys[:1]

@@ -101,6 +101,7 @@ CONFIRM_REQUEST_RE = re.compile(
     r"|\bwould you like me to proceed\b|\bconfirm (that )?(you|i should)\b",
     re.IGNORECASE,
 )
+PROCEED_RE = re.compile(r"\(yes/no\)|\bproceed\b|\bgo ahead\b", re.IGNORECASE)
 INFO_REQUEST_RE = re.compile(
     r"\b(could|can|would) you (please )?(share|provide|give|tell|send|confirm|let me know)\b"
     r"|\bplease (share|provide|tell|send|give)\b|\bmay i (have|ask)\b|\bwhat(?: is|'s) your\b"
