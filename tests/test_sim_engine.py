@@ -186,3 +186,57 @@ async def test_speedup_scales_time() -> None:
         assert r["e2e"] < 0.3
         assert r["itl"] > 0.001
         await client.close()
+
+
+def _write_tokenizer(path: str) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0}
+    for word in ("hello", "world", "<", "|", ">", "im", "_", "start", "end", "user",
+                 "assistant", "\n"):
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(path)
+
+
+async def test_real_tokenizer_counts_prompt_tokens(tmp_path: Any) -> None:
+    path = str(tmp_path / "tokenizer.json")
+    _write_tokenizer(path)
+    config = SimConfig(port=0, model=MODEL, profile="instant", tokenizer=path)
+    async with SimServer(config) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        short = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=2)
+        long = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hello world " * 50}],
+            max_tokens=2)
+        await client.close()
+    assert short.usage is not None and long.usage is not None
+    # whitespace word-level: each "hello world" adds exactly two tokens
+    assert long.usage.prompt_tokens - short.usage.prompt_tokens == 99
+
+
+async def test_client_disconnect_aborts_the_request() -> None:
+    profile = Profile(name="slow", step_overhead_s=0.01, block_size=16, kv_blocks=1024)
+    async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 500, "ignore_eos": True, "stream": True}
+        async with aiohttp.ClientSession() as s:
+            resp = await s.post(f"{server.base_url}/chat/completions", json=body)
+            await resp.content.readuntil(b"\n\n")
+            resp.close()
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            m = await scrape(server)
+            if m["vllm:num_requests_running"] == 0:
+                break
+        assert m["vllm:num_requests_running"] == 0
+        assert m["vllm:generation_tokens_total"] < 500
+        async with aiohttp.ClientSession() as s, s.get(server.metrics_url) as r:
+            text = await r.text()
+        assert 'finished_reason="abort"' in text
+        aborted = [line for line in text.splitlines()
+                   if line.startswith("vllm:request_success_total")
+                   and 'finished_reason="abort"' in line]
+        assert aborted and aborted[0].endswith(" 1.0")
