@@ -163,3 +163,41 @@ async def test_scraper_with_a_callable_sink_and_unreachable_server() -> None:
     sample = await sc.scrape_once()
     await sc.stop(final_sample=False)
     assert got == [sample] and sample["ok"] is False and sample["error"]
+
+
+async def test_server_deltas_agree_with_client_records_on_the_simulator(tmp_path: Path) -> None:
+    """The engine's own counters, differenced over the run, equal the calls' usage totals."""
+    from agentload.client.client import ChatClient
+    from agentload.client.config import EndpointConfig
+    from agentload.results import summarize
+    from agentload.sim import SimConfig, SimServer
+
+    async with SimServer(SimConfig(port=0, profile="instant")) as sim:
+        ep = EndpointConfig(name="sim", base_url=sim.base_url, model=sim.config.model)
+        with Recorder(tmp_path) as rec:
+            async with (
+                MetricsScraper(sim.metrics_url, rec, interval_s=0.05, endpoint="sim"),
+                ChatClient(ep, on_record=rec.record_call) as client,
+            ):
+
+                async def conversation(i: int) -> None:
+                    msgs: list[dict[str, Any]] = [
+                        {"role": "system", "content": "You are a careful agent. " * 150}]
+                    for t in range(3):
+                        msgs.append({"role": "user", "content": f"request {i}.{t} " * 20})
+                        res = await client.chat(msgs, max_tokens=12, session_id=f"s{i}",
+                                                role="agent", turn=t)
+                        assert res.ok
+                        msgs.append(res.message())
+
+                await asyncio.gather(*(conversation(i) for i in range(3)))
+    summary = summarize(tmp_path)
+    tokens = summary["calls"]["all"]["tokens"]
+    server = summary["server"]["endpoints"]["sim"]
+    assert summary["counts"]["calls"] == 9 and tokens["prompt"] > 0
+    assert server["engine"] == "vllm" and server["failed_scrapes"] == 0
+    assert server["deltas"]["prompt_tokens"] == tokens["prompt"]
+    assert server["deltas"]["generation_tokens"] == tokens["completion"]
+    assert server["deltas"]["requests_finished"] == 9
+    assert server["prefix_cache_hit_rate"] == pytest.approx(tokens["cached_share"])
+    assert tokens["cached_share"] > 0.3  # later turns reuse the system prompt prefix

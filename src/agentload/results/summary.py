@@ -488,7 +488,9 @@ def load_measured(out_dir: Path | str) -> MeasuredRun:
     no_session = np.array([s is None for s in sid], dtype=bool)
     in_done = np.array([s in done_ids for s in sid], dtype=bool)
     in_warm = np.array([s in warm_ids for s in sid], dtype=bool)
-    m = no_session | in_done
+    # A directory with calls but no episode records at all (calls made outside the episode
+    # runner) is a calls-only run: every call counts.
+    m = no_session | in_done if all_sessions else np.ones(a.n, dtype=bool)
     return MeasuredRun(a, all_calls, m, in_warm, ~(m | in_warm), sessions,
                        len(all_sessions) - len(sessions))
 
