@@ -262,9 +262,10 @@ def test_summarize_100k_calls_fast(tmp_path: Path) -> None:
             for s in range(n_sess)
         )
     )
-    t = time.perf_counter()
+    # CPU time of this process, so that other work on a shared machine does not count
+    t = time.process_time()
     s = summarize(tmp_path, slo={"ttft_p90": 1.0})
-    elapsed = time.perf_counter() - t
+    elapsed = time.process_time() - t
     assert s["counts"]["calls"] == n_sess * per
     assert s["calls"]["all"]["ttft_s"]["p90"] == pytest.approx(np.percentile(ttft, 90))
-    assert elapsed < 15, f"summarize of 100k calls took {elapsed:.1f}s"
+    assert elapsed < 10, f"summarize of 100k calls took {elapsed:.1f} s of CPU"
