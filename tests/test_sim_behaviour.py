@@ -158,3 +158,28 @@ def test_role_modules_load_lazily_and_missing_ones_are_skipped(
         assert bh.behaviour_factory(None) is GenericBehaviour
     finally:
         unregister_behaviour("planner")
+
+
+class Broken:
+    def __init__(self, config: SimConfig) -> None:
+        pass
+
+    def respond(self, request: RequestView) -> ResponsePlan:
+        raise RuntimeError("no plan")
+
+
+async def test_failing_behaviour_is_a_500_in_openai_shape() -> None:
+    import openai
+
+    register_behaviour("broken", Broken)
+    try:
+        async with SimServer(SimConfig(port=0, model=MODEL, profile="instant")) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+            with pytest.raises(openai.InternalServerError) as info:
+                await client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                    extra_headers={"X-Agentload-Role": "broken"})
+            assert "no plan" in info.value.message
+            await client.close()
+    finally:
+        unregister_behaviour("broken")

@@ -513,8 +513,15 @@ class SimApp:
             endpoint="chat" if chat else "completions",
             parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
         )
-        behaviour = self.behaviours.for_role(request.headers.get("X-Agentload-Role"))
-        plan = behaviour.respond(view)
+        role = request.headers.get("X-Agentload-Role")
+        try:
+            plan = self.behaviours.for_role(role).respond(view)
+        except Exception as exc:
+            log.exception("behaviour for role %r failed", role)
+            self.metrics.count_http(handler, 500)
+            return json_response(error_body(f"The simulator's behaviour for role {role!r} "
+                                            f"failed: {type(exc).__name__}: {exc}", 500,
+                                            "InternalServerError"), status=500)
         if not chat:
             plan = ResponsePlan(content=(plan.content or ""))
         items, tool_ids = plan_items(plan, thinking, rng)
