@@ -201,3 +201,43 @@ async def test_server_deltas_agree_with_client_records_on_the_simulator(tmp_path
     assert server["deltas"]["requests_finished"] == 9
     assert server["prefix_cache_hit_rate"] == pytest.approx(tokens["cached_share"])
     assert tokens["cached_share"] > 0.3  # later turns reuse the system prompt prefix
+
+
+def test_metrics_command_snapshot_and_watch() -> None:
+    import http.server
+    import json
+    import threading
+
+    from typer.testing import CliRunner
+
+    from agentload.cli import app
+
+    body = CAPTURE.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path == "/metrics"
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body if ok else b"no")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        runner = CliRunner()
+        res = runner.invoke(app, ["metrics", f"{url}/metrics", "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["prefix_hits"] == 43904.0
+        res = runner.invoke(app, ["metrics", f"{url}/metrics", "-w", "0.05", "--count", "2"])
+        assert res.exit_code == 0, res.output
+        assert "running 0" in res.output and "over " in res.output
+        res = runner.invoke(app, ["metrics", f"{url}/missing"])
+        assert res.exit_code == 1 and "cannot scrape" in res.output
+    finally:
+        srv.shutdown()
+        srv.server_close()

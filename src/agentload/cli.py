@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "agentload.sim.cli",
     "agentload.run_cli",
     "agentload.report.cli",
+    "agentload.servermetrics.cli",
 ]
 
 

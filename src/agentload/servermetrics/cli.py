@@ -1,0 +1,105 @@
+"""`agentload metrics URL`: what an engine's Prometheus endpoint says, once or as it changes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+import aiohttp
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentload.cli import app
+from agentload.servermetrics.parse import COUNTERS, GAUGES, parse_metrics
+from agentload.servermetrics.scraper import fetch_metrics
+from agentload.servermetrics.summary import summarize_endpoint
+from agentload.util import run_async
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.4g}"
+    return f"{int(v):,}"
+
+
+def _snapshot_table(sample: dict[str, Any], url: str) -> Table:
+    t = Table(title=f"{url} ({sample.get('engine')})", title_justify="left")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key in (*GAUGES, *COUNTERS):
+        if key in sample:
+            t.add_row(key, _fmt(sample[key]))
+    return t
+
+
+async def _fetch(url: str, timeout_s: float) -> dict[str, Any]:
+    text = await fetch_metrics(url, timeout_s=timeout_s)
+    return {"t": time.time(), "ok": True, **parse_metrics(text)}
+
+
+async def _watch(url: str, interval_s: float, count: int, timeout_s: float,
+                 json_out: bool, console: Console) -> None:
+    samples: list[dict[str, Any]] = []
+    n = 0
+    while count <= 0 or n < count:
+        sample = await _fetch(url, timeout_s)
+        samples.append(sample)
+        n += 1
+        if json_out:
+            typer.echo(orjson.dumps(sample).decode())
+        elif len(samples) >= 2:
+            s = summarize_endpoint(samples[-2:])
+            d = s["deltas"]
+            dt = sample["t"] - samples[-2]["t"]
+            console.print(
+                f"running {_fmt(sample.get('running'))}  waiting {_fmt(sample.get('waiting'))}  "
+                f"kv {_fmt(100 * sample['kv_usage']) if 'kv_usage' in sample else '–'}%  "
+                f"prompt tok/s {_fmt(d.get('prompt_tokens', 0) / dt)}  "
+                f"gen tok/s {_fmt(d.get('generation_tokens', 0) / dt)}  "
+                f"hit rate {_fmt(s['prefix_cache_hit_rate'])}  "
+                f"preempted {_fmt(d.get('preemptions'))}",
+                highlight=False,
+            )
+        if count <= 0 or n < count:
+            await asyncio.sleep(interval_s)
+    if not json_out and len(samples) >= 2:
+        whole = summarize_endpoint(samples)
+        console.print(f"over {samples[-1]['t'] - samples[0]['t']:.1f} s: prefix-cache hit rate "
+                      f"{_fmt(whole['prefix_cache_hit_rate'])}, running max "
+                      f"{_fmt(whole['running']['max'])}, waiting max "
+                      f"{_fmt(whole['waiting']['max'])}", highlight=False)
+
+
+@app.command("metrics")
+def metrics_command(
+    url: Annotated[str, typer.Argument(help="Prometheus URL, e.g. http://127.0.0.1:8000/metrics")],
+    watch: Annotated[float | None, typer.Option(
+        "--watch", "-w", help="Scrape every SECONDS and print what changed.")] = None,
+    count: Annotated[int, typer.Option(
+        "--count", help="With --watch: stop after N scrapes (0 = until Ctrl-C).")] = 0,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds per scrape.")] = 5.0,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON sample per line.")] = False,
+) -> None:
+    """Show the vLLM / SGLang metrics agentload keeps (running, waiting, KV use, cache, tokens)."""
+    console = Console()
+    try:
+        if watch is None:
+            sample = run_async(_fetch(url, timeout_s))
+            if json_out:
+                typer.echo(orjson.dumps(sample).decode())
+            else:
+                console.print(_snapshot_table(sample, url))
+        else:
+            if watch <= 0:
+                raise typer.BadParameter("must be positive", param_hint="--watch")
+            run_async(_watch(url, watch, count, timeout_s, json_out, console))
+    except (aiohttp.ClientError, TimeoutError) as e:
+        typer.echo(f"error: cannot scrape {url}: {type(e).__name__}: {e}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
