@@ -366,3 +366,14 @@ async def test_api_key_required() -> None:
         assert res.choices[0].message.content
         await bad.close()
         await good.close()
+
+
+async def test_continuous_usage_stats(sim: SimServer) -> None:
+    events = await raw_stream(sim, {
+        "model": MODEL, "messages": MESSAGES, "max_tokens": 5, "ignore_eos": True,
+        "stream": True, "stream_options": {"include_usage": True,
+                                           "continuous_usage_stats": True}})
+    counts = [e["usage"]["completion_tokens"] for e in events
+              if e != "[DONE]" and e["choices"] and "usage" in e]
+    assert counts == [1, 2, 3, 4, 5]
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 5

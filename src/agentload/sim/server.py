@@ -120,8 +120,9 @@ class StreamOut(_Out):
 
     def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
                  fault: str | None, transport: asyncio.Transport, *, chat: bool,
-                 include_usage: bool, created: int) -> None:
+                 include_usage: bool, created: int, continuous_usage: bool = False) -> None:
         super().__init__(sim, rid, items, tool_ids, fault)
+        self.continuous_usage = continuous_usage
         self.transport = transport
         self.chat = chat
         self.include_usage = include_usage
@@ -207,6 +208,12 @@ class StreamOut(_Out):
             else:
                 parts.append(self.prefix + delta + b',"logprobs":null,"finish_reason":null,'
                              b'"stop_reason":null}]}\n\n')
+        if self.continuous_usage and parts:
+            usage = orjson.dumps({"prompt_tokens": seq.prompt_len,
+                                  "total_tokens": seq.prompt_len + seq.num_output,
+                                  "completion_tokens": seq.num_output})
+            parts = [p[:-3] + b',"usage":' + usage + b"}\n\n"
+                     if p.endswith(b"}]}\n\n") else p for p in parts]
         if fault_now:
             self._fault(seq, parts, now)
             return
@@ -548,7 +555,9 @@ class SimApp:
                 return resp
             opts = body.get("stream_options") or {}
             out = StreamOut(self, rid, items, tool_ids, fault, transport, chat=chat,
-                            include_usage=bool(opts.get("include_usage")), created=created)
+                            include_usage=bool(opts.get("include_usage")), created=created,
+                            continuous_usage=bool(opts.get("include_usage")
+                                                  and opts.get("continuous_usage_stats")))
         else:
             out = CollectOut(self, rid, items, tool_ids, fault, chat=chat, created=created)
         seq = Seq(rid, prompt_len, hashes, max_tokens, len(items), out,
