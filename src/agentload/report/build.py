@@ -130,6 +130,8 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     doc.h("Calls by role and endpoint")
     rows = [_role_row(name, b) for name, b in
             (_g(summary, "calls", "by_role_endpoint") or {}).items()]
+    if not rows:
+        doc.p("No calls were measured.")
     if len(rows) > 1:
         rows.append(_role_row("all", allc))
     doc.table(ROLE_HEADER, rows)
@@ -142,19 +144,21 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     doc.p("ITL mean is the mean of all inter-token gaps (per-call means weighted by gap count). "
           "Throughput is over the measurement window.")
 
-    doc.h("Latency percentiles")
-    for role, b in (_g(summary, "calls", "by_role") or {}).items():
-        lat = _latency_rows(b)
+    lat_by_role = {role: _latency_rows(b)
+                   for role, b in (_g(summary, "calls", "by_role") or {}).items()}
+    if any(lat_by_role.values()):
+        doc.h("Latency percentiles")
+    for role, lat in lat_by_role.items():
         if lat:
             doc.h(f"Role `{role}`", 3)
             doc.table(["metric", "n", *PCTS, "mean", "min", "max"], lat)
 
-    doc.h("By turn index")
-    doc.p("How latency and caching evolve as the conversation grows: `turn` is the index of "
-          "the call among its episode's calls of the same role.")
-    for role, trows in (summary.get("turns") or {}).items():
-        if not trows:
-            continue
+    turns = {r: rows for r, rows in (summary.get("turns") or {}).items() if rows}
+    if turns:
+        doc.h("By turn index")
+        doc.p("How latency and caching evolve as the conversation grows: `turn` is the index "
+              "of the call among its episode's calls of the same role.")
+    for role, trows in turns.items():
         doc.h(f"Role `{role}`", 3)
         doc.table(["turn", "calls", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50",
                    "prompt tok (mean)", "cached share"],
