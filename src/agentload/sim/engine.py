@@ -502,6 +502,8 @@ class Engine:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), 0.01)
                 continue
+            if dt <= 0.0:
+                t0 = clock()  # no model time (instant profile): due now
             deadline = t0 + dt / self.speedup
             # Writing a step's tokens takes time; start early by half of it, so that tokens
             # leave spread around the deadline rather than all after it.
