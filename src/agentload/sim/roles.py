@@ -128,6 +128,7 @@ class EpisodePlan:
     verify: frozenset[int]  # indexes of writes followed by a re-read of what they changed
     outputs: tuple[str, ...]
     checkin: bool  # after the first lookups, asks the customer to spell out the request
+    canon: tuple[str, ...]  # the actions' arguments as canonical JSON, to match calls against
     clarify: bool  # with nothing to write, checks its understanding before answering
 
     def is_write(self, name: str) -> bool:
@@ -219,6 +220,7 @@ def episode_plan(task_id: str, session_id: str, sim_seed: int, skill: float) -> 
         task=task, domain=domain, success=success, mistake=mistake, actions=tuple(actions),
         omitted=omitted, ask_together=rng.random() < 0.3, verify=verify, outputs=outputs,
         checkin=rng.random() < 0.7, clarify=rng.random() < 0.8,
+        canon=tuple(_canon(a.arguments) for a in actions),
     )
 
 
@@ -266,8 +268,10 @@ class AgentView:
         return W.norm("\n".join(self.user_texts))
 
     @functools.cached_property
-    def seen(self) -> str:
-        return W.norm("\n".join(self.user_texts + self.tool_texts))
+    def tool_seen(self) -> str:
+        # Tool results are JSON that quotes values verbatim: lower case is enough (and cheap
+        # on the long texts).
+        return "\n".join(self.tool_texts).lower()
 
 
 def read_agent_view(messages: Sequence[Mapping[str, Any]]) -> AgentView:
@@ -345,8 +349,7 @@ class AgentPlayer:
         """Index of the first planned action not attempted yet (in order)."""
         pos = 0
         calls = self.view.calls
-        for i, action in enumerate(self.plan.actions):
-            want = _canon(action.arguments)
+        for i, (action, want) in enumerate(zip(self.plan.actions, self.plan.canon, strict=True)):
             for j in range(pos, len(calls)):
                 if calls[j].name == action.name and calls[j].canon == want:
                     pos = j + 1
@@ -376,10 +379,10 @@ class AgentPlayer:
 
     def unresolved(self, action: Action) -> bool:
         """Some argument neither the customer nor a tool result has mentioned yet."""
-        seen = self.view.seen
+        said, tools = self.view.said, self.view.tool_seen
         known = " ".join(self.known.values()).lower()
         return any(
-            W.norm(leaf) not in seen and leaf.lower() not in known
+            W.norm(leaf) not in said and leaf.lower() not in tools and leaf.lower() not in known
             for leaf in _text_leaves(action.arguments)
         )
 
@@ -513,23 +516,24 @@ class AgentPlayer:
                          f"{task.refusal_reason}.")
             texts.append("This is a firm rule of our policy, and I cannot make an exception.")
         else:
-            done = [
-                W.describe_action(c.name, c.arguments, full=False)
-                for c in self.view.calls
-                if c.ok and plan.is_write(c.name) and isinstance(c.arguments, dict)
-            ]
-            if done:
-                texts.append(f"All done: I have completed {W.join_words(done)}.")
-            else:
-                texts.append("I have looked into this for you.")
+            done = self.done_sentence()
+            texts.append(f"All done: {done}" if done else "I have looked into this for you.")
         texts += self.output_sentences()
         return Step(texts=texts, kind="final", tail=[W.ANYTHING_ELSE])
+
+    def done_sentence(self) -> str:
+        done = [
+            W.describe_action(c.name, c.arguments, full=False)
+            for c in self.view.calls
+            if c.ok and self.plan.is_write(c.name) and isinstance(c.arguments, dict)
+        ]
+        return f"I have completed {W.join_words(done)}." if done else ""
 
     def followup(self) -> Step:
         reason = self.plan.task.refusal_reason
         first = (f"I understand, but I'm afraid I really cannot: {reason}." if reason
                  else self.rng.choice(W.FOLLOWUP_ANSWERS))
-        texts = [first, *self.output_sentences()]
+        texts = [first, *filter(None, [self.done_sentence()]), *self.output_sentences()]
         return Step(texts=texts, kind="followup", tail=[W.ANYTHING_ELSE])
 
 

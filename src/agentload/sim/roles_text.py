@@ -173,6 +173,10 @@ _SECOND_TO_FIRST = (
     (re.compile(r"\bYour\b"), "My"),
     (re.compile(r"(^|[.!?]\s+|\bthen:?\s+|\bbecause\s+|\bif\s+|\band\s+|\bso\s+|,\s+)you\b"),
      r"\1I"),
+    (re.compile(r"\byou(?=(?:\s+(?:also|only|just|still|now|already|no longer|really))?\s+"
+                r"(?:want|wanted|need|needed|have|had|will|would|can|could|do|did|expect|"
+                r"moved|booked|bought|checked|paid|ordered|received|got|prefer|plan|think|"
+                r"know|asked|used|changed|are|were)\b)"), "I"),
     (re.compile(r"\bYou\b"), "I"),
     (re.compile(r"\byou\b"), "me"),
 )
