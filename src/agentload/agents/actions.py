@@ -45,18 +45,28 @@ class ParsedAction:
 
 
 def _first_object(text: str) -> tuple[Any, str | None]:
-    """The first JSON value that starts at a '{' in `text`, or the decoder's last error."""
-    error: str | None = "no JSON object found"
+    """The first JSON object with a "name" key that starts at a '{' in `text` (braces in
+    prose before it are skipped); failing that, the first JSON value found, or the first
+    decoding error."""
+    first_value: Any = None
+    found = False
+    error: str | None = None
     start = text.find("{")
     while start != -1:
         try:
             value, _ = _decoder.raw_decode(text, start)
-            return value, None
         except json.JSONDecodeError as e:
-            if error == "no JSON object found":
+            if error is None:
                 error = f"invalid JSON: {e.msg} (line {e.lineno} column {e.colno})"
+        else:
+            if isinstance(value, dict) and "name" in value:
+                return value, None
+            if not found and error is None:
+                first_value, found = value, True
         start = text.find("{", start + 1)
-    return None, error
+    if found:
+        return first_value, None
+    return None, error or "no JSON object found"
 
 
 def parse_action(text: str | None, *, require_thought: bool = False) -> ParsedAction:
