@@ -269,3 +269,27 @@ def test_summarize_100k_calls_fast(tmp_path: Path) -> None:
     assert s["counts"]["calls"] == n_sess * per
     assert s["calls"]["all"]["ttft_s"]["p90"] == pytest.approx(np.percentile(ttft, 90))
     assert elapsed < 10, f"summarize of 100k calls took {elapsed:.1f} s of CPU"
+
+
+def test_single_token_calls_cannot_miss_itl_or_tpot(tmp_path: Path) -> None:
+    from agentload.client.record import CallRecord, ItlSummary
+    from agentload.results import Recorder
+
+    with Recorder(tmp_path) as rec:
+        rec.record_call(CallRecord(call_id="one", role="agent", started_at=T0, ttft_s=0.1,
+                                   e2e_s=0.1, total_s=0.1, completion_tokens=1))
+        for i, gap in enumerate((0.01, 0.03)):
+            rec.record_call(CallRecord(
+                call_id=f"c{i}", role="agent", started_at=T0 + 1, ttft_s=0.1, e2e_s=1.0,
+                total_s=1.0, tpot_s=gap, completion_tokens=10,
+                itl=ItlSummary(count=9, mean=gap, p50=gap, p90=gap, p99=gap, max=gap)))
+    s = summarize(tmp_path, slo={"tpot_p50": 0.02, "itl_p99": 0.02, "itl_mean": 0.05})
+    cond = s["slo"]["conditions"]
+    # observed figures are those of the call blocks (measured values only)
+    assert cond["tpot_p50"]["observed"] == pytest.approx(s["calls"]["all"]["tpot_s"]["p50"])
+    assert cond["itl_p99"]["observed"] == pytest.approx(np.percentile([0.01, 0.03], 99))
+    assert cond["itl_mean"]["observed"] == pytest.approx(0.02)
+    # the single-token call meets both; the 30 ms call misses both
+    assert cond["tpot_p50"]["attainment"] == pytest.approx(2 / 3)
+    assert cond["itl_p99"]["attainment"] == pytest.approx(2 / 3)
+    assert s["slo"]["call_attainment"] == pytest.approx(2 / 3)

@@ -222,18 +222,26 @@ def parse_slo_key(key: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def _per_call_values(a: CallArrays, metric: str, stat: str) -> np.ndarray:
-    """The value a single call is judged by for an SLO key (NaN = failed call = a miss)."""
+def _per_call_values(a: CallArrays, metric: str, stat: str) -> tuple[np.ndarray, np.ndarray]:
+    """(value each call is judged by, measured value) for an SLO key.
+
+    NaN in the first means a failed call: a miss. A call without token gaps (one chunk) has
+    no ITL, and a single-token answer no TPOT, to violate: judged 0. The measured values
+    (NaN where absent) give the observed statistic, as in the call blocks.
+    """
     if metric == "itl":
-        col = {"p50": a.itl_p50, "p90": a.itl_p90, "p99": a.itl_p99, "mean": a.itl_mean}.get(
+        raw = {"p50": a.itl_p50, "p90": a.itl_p90, "p99": a.itl_p99, "mean": a.itl_mean}.get(
             stat, a.itl_max)
-        # A call without token gaps (one chunk) has no ITL to violate.
-        vals = np.where(a.itl_count > 0, col, 0.0)
+        raw = np.where(a.itl_count > 0, raw, NAN)
     else:
-        vals = {"ttft": a.ttft, "e2e": a.e2e, "tpot": a.tpot}[metric].copy()
-        if metric == "tpot":  # single-token answers have no TPOT to violate
-            vals = np.where(np.isnan(vals) & a.ok, 0.0, vals)
-    return np.where(a.ok, vals, NAN)
+        raw = {"ttft": a.ttft, "e2e": a.e2e, "tpot": a.tpot}[metric]
+    if metric == "itl":
+        judged = np.where(a.itl_count == 0, 0.0, raw)
+    elif metric == "tpot":
+        judged = np.nan_to_num(raw, nan=0.0)
+    else:
+        judged = raw
+    return np.where(a.ok, judged, NAN), np.where(a.ok, raw, NAN)
 
 
 def _stat(values: np.ndarray, stat: str) -> float | None:
@@ -258,11 +266,13 @@ def _slo_block(
     conditions: dict[str, Any] = {}
     for key, threshold in slo.items():
         metric, stat = parse_slo_key(key)
-        vals = _per_call_values(a, metric, stat)
+        vals, raw = _per_call_values(a, metric, stat)
         with np.errstate(invalid="ignore"):
             meet = vals <= float(threshold)  # NaN (failed call) compares False: a miss
         meet_all &= meet
-        observed = _stat(vals[m], stat)
+        # itl_mean is gap-weighted, as calls.*.itl_s.mean
+        itl_mean = metric == "itl" and stat == "mean"
+        observed = _itl(a, m)["mean"] if itl_mean else _stat(raw[m], stat)
         conditions[key] = {
             "metric": metric,
             "stat": stat,
