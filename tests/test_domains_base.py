@@ -273,3 +273,12 @@ def test_tools_cannot_alias_recorded_or_gold_arguments(bank: Bank) -> None:
     assert args == {"items": ["a"]}
     assert env.actions[-1].arguments == {"items": ["a"]}
     assert env.db["kept"] == ["a", "changed later"]
+
+
+def test_evaluate_arithmetic() -> None:
+    from agentload.domains.base import evaluate_arithmetic
+
+    assert evaluate_arithmetic(" (320 + 185) * 2 - -50 / 4") == 1022.5
+    for bad in ("__import__('os')", "2 ** 10", "1 / 0", "abc", "1 +", "9" * 201):
+        with pytest.raises(ToolError):
+            evaluate_arithmetic(bad)

@@ -10,8 +10,10 @@ fresh database) * (every required output appears in the agent's replies).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -205,6 +207,39 @@ class Domain:
     def system_prompt(self) -> str:
         """The agent's static prefix: the policy (tool schemas travel in `tools`)."""
         return self.policy
+
+
+_ARITHMETIC: dict[type, Callable[..., float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def evaluate_arithmetic(expression: str) -> float:
+    """The value of an expression of numbers, + - * / and parentheses (what a domain's
+    `calculate` tool offers); anything else, or a division by zero, raises ToolError."""
+    if len(expression) > 200:
+        raise ToolError("expression too long")
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            return _ARITHMETIC[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _ARITHMETIC:
+            return _ARITHMETIC[type(node.op)](ev(node.operand))
+        raise ToolError("only numbers, + - * / and parentheses are allowed")
+
+    try:
+        return ev(ast.parse(expression.strip(), mode="eval").body)
+    except SyntaxError:
+        raise ToolError(f"cannot parse {expression!r}") from None
+    except ZeroDivisionError:
+        raise ToolError("division by zero") from None
 
 
 @dataclass

@@ -366,6 +366,19 @@ def _bags_plan(b: _Builder, res: dict, add: int) -> tuple[int, int, int]:
     return total, nonfree, (nonfree - res["nonfree_baggages"]) * 50
 
 
+def _add_bags(b: _Builder, res: dict, add: int, pay: dict) -> tuple[Action, int]:
+    """The gold bag update adding `add` bags (allowance from res's cabin), and its fee."""
+    total, nonfree, cost = _bags_plan(b, res, add)
+    action = A(
+        "update_reservation_baggages",
+        reservation_id=res["reservation_id"],
+        total_baggages=total,
+        nonfree_baggages=nonfree,
+        payment_method_id=pay["id"],
+    )
+    return action, cost
+
+
 def _bag_candidates(b: _Builder) -> list[dict]:
     def ok(r: dict) -> bool:
         if flown(b.db, r) or not all_bookable(b.db, r):
@@ -380,7 +393,7 @@ def t_add_bags(b: _Builder, n: int) -> Iterator[None]:
     for res in _bag_candidates(b)[:n]:
         user = b.db["users"][res["user_id"]]
         pay = card(user)
-        total, nonfree, cost = _bags_plan(b, res, 2)
+        bags, cost = _add_bags(b, res, 2, pay)
         b.claim(res["reservation_id"], res["user_id"])
         b.add(
             "single_write",
@@ -388,16 +401,7 @@ def t_add_bags(b: _Builder, n: int) -> Iterator[None]:
             f"any fee with {card_words(pay)}. You want to know the fee before agreeing.",
             "Hello, I'd like to add some checked bags to my trip.",
             _known(res, payment=card_words(pay)),
-            [
-                *_lookup(res),
-                A(
-                    "update_reservation_baggages",
-                    reservation_id=res["reservation_id"],
-                    total_baggages=total,
-                    nonfree_baggages=nonfree,
-                    payment_method_id=pay["id"],
-                ),
-            ],
+            [*_lookup(res), bags],
             [_money(cost)],
         )
         yield
@@ -682,18 +686,9 @@ def t_bags_two(b: _Builder, n: int) -> Iterator[None]:
         gold = [A("get_user_details", user_id=user["user_id"])]
         cost = 0
         for r in (r1, r2):
-            total, nonfree, c = _bags_plan(b, r, 2)
+            bags, c = _add_bags(b, r, 2, pay)
             cost += c
-            gold += [
-                A("get_reservation_details", reservation_id=r["reservation_id"]),
-                A(
-                    "update_reservation_baggages",
-                    reservation_id=r["reservation_id"],
-                    total_baggages=total,
-                    nonfree_baggages=nonfree,
-                    payment_method_id=pay["id"],
-                ),
-            ]
+            gold += [A("get_reservation_details", reservation_id=r["reservation_id"]), bags]
         b.claim(r1["reservation_id"], r2["reservation_id"], user["user_id"])
         b.add(
             "multi_write",
@@ -737,7 +732,7 @@ def t_fix_and_bags(b: _Builder, n: int) -> Iterator[None]:
     for res in _bag_candidates(b)[:n]:
         pax, words = _fixed_passengers(b, res)
         pay = card(b.db["users"][res["user_id"]])
-        total, nonfree, cost = _bags_plan(b, res, 2)
+        bags, cost = _add_bags(b, res, 2, pay)
         b.claim(res["reservation_id"], res["user_id"])
         rid = res["reservation_id"]
         b.add(
@@ -749,13 +744,7 @@ def t_fix_and_bags(b: _Builder, n: int) -> Iterator[None]:
             [
                 *_lookup(res),
                 A("update_reservation_passengers", reservation_id=rid, passengers=pax),
-                A(
-                    "update_reservation_baggages",
-                    reservation_id=rid,
-                    total_baggages=total,
-                    nonfree_baggages=nonfree,
-                    payment_method_id=pay["id"],
-                ),
+                bags,
             ],
             [_money(cost)],
         )
@@ -766,8 +755,7 @@ def t_upgrade_and_bags(b: _Builder, n: int) -> Iterator[None]:
     for res in b.reservations(lambda r: _upgrade_ok(b, r))[:n]:
         pay = card(b.db["users"][res["user_id"]])
         gold, diff = _upgrade(b, res, pay)
-        upgraded = {**res, "cabin": "business"}
-        total, nonfree, _ = _bags_plan(b, upgraded, 1)
+        bags, _ = _add_bags(b, {**res, "cabin": "business"}, 1, pay)
         b.claim(res["reservation_id"], res["user_id"])
         b.add(
             "multi_write",
@@ -775,17 +763,7 @@ def t_upgrade_and_bags(b: _Builder, n: int) -> Iterator[None]:
             f"add one checked bag. Pay everything with {card_words(pay)}.",
             "Hi, I'd like to upgrade my trip and add a bag.",
             _known(res, payment=card_words(pay)),
-            [
-                *_lookup(res),
-                *gold,
-                A(
-                    "update_reservation_baggages",
-                    reservation_id=res["reservation_id"],
-                    total_baggages=total,
-                    nonfree_baggages=nonfree,
-                    payment_method_id=pay["id"],
-                ),
-            ],
+            [*_lookup(res), *gold, bags],
             [_money(diff)],
         )
         yield

@@ -10,9 +10,7 @@ database (copy-on-write).
 
 from __future__ import annotations
 
-import ast
 import itertools
-import operator
 from typing import Any
 
 from agentload.domains.airline.data import (
@@ -22,7 +20,7 @@ from agentload.domains.airline.data import (
     payment_id,
     reservation_id,
 )
-from agentload.domains.base import Tool, ToolError, own
+from agentload.domains.base import Tool, ToolError, evaluate_arithmetic, own
 
 BOOKABLE = ("scheduled", "delayed")
 MAX_PASSENGERS = 5
@@ -80,6 +78,14 @@ def _charge(db: dict, user_id: str, pid: str, amount: int) -> None:
         own(db, "users", user_id)["payment_methods"][pid]["balance"] -= amount
     elif source == "certificate":
         del own(db, "users", user_id)["payment_methods"][pid]  # single use; remainder forfeited
+
+
+def _own_reservation(db: dict, rid: str, pid: str, amount: int) -> dict:
+    """The reservation, made private, with a charge (or refund) recorded if there is one."""
+    res = own(db, "reservations", rid)
+    if amount:
+        res["payment_history"].append({"payment_id": pid, "amount": amount})
+    return res
 
 
 def _minutes(hhmm: str) -> int:
@@ -258,38 +264,8 @@ def list_all_airports(db: dict) -> dict:
     return {code: a["city"] for code, a in db["airports"].items()}
 
 
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.USub: operator.neg,
-    ast.UAdd: operator.pos,
-}
-
-
-def _eval(node: ast.AST) -> float:
-    if isinstance(node, ast.Expression):
-        return _eval(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval(node.left), _eval(node.right))
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval(node.operand))
-    raise ToolError("only numbers, + - * / and parentheses are allowed")
-
-
 def calculate(db: dict, expression: str) -> str:
-    if len(expression) > 200:
-        raise ToolError("expression too long")
-    try:
-        value = _eval(ast.parse(expression, mode="eval"))
-    except SyntaxError:
-        raise ToolError(f"cannot parse {expression!r}") from None
-    except ZeroDivisionError:
-        raise ToolError("division by zero") from None
-    return f"{round(value, 2):g}" if abs(value) < 1e15 else str(round(value, 2))
+    return f"{round(evaluate_arithmetic(expression), 2):g}"
 
 
 def transfer_to_human_agents(db: dict, summary: str) -> str:
@@ -396,9 +372,7 @@ def update_reservation_flights(
         _merge(_seats(res["flights"], res["cabin"], pax, -1), _seats(segs, cabin, pax, +1)),
     )
     _charge(db, user["user_id"], payment_method_id, diff)
-    res = own(db, "reservations", reservation_id)
-    if diff:
-        res["payment_history"].append({"payment_id": payment_method_id, "amount": diff})
+    res = _own_reservation(db, reservation_id, payment_method_id, diff)
     res["flights"] = segs
     res["cabin"] = cabin
     return res
@@ -433,9 +407,7 @@ def update_reservation_baggages(
     method = _payment(db, user, payment_method_id, ("credit_card", "gift_card"))
     _check_funds(method, cost)
     _charge(db, user["user_id"], payment_method_id, cost)
-    res = own(db, "reservations", reservation_id)
-    if cost:
-        res["payment_history"].append({"payment_id": payment_method_id, "amount": cost})
+    res = _own_reservation(db, reservation_id, payment_method_id, cost)
     res["total_baggages"] = total_baggages
     res["nonfree_baggages"] = nonfree_baggages
     return res
