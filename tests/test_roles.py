@@ -37,7 +37,9 @@ async def _run(pairs: Pairs, *, skill: float, agent: str = "tool-calling", sim_s
                     behaviour_options={"agent_skill": skill})
     records: list[CallRecord] = []
     async with SimServer(cfg) as sim:
-        endpoint = EndpointConfig(base_url=sim.base_url, model=cfg.model)
+        # Non-streaming: these tests are about what is said, and per-token chunks would
+        # only cost time.
+        endpoint = EndpointConfig(base_url=sim.base_url, model=cfg.model, stream=False)
         async with ChatClient(endpoint, on_record=records.append) as client:
             gate = asyncio.Semaphore(concurrency)
 
