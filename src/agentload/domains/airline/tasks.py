@@ -261,13 +261,14 @@ def _future_days(b: _Builder) -> list[str]:
 
 
 def _cheapest(offers: list[dict], cabin: str, pax: int) -> dict | None:
-    fit = [o for o in offers if o["available_seats"][cabin] >= pax]
-    if not fit:
+    """The single cheapest offer in `cabin`, if it has seats for `pax`: "the cheapest" must
+    be unambiguous, and not a full flight that an agent could fairly name."""
+    if not offers:
         return None
-    fit.sort(key=lambda o: o["prices"][cabin])
-    if len(fit) > 1 and fit[0]["prices"][cabin] == fit[1]["prices"][cabin]:
-        return None  # "the cheapest" must be unambiguous
-    return fit[0]
+    ranked = sorted(offers, key=lambda o: o["prices"][cabin])
+    if len(ranked) > 1 and ranked[0]["prices"][cabin] == ranked[1]["prices"][cabin]:
+        return None
+    return ranked[0] if ranked[0]["available_seats"][cabin] >= pax else None
 
 
 def _route_offers(b: _Builder, min_offers: int) -> Iterator[tuple[str, str, str, list[dict]]]:
