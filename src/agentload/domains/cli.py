@@ -26,12 +26,15 @@ def _domains(names: list[str] | None, category: str | None = None) -> list[tuple
     """(domain, its tasks of `category`) for each named domain, or for every domain that
     loads when none is named: one broken domain must not hide the others."""
     out = []
-    for name in names or domain_names():
+    known = domain_names()
+    for name in names or known:
+        if name not in known:
+            raise typer.BadParameter(
+                f"unknown domain {name!r}; known: {', '.join(known)}", param_hint="--domain"
+            )
         try:
             d = get_domain(name)
             tasks = [t for t in d.tasks() if category is None or t.category == category]
-        except KeyError as e:
-            raise typer.BadParameter(str(e.args[0]), param_hint="--domain") from None
         except Exception as e:
             if names:
                 raise
