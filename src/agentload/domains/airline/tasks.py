@@ -2,9 +2,9 @@
 
 Each template picks the entities that fit it (a reservation booked within the last day, a
 gold member whose flight was cancelled, ...) with a fixed-seed RNG, writes the customer's
-scenario, and derives the gold actions and required outputs by running the real tools on a
-scratch copy of the database, so tasks and data can never disagree. Every task starts from a
-fresh seed-0 database.
+scenario, and derives the gold actions and required outputs from the data; every task's gold
+actions are run through the real tools (on a scratch copy of the database) while the tasks
+are built, so tasks and data cannot disagree. Every task starts from a fresh seed-0 database.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _money(n: int) -> str:
 
 
 class _Builder:
-    """Turns templates into tasks; keeps a scratch db to derive gold results with the tools."""
+    """Turns templates into tasks: the seed-0 db to pick from, the RNG, what is taken."""
 
     def __init__(self) -> None:
         self.db = make_db(0)
@@ -307,11 +307,12 @@ def t_cheapest_flight(b: _Builder, n: int) -> Iterator[None]:
 
 # --- single-write templates ---
 
+# Why the customer cancels, per cancellation rule that allows it.
 REASONS = {
-    "recent": ("you booked it by mistake", "recent"),
-    "business": ("your plans changed", "business"),
-    "insurance": ("you are ill and your doctor told you not to travel", "insurance"),
-    "airline": ("one of the flights was cancelled by the airline", "airline"),
+    "recent": "you booked it by mistake",
+    "business": "your plans changed",
+    "insurance": "you are ill and your doctor told you not to travel",
+    "airline": "one of the flights was cancelled by the airline",
 }
 
 
@@ -339,7 +340,7 @@ def t_cancel(kind: str) -> Callable[[_Builder, int], Iterator[None]]:
         for res in b.reservations(lambda r: pred(b, r)):
             if n == 0:
                 return
-            reason = REASONS[kind][0]
+            reason = REASONS[kind]
             b.claim(res["reservation_id"], res["user_id"])
             b.add(
                 "single_write",
