@@ -18,11 +18,13 @@ _CHUNK_ELEMENTS = 4_000_000  # resamples are drawn in chunks to bound memory on 
 def bootstrap(
     values: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], *,
     n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0,
-) -> tuple[float, float] | None:
-    """Percentile-bootstrap CI of `stat` (which reduces axis 1 of a resample matrix).
+) -> list[tuple[float, float]] | None:
+    """Percentile-bootstrap CIs of `stat`, which maps a (resamples, n) matrix to one row of
+    statistics per resample, shape (resamples,) or (m, resamples) for m statistics at once.
 
     Same method as `agentload.stats.bootstrap_ci`, drawn in chunks so that a run with 100k
-    calls does not need a (resamples x calls) matrix in memory at once.
+    calls does not need a (resamples x calls) matrix in memory at once; several statistics of
+    the same values (p50 / p90 / p99) share the resamples.
     """
     v = values[np.isfinite(values)]
     if v.size < 2:
@@ -33,30 +35,34 @@ def bootstrap(
     left = n_resamples
     while left > 0:
         k = min(per_chunk, left)
-        out.append(np.asarray(stat(v[rng.integers(0, v.size, size=(k, v.size))]), dtype=float))
+        res = np.asarray(stat(v[rng.integers(0, v.size, size=(k, v.size))]), dtype=float)
+        out.append(np.atleast_2d(res))
         left -= k
-    stats = np.concatenate(out)
+    stats = np.concatenate(out, axis=1)
     alpha = (1 - confidence) / 2
-    lo, hi = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
-    return float(lo), float(hi)
+    bounds = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)], axis=1)
+    return [(float(lo), float(hi)) for lo, hi in bounds.T]
 
 
-def _pct(q: float) -> Callable[[np.ndarray], np.ndarray]:
-    return lambda m: np.percentile(m, q, axis=1)
+QS = (50, 90, 99)
 
 
-def _mean(m: np.ndarray) -> np.ndarray:
-    return m.mean(axis=1)
-
-
-def _metric(values: np.ndarray, stat: Callable[[np.ndarray], np.ndarray],
-            point: Callable[[np.ndarray], float], seed: int) -> dict[str, Any]:
+def _percentiles(values: np.ndarray, name: str, seed: int) -> dict[str, dict[str, Any]]:
     v = values[np.isfinite(values)]
+    cis = bootstrap(v, lambda m: np.percentile(m, QS, axis=1), seed=seed)
+    points = np.percentile(v, QS) if v.size else [None] * len(QS)
     return {
-        "value": point(v) if v.size else None,
-        "ci": bootstrap(v, stat, seed=seed),
-        "n": int(v.size),
+        f"{name}_p{q}": {"value": None if p is None else float(p),
+                         "ci": cis[i] if cis else None, "n": int(v.size)}
+        for i, (q, p) in enumerate(zip(QS, points, strict=True))
     }
+
+
+def _mean_metric(values: np.ndarray, seed: int) -> dict[str, Any]:
+    v = values[np.isfinite(values)]
+    cis = bootstrap(v, lambda m: m.mean(axis=1), seed=seed)
+    return {"value": float(v.mean()) if v.size else None, "ci": cis[0] if cis else None,
+            "n": int(v.size)}
 
 
 def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, dict[str, Any]]:
@@ -66,17 +72,14 @@ def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, d
     if role is not None and (m & (a.role == role)).any():
         m = m & (a.role == role)
     out: dict[str, dict[str, Any]] = {}
-    for name, arr in (("ttft", a.ttft), ("e2e", a.e2e)):
-        for q in (50, 90, 99):
-            out[f"{name}_p{q}"] = _metric(arr[m], _pct(q),
-                                          lambda v, q=q: float(np.percentile(v, q)), seed=q)
-    out["itl_mean"] = _metric(a.itl_mean[m], _mean, lambda v: float(v.mean()), seed=1)
-    out["tpot_p50"] = _metric(a.tpot[m], _pct(50), lambda v: float(np.percentile(v, 50)),
-                              seed=2)
+    out.update(_percentiles(a.ttft[m], "ttft", seed=1))
+    out.update(_percentiles(a.e2e[m], "e2e", seed=2))
+    out["tpot_p50"] = _percentiles(a.tpot[m], "tpot", seed=3)["tpot_p50"]
+    out["itl_mean"] = _mean_metric(a.itl_mean[m], seed=4)
     if run.sessions:
         succ = np.array([float((s.get("reward") or 0.0) >= SUCCESS_REWARD)
                          for s in run.sessions])
-        out["success_rate"] = _metric(succ, _mean, lambda v: float(v.mean()), seed=3)
+        out["success_rate"] = _mean_metric(succ, seed=5)
         start = min(float(s.get("started_at") or 0.0) for s in run.sessions)
         end = max(session_end(s) for s in run.sessions)
         minutes = (end - start) / 60
