@@ -110,3 +110,19 @@ def test_report_and_compare_commands(tmp_path: Path) -> None:
     assert out["metrics"]["success_rate"]["a"]["value"] == pytest.approx(0.5)
     res = runner.invoke(app, ["report", str(tmp_path / "missing")])
     assert res.exit_code == 2  # a usage error naming the path
+
+
+def test_chunked_bootstrap_matches_stats_bootstrap_ci() -> None:
+    import numpy as np
+
+    from agentload import stats
+    from agentload.report.compare import bootstrap
+
+    v = np.random.default_rng(3).lognormal(size=500)
+    ours = bootstrap(v, lambda m: m.mean(axis=1), n_resamples=2000, seed=0)
+    assert ours is not None
+    assert ours[0] == pytest.approx(stats.bootstrap_ci(v, np.mean, seed=0))
+    # several statistics share the resamples; chunking keeps the interval sensible
+    many = bootstrap(np.repeat(v, 20), lambda m: np.percentile(m, [50, 90], axis=1), seed=1)
+    assert many is not None and len(many) == 2
+    assert many[0][0] <= np.percentile(v, 50) <= many[0][1]
