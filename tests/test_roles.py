@@ -17,7 +17,7 @@ import pytest
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
 from agentload.domains import domain_names, get_domain, get_task
-from agentload.sim import SimConfig, SimServer
+from agentload.sim import SimConfig, SimProcess, SimServer
 from agentload.sim.roles import (
     MISTAKES,
     CooperativeUser,
@@ -35,21 +35,28 @@ async def _run(pairs: Pairs, *, skill: float, agent: str = "tool-calling", sim_s
                concurrency: int = 32) -> tuple[list[EpisodeResult], list[CallRecord]]:
     cfg = SimConfig(port=0, profile="instant", seed=sim_seed,
                     behaviour_options={"agent_skill": skill})
-    records: list[CallRecord] = []
     async with SimServer(cfg) as sim:
         # Non-streaming: these tests are about what is said, and per-token chunks would
         # only cost time.
-        endpoint = EndpointConfig(base_url=sim.base_url, model=cfg.model, stream=False)
-        async with ChatClient(endpoint, on_record=records.append) as client:
-            gate = asyncio.Semaphore(concurrency)
+        return await _episodes(sim.base_url, pairs, agent=agent, concurrency=concurrency,
+                               stream=False)
 
-            async def one(task_id: str, session_id: str) -> EpisodeResult:
-                async with gate:
-                    spec = EpisodeSpec(task_id=task_id, trial=0, seed=0, session_id=session_id)
-                    return await run_episode(spec, {"agent": client, "user": client},
-                                             EpisodeOptions(agent=agent))
 
-            results = await asyncio.gather(*(one(t, s) for t, s in pairs))
+async def _episodes(base_url: str, pairs: Pairs, *, agent: str = "tool-calling",
+                    concurrency: int = 32, stream: bool = True,
+                    ) -> tuple[list[EpisodeResult], list[CallRecord]]:
+    records: list[CallRecord] = []
+    endpoint = EndpointConfig(base_url=base_url, model="agentload-sim", stream=stream)
+    async with ChatClient(endpoint, on_record=records.append) as client:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(task_id: str, session_id: str) -> EpisodeResult:
+            async with gate:
+                spec = EpisodeSpec(task_id=task_id, trial=0, seed=0, session_id=session_id)
+                return await run_episode(spec, {"agent": client, "user": client},
+                                         EpisodeOptions(agent=agent))
+
+        results = await asyncio.gather(*(one(t, s) for t, s in pairs))
     return list(results), records
 
 
@@ -140,6 +147,17 @@ def test_same_session_same_responses() -> None:
         assert _shape(a) == _shape(b)
         assert a.session["counts"]["agent_calls"] == b.session["counts"]["agent_calls"]
         assert a.session["reward"] == b.session["reward"]
+
+
+def test_skill_option_from_the_command_line_streaming() -> None:
+    # A simulator in its own process gets the option as text: "0" means every episode fails.
+    cfg = SimConfig(port=0, profile="instant", behaviour_options={"agent_skill": "0"})
+    pairs = [("airline/012", "cli-a"), ("retail/030", "cli-b"), ("retail/006", "cli-c")]
+    with SimProcess(cfg) as sim:
+        results, records = asyncio.run(_episodes(sim.base_url, pairs))
+    assert [r.session["reward"] for r in results] == [0.0, 0.0, 0.0]
+    assert all(r.session["termination"] == "user_stop" for r in results)
+    assert all(rec.status == "ok" and rec.stream for rec in records)
 
 
 @pytest.mark.parametrize("agent", ["react", "act"])
