@@ -132,7 +132,6 @@ async def test_itl_grows_with_concurrent_sequences() -> None:
         crowd = await asyncio.gather(*(timed_stream(client, f"hello {i}", 20)
                                        for i in range(16)))
         crowd_itl = statistics.median(r["itl"] for r in crowd)
-        assert alone["itl"] < 0.008
         assert crowd_itl > 2.5 * alone["itl"], (alone["itl"], crowd_itl)
         assert crowd_itl > 0.012
         await client.close()
@@ -145,12 +144,16 @@ async def test_full_kv_cache_queues_requests() -> None:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         texts = [unique_text(150, 10 + i) for i in range(3)]
         tasks = [asyncio.create_task(timed_stream(client, t, 20)) for t in texts]
-        await asyncio.sleep(0.03)
-        mid = await scrape(server)
-        results = await asyncio.gather(*tasks)
+        most_waiting, most_kv = 0.0, 0.0
+        while not all(t.done() for t in tasks):
+            mid = await scrape(server)
+            most_waiting = max(most_waiting, mid["vllm:num_requests_waiting"])
+            most_kv = max(most_kv, mid["vllm:kv_cache_usage_perc"])
+            await asyncio.sleep(0.005)
+        results = [t.result() for t in tasks]
         assert all(r["usage"].prompt_tokens > 256 for r in results)
-        assert mid["vllm:num_requests_waiting"] >= 1
-        assert mid["vllm:kv_cache_usage_perc"] > 0.5
+        assert most_waiting >= 1
+        assert most_kv > 0.5
         # the queued request waited for one of the others to finish
         ttfts = sorted(r["ttft"] for r in results)
         assert ttfts[-1] > min(r["e2e"] for r in results) * 0.8
@@ -183,8 +186,8 @@ async def test_speedup_scales_time() -> None:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         r = await timed_stream(client, "hello", 30)
         # 31 steps of 20 ms model time at 10x: about 62 ms
-        assert r["e2e"] < 0.3
-        assert r["itl"] > 0.001
+        assert r["e2e"] < 0.5
+        assert r["e2e"] > 0.045  # but not faster than the model
         await client.close()
 
 
