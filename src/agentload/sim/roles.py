@@ -81,6 +81,9 @@ def agent_skill(options: Mapping[str, Any]) -> float:
 # --- tasks ------------------------------------------------------------------------------------
 
 
+_warned: set[str] = set()
+
+
 def _lookup(task_id: str | None) -> tuple[Domain, Task] | None:
     if not task_id:
         return None
@@ -89,7 +92,9 @@ def _lookup(task_id: str | None) -> tuple[Domain, Task] | None:
     try:
         task = get_task(task_id)
     except (KeyError, LookupError):
-        log.warning("unknown task %r in X-Agentload-Task; answering generically", task_id)
+        if task_id not in _warned:  # once per id: a misconfigured run would flood the log
+            _warned.add(task_id)
+            log.warning("unknown task %r in X-Agentload-Task; answering generically", task_id)
         return None
     return get_domain(task.domain), task
 
