@@ -27,6 +27,9 @@ log = logging.getLogger("agentload.sim")
 
 FINGERPRINT = f"agentload-sim-{__version__}"
 
+_ID_RNG = random.Random()
+"""Response ids are unique, not reproducible (tool-call ids follow the seeded output)."""
+
 # token item kinds
 HIDDEN, CONTENT, REASONING, TOOL_HEADER, TOOL_ARGS = range(5)
 Item = tuple[int, str, int]
@@ -532,8 +535,8 @@ class SimApp:
         if not chat:
             plan = ResponsePlan(content=(plan.content or ""))
         items, tool_ids = plan_items(plan, thinking, rng)
-        rid = (f"chatcmpl-{rng.getrandbits(64):016x}" if chat
-               else f"cmpl-{rng.getrandbits(64):016x}")
+        rid = (f"chatcmpl-{_ID_RNG.getrandbits(64):016x}" if chat
+               else f"cmpl-{_ID_RNG.getrandbits(64):016x}")
         created = int(time.time())
         ignore_eos = bool(body.get("ignore_eos"))
         m = self.metrics
