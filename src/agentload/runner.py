@@ -148,6 +148,28 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
     return _Embedded(sim_cfg, log_path=str(log_path) if log_path else None).start()
 
 
+async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:
+    """One unrecorded request per domain so the simulator loads the domain's data before the
+    first measured call (otherwise the first episodes' TTFT carries a one-off load time)."""
+    import aiohttp
+
+    firsts: dict[str, str] = {}
+    for t in tasks:
+        firsts.setdefault(t.partition("/")[0], t)
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 1, "stream": False}
+    async with aiohttp.ClientSession() as http:
+        for task in firsts.values():
+            for role in ("agent", "user"):
+                hdrs = {"X-Agentload-Role": role, "X-Agentload-Task": task,
+                        "X-Session-ID": "agentload-prime"}
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.post(f"{base_url}/chat/completions", json=body,
+                                         headers=hdrs,
+                                         timeout=aiohttp.ClientTimeout(total=30)) as r:
+                        await r.read()
+
+
 # ---- helpers -----------------------------------------------------------------------------
 
 
@@ -373,6 +395,7 @@ async def execute_run(
             ep = EndpointConfig(name="sim", base_url=sim.base_url, model=model,
                                 metrics_url=sim.metrics_url)
             endpoints = {"agent": ep, "user": ep}
+            await prime_sim(sim.base_url, model, tasks)
             say(f"no endpoint given: started the embedded simulator on {sim.base_url} "
                 f"(profile {cfg.sim.profile}, speedup {cfg.sim.speedup:g}"
                 + (f", fault rate {cfg.sim.fault_rate:g}" if cfg.sim.fault_rate else "")
