@@ -236,20 +236,23 @@ class _Episode:
         call_id = f"{self.spec.session_id}:{role[0]}{turn}"
         tap = self.taps[role]
         tap.sinks[call_id] = self.calls
-        res = await self.clients[role].chat(
-            messages,
-            tools=tools,
-            max_tokens=opts.agent_max_tokens if role == "agent" else opts.user_max_tokens,
-            temperature=opts.temperature,
-            seed=self.spec.seed,
-            extra_body=self.extra_body,
-            headers=self.headers[role],
-            session_id=self.spec.session_id,
-            role=role,
-            turn=turn,
-            call_id=call_id,
-        )
-        if tap.sinks.pop(call_id, None) is not None:
+        try:
+            res = await self.clients[role].chat(
+                messages,
+                tools=tools,
+                max_tokens=opts.agent_max_tokens if role == "agent" else opts.user_max_tokens,
+                temperature=opts.temperature,
+                seed=self.spec.seed,
+                extra_body=self.extra_body,
+                headers=self.headers[role],
+                session_id=self.spec.session_id,
+                role=role,
+                turn=turn,
+                call_id=call_id,
+            )
+        finally:
+            undelivered = tap.sinks.pop(call_id, None) is not None
+        if undelivered:
             # on_record was replaced after the tap was installed: keep the record anyway.
             self.calls.append(res.record)
         return res
