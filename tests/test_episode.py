@@ -245,7 +245,8 @@ class ScriptServer:
     """Answers each role (X-Agentload-Role) from its own list of replies, in order; the last
     reply repeats. Records every request's headers and body."""
 
-    def __init__(self, **scripts: list[Reply]) -> None:
+    def __init__(self, choose: Any = None, **scripts: list[Reply]) -> None:
+        self.choose = choose  # optional (role, body) -> Reply, instead of the lists
         self.scripts = scripts
         self.requests: list[dict[str, Any]] = []
         self._runner: web.AppRunner | None = None
@@ -268,9 +269,13 @@ class ScriptServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
-        self.requests.append({"headers": dict(request.headers), "body": body})
-        queue = self.scripts[request.headers.get("X-Agentload-Role", "agent")]
-        reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        role = request.headers.get("X-Agentload-Role", "agent")
+        if self.choose is not None:
+            reply = self.choose(role, body)
+        else:
+            self.requests.append({"headers": dict(request.headers), "body": body})
+            queue = self.scripts[role]
+            reply = queue.pop(0) if len(queue) > 1 else queue[0]
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         if reply.delay:
@@ -453,3 +458,37 @@ async def test_tool_latency_is_waited_and_counted() -> None:
     )
     # two tool messages: the parallel pair waits once (the slowest), the single one once
     assert 0.1 <= res.session["durations"]["tool_s"] < 0.3
+
+
+async def test_a_thousand_episodes_in_flight() -> None:
+    """The runner holds 1,000 concurrent episodes in one process (server on the same loop
+    here, so the rate is a floor, not the runner's capacity)."""
+    import time
+
+    flight = Reply(tools=[("get_flight_status", '{"flight_number": "SK269", '
+                                                '"date": "2025-06-16"}')])
+    answer = Reply("Your flight SK269 is delayed to 10:50.")
+    server = ScriptServer(
+        choose=lambda role, body: answer if body["messages"][-1]["role"] == "tool" else flight
+    )
+    n = 1000
+    active = peak = 0
+
+    async def one(i: int) -> EpisodeResult:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        try:
+            return await run_episode(spec(READ_TASK, i, f"k{i}"), {"agent": c},
+                                     EpisodeOptions(user="scripted"))
+        finally:
+            active -= 1
+
+    async with server, ChatClient(endpoint(server.base_url)) as c:
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*[one(i) for i in range(n)])
+        rate = n / (time.perf_counter() - t0)
+    assert peak == n
+    assert all(r.session["termination"] == "user_stop" and r.session["reward"] == 1.0
+               for r in results)
+    assert rate > 30, f"{rate:.0f} episodes/s"
