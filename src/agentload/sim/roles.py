@@ -334,7 +334,7 @@ def read_agent_view(messages: Sequence[Mapping[str, Any]]) -> AgentView:
 class Step:
     texts: list[str] = field(default_factory=list)  # core sentences of a text reply
     calls: list[Action] = field(default_factory=list)
-    kind: str = "text"  # ask | details | confirm | final | followup | closing | tools | declined
+    kind: str = "text"  # ask | details | clarify | confirm | final | followup | closing | tools
     lead: list[str] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
 
