@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +101,13 @@ class ScriptedServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.requests.append({"headers": dict(request.headers), "body": orjson.loads(body)})
+        entry: dict[str, Any] = {
+            "headers": dict(request.headers),
+            "body": orjson.loads(body),
+            "recv_ns": time.perf_counter_ns(),
+            "write_ns": [],
+        }
+        self.requests.append(entry)
         script = self._next(request.headers.get("X-Script", "default"))
         if script.content_type != "text/event-stream":
             payload = b"".join(p for _, p in script.parts)
@@ -117,6 +124,7 @@ class ScriptedServer:
             if delay:
                 await asyncio.sleep(delay)
             await resp.write(data)
+            entry["write_ns"].append(time.perf_counter_ns())
         if script.end == "abort":
             assert request.transport is not None
             request.transport.abort()

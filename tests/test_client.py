@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from pathlib import Path
 
@@ -51,22 +52,35 @@ async def server():
 async def test_ttft_matches_scripted_first_token_delay(server: ScriptedServer) -> None:
     # Warm the connection so TTFT is not inflated by a TCP handshake on a cold pool.
     server.scripts["default"] = text_stream(["a"])
+    errors: list[float] = []
     async with ChatClient(endpoint(server.base_url)) as c:
         await c.chat(MSGS)
         server.scripts["default"] = text_stream(["x", "y"], first_delay=0.2, gap=0.0)
-        res = await c.chat(MSGS)
-    assert res.ok, res.record
-    assert res.record.ttft_s == pytest.approx(0.200, abs=0.005)
-    assert res.content == "xy"
+        for _ in range(5):
+            res = await c.chat(MSGS)
+            assert res.ok, res.record
+            assert res.content == "xy"
+            # The server's own clock says when it really wrote the first token (its sleep
+            # can overshoot on a busy machine); the client must agree with it within 5 ms.
+            req = server.requests[-1]
+            actual = (req["write_ns"][1] - req["recv_ns"]) / 1e9
+            assert actual == pytest.approx(0.2, abs=0.05)
+            errors.append(res.record.ttft_s - actual)
+            assert res.record.ttft_s == pytest.approx(0.2, abs=0.05)
+    errors.sort()
+    assert abs(errors[2]) < 0.005, errors  # median error
 
 
 async def test_itl_of_scripted_gaps(server: ScriptedServer) -> None:
     res = await one(server, text_stream([f"t{i}" for i in range(12)], gap=0.02))
     itl = res.record.itl
     assert itl.count == 11
-    assert itl.p50 == pytest.approx(0.020, abs=0.004)
-    assert itl.mean == pytest.approx(0.020, abs=0.004)
-    assert itl.max is not None and itl.max < 0.040
+    # Gaps as the server really wrote them (parts 1..12 are the token events).
+    w = server.requests[-1]["write_ns"][1:13]
+    server_gaps = sorted((b - a) / 1e9 for a, b in itertools.pairwise(w))
+    assert itl.p50 == pytest.approx(server_gaps[5], abs=0.003)
+    assert itl.mean == pytest.approx(sum(server_gaps) / 11, abs=0.003)
+    assert itl.p50 == pytest.approx(0.020, abs=0.01)
     # TPOT = (e2e - ttft) / (completion - 1) with usage's 12 completion tokens.
     r = res.record
     assert r.tpot_s == pytest.approx((r.e2e_s - r.ttft_s) / 11)
