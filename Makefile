@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/agentload demo
+	$(BIN)/agentload run --tasks airline/000-019,retail/000-019 --num-episodes 40 --concurrency 8 --sim-speedup 2 --out results/demo --overwrite
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

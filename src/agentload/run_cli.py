@@ -165,6 +165,10 @@ def run_command(
         bool, typer.Option("--no-metrics", help="Do not scrape server metrics.",
                            rich_help_panel=O)
     ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace results already in --out.",
+                           rich_help_panel=O)
+    ] = False,
     no_report: Annotated[
         bool, typer.Option("--no-report", help="summary.json only.", rich_help_panel=O)
     ] = False,
@@ -215,6 +219,7 @@ _SIMPLE: dict[str, tuple[str, str]] = {
     "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
 }
 _OUTPUT_ONLY = {"config", "resume", "progress", "progress_interval", "quiet", "json_out",
+                "overwrite",
                 "drain_timeout", "points", "rates", "stop_on_slo_fail"}
 
 
@@ -341,7 +346,7 @@ def _main(command: str, a: dict[str, Any]) -> None:
         if command == "run":
             outcome = run_async(execute_run(
                 cfg, resume=a.get("resume") is not None, progress=mode, say=say,
-                progress_interval_s=a["progress_interval"],
+                progress_interval_s=a["progress_interval"], overwrite=a.get("overwrite", False),
             ))
             code = _finish_run(outcome, a)
         else:

@@ -309,6 +309,7 @@ async def execute_run(
     say: Say = _stderr,
     install_signals: bool = True,
     progress_title: str = "",
+    overwrite: bool = False,
 ) -> RunOutcome:
     """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
     from agentload.results.recorder import Recorder
@@ -327,9 +328,9 @@ async def execute_run(
     attempt = int(prev_meta.get("resume_count", -1)) + 1 if resume else 0
 
     try:
-        recorder = Recorder(out_dir, resume=resume)
+        recorder = Recorder(out_dir, resume=resume, overwrite=overwrite and not resume)
     except FileExistsError as e:
-        raise ConfigError(f"{e} (agentload run --resume {out_dir})") from None
+        raise ConfigError(f"{e} (agentload run --resume {out_dir}, or --overwrite)") from None
     except OSError as e:
         raise ConfigError(f"cannot write results to {out_dir}: {e.strerror}") from None
     finished = recorder.finished_keys()
