@@ -41,6 +41,11 @@ SCHEMAS: list[dict[str, Any]] = [
     }, "required": ["n", "x", "tags", "when", "mail", "kind", "fixed", "maybe", "either",
                     "nested", "short"], "additionalProperties": False},
     {"type": "object", "properties": {}},
+    {"type": "object", "properties": {
+        "ratio": {"type": "number", "exclusiveMinimum": 0.5, "maximum": 1},
+        "count": {"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 5},
+        "tiny": {"type": "number", "minimum": 0.01, "exclusiveMaximum": 0.02},
+    }, "required": ["ratio", "count", "tiny"]},
 ]
 
 

@@ -258,15 +258,7 @@ def example_from_schema(schema: Any, rng: random.Random, depth: int = 0) -> Any:
         return [example_from_schema(schema.get("items", {}), rng, depth + 1)
                 for _ in range(rng.randint(lo, hi))]
     if typ in ("integer", "number"):
-        lo_v = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        hi_v = schema.get("maximum", schema.get("exclusiveMaximum", lo_v + 1000))
-        if "exclusiveMinimum" in schema and "minimum" not in schema:
-            lo_v += 1
-        if "exclusiveMaximum" in schema and "maximum" not in schema:
-            hi_v -= 1
-        if typ == "integer":
-            return rng.randint(math.ceil(lo_v), max(math.ceil(lo_v), math.floor(hi_v)))
-        return round(rng.uniform(lo_v, max(lo_v, hi_v)), 2)
+        return _example_number(schema, rng, integer=typ == "integer")
     if typ == "boolean":
         return rng.random() < 0.5
     if typ == "null":
@@ -288,6 +280,25 @@ def example_from_schema(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     while len(word) < length:
         word += rng.choice(_WORDS) + " "
     return word[:length].strip().ljust(length, "x") if length else ""
+
+
+def _example_number(schema: dict[str, Any], rng: random.Random, *, integer: bool) -> float:
+    inc_lo, inc_hi = schema.get("minimum"), schema.get("maximum")
+    ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    low = float(inc_lo if inc_lo is not None else ex_lo if ex_lo is not None else 0)
+    high = float(inc_hi if inc_hi is not None else ex_hi if ex_hi is not None else low + 1000)
+    if integer:
+        a, b = math.ceil(low), math.floor(high)
+        if inc_lo is None and ex_lo is not None and a <= ex_lo:
+            a += 1
+        if inc_hi is None and ex_hi is not None and b >= ex_hi:
+            b -= 1
+        return rng.randint(a, max(a, b))
+    if high <= low:
+        return low
+    value = low + (high - low) * rng.uniform(0.1, 0.9)
+    rounded = round(value, 2)
+    return rounded if low < rounded < high else value
 
 
 class GenericBehaviour:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import typer
 import yaml
 
-from agentload.sim.config import FAULT_KINDS, SimConfig
+from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig
 from agentload.sim.profiles import BUILTIN_PROFILES
 
 
@@ -27,8 +27,8 @@ def _parse_options(values: list[str]) -> dict[str, Any]:
     return out
 
 
-def _parse_kinds(values: list[str]) -> list[str]:
-    kinds: list[str] = []
+def _parse_kinds(values: list[str]) -> list[FaultKind]:
+    kinds: list[FaultKind] = []
     for value in values:
         for kind in value.split(","):
             kind = kind.strip()
@@ -37,7 +37,7 @@ def _parse_kinds(values: list[str]) -> list[str]:
             if kind not in FAULT_KINDS:
                 raise typer.BadParameter(f"{kind!r} is not one of {', '.join(FAULT_KINDS)}",
                                          param_hint="--fault-kinds")
-            kinds.append(kind)
+            kinds.append(cast(FaultKind, kind))
     return kinds or list(FAULT_KINDS)
 
 

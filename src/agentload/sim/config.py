@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,17 +20,7 @@ FaultKind = Literal[
     "stall_first_token",
     "error_event",
 ]
-FAULT_KINDS: tuple[str, ...] = (
-    "http_500",
-    "http_429",
-    "http_503",
-    "reset",
-    "truncate",
-    "malformed",
-    "stall",
-    "stall_first_token",
-    "error_event",
-)
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 
 class SimConfig(BaseModel):
@@ -42,33 +32,33 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    port: int = Field(default=8000, ge=0, le=65535)
     model: str = "agentload-sim"
     profile: str | Profile = "tiny-cpu"
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    kv_blocks: int | None = Field(None, ge=1)
-    block_size: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    kv_blocks: int | None = Field(default=None, ge=1)
+    block_size: int | None = Field(default=None, ge=1)
     prefix_caching: bool = True
-    max_model_len: int | None = Field(None, ge=16)
-    speedup: float = Field(1.0, gt=0)
+    max_model_len: int | None = Field(default=None, ge=16)
+    speedup: float = Field(default=1.0, gt=0)
     api_key: str | None = None
     seed: int = 0
     tokenizer: str | None = None
     # generic behaviour
-    mean_output_tokens: float = Field(96.0, gt=0)
-    output_tokens_sigma: float = Field(0.6, ge=0)
-    mean_reasoning_tokens: float = Field(64.0, gt=0)
-    tool_call_probability: float = Field(0.5, ge=0, le=1)
-    parallel_tool_call_probability: float = Field(0.0, ge=0, le=1)
+    mean_output_tokens: float = Field(default=96.0, gt=0)
+    output_tokens_sigma: float = Field(default=0.6, ge=0)
+    mean_reasoning_tokens: float = Field(default=64.0, gt=0)
+    tool_call_probability: float = Field(default=0.5, ge=0, le=1)
+    parallel_tool_call_probability: float = Field(default=0.0, ge=0, le=1)
     behaviour_options: dict[str, Any] = Field(default_factory=dict)
     # faults
-    fault_rate: float = Field(0.0, ge=0, le=1)
+    fault_rate: float = Field(default=0.0, ge=0, le=1)
     fault_kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS))
-    fault_stall_s: float = Field(5.0, ge=0)
-    fault_after_tokens: int = Field(2, ge=0)
+    fault_stall_s: float = Field(default=5.0, ge=0)
+    fault_after_tokens: int = Field(default=2, ge=0)
     # observability
-    log_interval_s: float = Field(10.0, ge=0)
+    log_interval_s: float = Field(default=10.0, ge=0)
 
     @field_validator("profile")
     @classmethod

@@ -250,7 +250,7 @@ class Engine:
                 keep.append(seq)
         self.running = keep
         if any(s.aborted for s in self.waiting):
-            kept = deque()
+            kept: deque[Seq] = deque()
             for seq in self.waiting:
                 if seq.aborted:
                     self._finish_stats(seq, "abort", time.monotonic())

@@ -25,20 +25,20 @@ class Profile(BaseModel):
     #           + decode_seq_s * decoding sequences
     #           + prefill_attention_s * (query, key) pairs attended by prefill tokens
     #           + decode_context_token_s * context tokens read by decoding sequences
-    step_overhead_s: float = Field(0.0, ge=0)
-    prefill_token_s: float = Field(0.0, ge=0)
-    decode_seq_s: float = Field(0.0, ge=0)
-    prefill_attention_s: float = Field(0.0, ge=0)
-    decode_context_token_s: float = Field(0.0, ge=0)
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    prefill_token_s: float = Field(default=0.0, ge=0)
+    decode_seq_s: float = Field(default=0.0, ge=0)
+    prefill_attention_s: float = Field(default=0.0, ge=0)
+    decode_context_token_s: float = Field(default=0.0, ge=0)
     # front end (HTTP, chat template, tokenisation) before a request reaches the queue
-    request_overhead_s: float = Field(0.0, ge=0)
-    frontend_token_s: float = Field(0.0, ge=0)
+    request_overhead_s: float = Field(default=0.0, ge=0)
+    frontend_token_s: float = Field(default=0.0, ge=0)
     # engine defaults (CLI flags override them)
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    kv_blocks: int = Field(16384, ge=1)
-    block_size: int = Field(16, ge=1)
-    max_model_len: int = Field(32768, ge=16)
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    kv_blocks: int = Field(default=16384, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    max_model_len: int = Field(default=32768, ge=16)
 
 
 BUILTIN_PROFILES: dict[str, Profile] = {
