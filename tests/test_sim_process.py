@@ -60,3 +60,26 @@ def test_bad_profile_is_a_clear_error(tmp_path: Path) -> None:
         load_profile(str(bad))
     with pytest.raises(ValueError):
         SimConfig(profile="no-such-profile")
+
+
+def test_cli_args_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from agentload.sim import api
+    from agentload.sim.command import sim_command
+
+    seen: list[SimConfig] = []
+    monkeypatch.setattr(api, "run_blocking", seen.append)
+    config = SimConfig(
+        port=0, model="m", profile="llama-8b-h100", max_num_seqs=7, kv_blocks=99,
+        block_size=32, prefix_caching=False, max_model_len=2048, speedup=2.5, api_key="k",
+        seed=5, mean_output_tokens=12.5, tool_call_probability=0.25,
+        parallel_tool_call_probability=0.5, fault_rate=0.1, fault_kinds=["reset", "http_429"],
+        fault_stall_s=0.5, fault_after_tokens=3, log_interval_s=0,
+        behaviour_options={"agent_skill": 0.8, "name": "x", "flags": [1, 2], "on": True})
+    app = typer.Typer()
+    app.command()(sim_command)
+    res = CliRunner().invoke(app, config.cli_args())
+    assert res.exit_code == 0, res.output
+    assert seen == [config]
