@@ -19,6 +19,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 # Bucket boundaries as in vLLM 0.32's exposition (see docs/simulator.md).
 TOKEN_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0,
@@ -226,6 +227,8 @@ class SimMetrics(Collector):
         def hist(name: str, doc: str, h: Hist) -> HistogramMetricFamily:
             m = HistogramMetricFamily(name, doc, labels=labels)
             m.add_metric(base, h.cumulative(), h.sum)
+            m.samples.append(Sample(f"{name}_created", dict(zip(labels, base, strict=True)),
+                                    created))
             return m
 
         yield gauge("vllm:num_requests_running", "Number of requests in model execution "
