@@ -22,6 +22,23 @@ from agentload.runner import execute_run
 from agentload.util import run_async
 
 
+def steady_state(sessions_path: Path, concurrency: int) -> dict[str, float | None]:
+    """Completions per second while the loop was full: from the time the first
+    `concurrency` episodes have ended (ramp-up over) to the last start (drain not begun)."""
+    from agentload.results.jsonl import load_jsonl
+
+    ss = load_jsonl(sessions_path)
+    ends = sorted(s["end_ns"] for s in ss)
+    if len(ends) <= concurrency:
+        return {"episodes_per_s": None, "window_s": None}
+    t_a = ends[concurrency - 1]
+    t_b = max(s["start_ns"] for s in ss)
+    n = sum(1 for e in ends if t_a < e <= t_b)
+    window = (t_b - t_a) / 1e9
+    return {"episodes_per_s": round(n / window, 1) if window > 0 else None,
+            "window_s": round(window, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, default=1000)
@@ -31,6 +48,7 @@ def main() -> None:
     ap.add_argument("--agent", default="tool-calling")
     ap.add_argument("--profile", default="instant")
     ap.add_argument("--out", default=None, help="results folder (default: a temporary one)")
+    ap.add_argument("--no-gc-tune", action="store_true", help="keep CPython's GC defaults")
     ap.add_argument("--json", dest="json_path", default=None, help="write the numbers here")
     args = ap.parse_args()
 
@@ -47,9 +65,11 @@ def main() -> None:
         "report": False,
     })
     t = time.perf_counter()
-    res = run_async(execute_run(cfg, progress="plain", progress_interval_s=5.0))
+    res = run_async(execute_run(cfg, progress="plain", progress_interval_s=10.0,
+                                tune_gc=not args.no_gc_tune))
     wall = time.perf_counter() - t
     s = res.summary or {}
+    steady = steady_state(out / "sessions.jsonl", args.concurrency)
     c = s["client"]
     lag = c["event_loop_lag_s"]
     calls = s["counts"]["calls"]
@@ -63,6 +83,8 @@ def main() -> None:
         "elapsed_s": round(c["elapsed_s"], 2),
         "episodes_per_s": round(c["episodes_per_s"], 1),
         "episodes_per_hour": round(c["episodes_per_s"] * 3600),
+        "steady_episodes_per_s": steady["episodes_per_s"],
+        "steady_window_s": steady["window_s"],
         "calls": calls,
         "calls_per_s": round(calls / c["elapsed_s"], 1),
         "calls_per_episode": round(calls / max(1, c["episodes_finished"]), 1),
@@ -71,6 +93,7 @@ def main() -> None:
         "loop_lag_max_ms": round(lag["max"] * 1000, 2),
         "client_cpu_s": round(c["process"]["cpu_user_s"] + c["process"]["cpu_system_s"], 1),
         "failed_calls": s["errors"]["calls_failed"],
+        "gc_tuned": not args.no_gc_tune,
         "wall_s_incl_setup": round(wall, 1),
         "exit_code": res.exit_code,
     }

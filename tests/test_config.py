@@ -129,3 +129,23 @@ def test_run_help_has_example() -> None:
     r = _cli(["run", "--help"])
     assert r.exit_code == 0
     assert "endpoints:" in r.output and "warmup:" in r.output and "130" in r.output
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_are_valid(path: Path) -> None:
+    build_config(path=path)
+
+
+def test_documented_example_is_valid(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "run.md").read_text()
+    block = text.split("### Annotated example", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    cfg = build_config(path=_write(tmp_path, yaml.safe_load(block)))
+    assert cfg.workload.budget_s == 900 and cfg.load.warmup.seconds == 10
+    assert set(cfg.endpoints) == {"agent", "user"}
+    assert "VLLM_API_KEY" in yaml.safe_dump(config_to_dict(cfg))
+    from agentload.config import EXAMPLE_CONFIG
+
+    build_config(path=_write(tmp_path, yaml.safe_load(EXAMPLE_CONFIG)))

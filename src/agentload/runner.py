@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import resource
@@ -310,6 +311,7 @@ async def execute_run(
     install_signals: bool = True,
     progress_title: str = "",
     overwrite: bool = False,
+    tune_gc: bool = True,
 ) -> RunOutcome:
     """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
     from agentload.results.recorder import Recorder
@@ -463,9 +465,10 @@ async def execute_run(
             tracker.lag_p99 = sched.lag.recent_p99
             if interrupts:
                 sched.stop("interrupted")
-            async with ProgressDisplay(tracker, mode=progress, interval_s=progress_interval_s,
-                                       title=progress_title):
-                rep = await sched.run()
+            with _gc_tuned(tune_gc):
+                async with ProgressDisplay(tracker, mode=progress,
+                                           interval_s=progress_interval_s, title=progress_title):
+                    rep = await sched.run()
     finally:
         if sim is not None:
             await asyncio.to_thread(sim.stop)
@@ -500,6 +503,29 @@ async def execute_run(
                  "stop_reason": rep.stop_reason})
     update_meta(out_dir, meta)
     return RunOutcome(out_dir, code, reason, summary, rep, files)
+
+
+@contextlib.contextmanager
+def _gc_tuned(enabled: bool) -> Any:
+    """Fewer, cheaper garbage collections while episodes run.
+
+    Hundreds of live episodes hold millions of objects (message histories); CPython's default
+    thresholds then run full collections often enough to stall the event loop for tens of
+    milliseconds. Freezing what exists at start (modules, domain data) and collecting the
+    young generation less often keeps the lag probe's p99 down; cycles still get collected.
+    """
+    if not enabled:
+        yield
+        return
+    old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 def _infra_failures(out_dir: Path) -> int:
