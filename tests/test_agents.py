@@ -156,6 +156,22 @@ def test_scripted_user_dialogue() -> None:
     assert u.answer("Your reservation ABC123 is cancelled.") == STOP
 
 
+def test_scripted_user_matches_facts_as_words() -> None:
+    sc = UserScenario(persona="", instructions="", opening="Hi.",
+                      known_info={"order_id": "#W1", "date": "2025-06-16", "name": "Jo Ng"},
+                      unknown_info=[])
+    u = ScriptedUser(_task(sc), max_turns=20)
+    u.answer(None)
+    # "date" inside "update" is not a request for the date; a statement ends the chat
+    assert u.answer("I will update the order now.") == STOP
+    u = ScriptedUser(_task(sc), max_turns=20)
+    u.answer(None)
+    # "order number" asks for the order id, even with "confirm" in the question
+    assert u.answer("Can you confirm the order number?") == "My order id is #W1."
+    assert u.answer("And your full name, please?") == "My name is Jo Ng."
+    assert u.answer("What date?") == "My date is 2025-06-16."
+
+
 def test_scripted_user_stops_on_closing_and_turn_limit() -> None:
     u = ScriptedUser(_task(), max_turns=3)
     u.answer(None)

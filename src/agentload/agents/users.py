@@ -71,6 +71,7 @@ _CLOSING = re.compile(
     r"|have a (?:good|great|nice)|goodbye"
 )
 _GENERIC = {"id", "number", "code", "name", "value", "no"}
+_ID_NOUN = r"(?:ids?\b|numbers?\b|codes?\b|no\b|#)"
 
 
 def _norm(text: str) -> str:
@@ -79,6 +80,16 @@ def _norm(text: str) -> str:
 
 def _label(key: str) -> str:
     return key.replace("_", " ").lower()
+
+
+def _full_pattern(label: str) -> re.Pattern[str]:
+    """The fact named in full, as words ("date" is not in "update"); a label ending in id /
+    number / code also matches with any of those ("order number" asks for the order id)."""
+    words = label.split()
+    alts = [r"\b" + re.escape(label) + r"s?\b"]
+    if len(words) > 1 and words[-1] in ("id", "number", "code"):
+        alts.append(r"\b" + re.escape(" ".join(words[:-1])) + r" " + _ID_NOUN)
+    return re.compile("|".join(alts))
 
 
 class ScriptedUser:
@@ -100,6 +111,7 @@ class ScriptedUser:
         self.turns = 0
         self.given: set[str] = set()
         self._labels: Mapping[str, str] = {k: _label(k) for k in self.scenario.known_info}
+        self._full = {k: _full_pattern(lab) for k, lab in self._labels.items()}
         self._parts: Mapping[str, list[str]] = {
             k: [w for w in lab.split() if w not in _GENERIC] for k, lab in self._labels.items()
         }
@@ -115,7 +127,7 @@ class ScriptedUser:
             return STOP
         text = _norm(agent_text)
         words = set(re.findall(r"[a-z0-9]+", text))
-        full = [k for k, lab in self._labels.items() if lab in text]
+        full = [k for k, pat in self._full.items() if pat.search(text)]
         fresh = [k for k in full if k not in self.given]
         if fresh:
             return self._facts(fresh)
