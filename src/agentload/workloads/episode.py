@@ -285,7 +285,9 @@ class _Episode:
             raise self._failed(ut.result, "user")
         self.user_turns += 1
         if not ut.text.strip():
-            raise _Stop("protocol_error", "user: empty message")
+            why = ut.result.record.finish_reason if ut.result is not None else None
+            raise _Stop("protocol_error",
+                        "user: empty message" + (f" (finish_reason {why})" if why else ""))
         return ut.text
 
     async def run(self) -> None:
@@ -314,7 +316,9 @@ class _Episode:
                 continue
             retried = False
             if turn.empty:
-                raise _Stop("protocol_error", "agent: empty message (no text, no tool call)")
+                why = turn.result.record.finish_reason if turn.result is not None else None
+                raise _Stop("protocol_error", "agent: empty message (no text, no tool call"
+                            + (f"; finish_reason {why})" if why else ")"))
             if turn.tool_calls:
                 if turn.text.strip():
                     self.counts["text_and_tool_messages"] += 1
