@@ -492,3 +492,26 @@ async def test_a_thousand_episodes_in_flight() -> None:
     assert all(r.session["termination"] == "user_stop" and r.session["reward"] == 1.0
                for r in results)
     assert rate > 30, f"{rate:.0f} episodes/s"
+
+
+async def test_empty_user_message_is_a_protocol_error() -> None:
+    res, _ = await scripted([Reply("Which flight?")], EpisodeOptions(user="llm"),
+                            users=[Reply("Is my flight on time?"), Reply("")])
+    s = res.session
+    assert s["termination"] == "protocol_error"
+    assert s["error"].startswith("user: empty message")
+    assert s["counts"]["user_calls"] == 2 and s["counts"]["agent_calls"] == 1
+
+
+async def test_bad_input_is_rejected_before_any_call() -> None:
+    with pytest.raises(ValueError, match="unknown task"):
+        await run_episode(spec("airline/999"), {}, EpisodeOptions(agent="noop", user="scripted"))
+    with pytest.raises(ValueError, match="unknown domain"):
+        await run_episode(spec("space/000"), {}, EpisodeOptions(agent="noop", user="scripted"))
+    with pytest.raises(ValueError, match="clients"):
+        await run_episode(spec(), {}, EpisodeOptions(user="scripted"))
+    with pytest.raises(ValueError, match="unknown user"):
+        await run_episode(spec(), {}, EpisodeOptions(agent="noop", user="robot"))
+    with pytest.raises(ValueError, match="tool latency"):
+        await run_episode(spec(), {}, EpisodeOptions(agent="noop", user="scripted",
+                                                      tool_latency=ToolLatency("gamma", 1.0)))
