@@ -10,7 +10,8 @@ every request holds an open stream from the start.
     python benchmarks/sim_scale.py --concurrency 500 --duration 10
 
 Prints a JSON summary: streams open, errors, tokens/s seen by the client and counted by the
-simulator, and the simulator's own emission lag (p50 / p99 / max) over the measured window.
+simulator, the simulator's CPU use, its own emission lag (p50 / p99 / max) over the measured
+window, and how many lines of its log report errors (``SIM_SCALE_LOG=path`` keeps the log).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def main() -> None:
                     "max_num_batched_tokens: 65536\nkv_blocks: 200000\nblock_size: 16\n"
                     "max_model_len: 8192\n")
         config = SimConfig(port=0, model=MODEL, profile=profile, log_interval_s=5.0)
-        log_path = os.path.join(tmp, "sim.log")
+        log_path = os.environ.get("SIM_SCALE_LOG") or os.path.join(tmp, "sim.log")
         with SimProcess(config, log_path=log_path) as sim:
             step_s = args.step_overhead_s + args.decode_seq_s * args.max_num_seqs
             client = subprocess.Popen(
@@ -217,8 +218,13 @@ def main() -> None:
         "late_steps": after["late_steps"],
         "tokens_in_lag_window": after["emitted_tokens"],
     }
+    problems = [line for line in sim_log.splitlines()
+                if "Traceback" in line or "ERROR" in line or "Error" in line]
+    summary["sim_log_problem_lines"] = len(problems)
     print(json.dumps(summary, indent=2))
     print("\nsimulator log (last lines):\n" + "\n".join(sim_log.splitlines()[-3:]))
+    if problems:
+        print("\nsimulator log problems (first 5):\n" + "\n".join(problems[:5]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -549,12 +549,15 @@ class SimApp:
             resp = web.StreamResponse(
                 headers={"Content-Type": "text/event-stream; charset=utf-8"})
             resp.enable_chunked_encoding()
-            writer = await resp.prepare(request)
-            send_headers = getattr(writer, "send_headers", None)
-            if send_headers is not None:
-                send_headers()
+            try:
+                writer = await resp.prepare(request)
+                send_headers = getattr(writer, "send_headers", None)
+                if send_headers is not None:
+                    send_headers()
+            except ConnectionError:
+                return resp  # the client left before the headers went out
             transport = request.transport
-            if transport is None:
+            if transport is None or transport.is_closing():
                 return resp
             opts = body.get("stream_options") or {}
             out = StreamOut(self, rid, items, tool_ids, fault, transport, chat=chat,
