@@ -35,8 +35,10 @@ def steady_state(sessions_path: Path, concurrency: int) -> dict[str, float | Non
     t_b = max(s["start_ns"] for s in ss)
     n = sum(1 for e in ends if t_a < e <= t_b)
     window = (t_b - t_a) / 1e9
-    return {"episodes_per_s": round(n / window, 1) if window > 0 else None,
-            "window_s": round(window, 1)}
+    return {
+        "episodes_per_s": round(n / window, 1) if window > 0 else None,
+        "window_s": round(window, 1),
+    }
 
 
 def main() -> None:
@@ -55,18 +57,24 @@ def main() -> None:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="agentload-scale-"))
     if out.exists() and any(out.iterdir()):
         shutil.rmtree(out)
-    cfg = build_config(data={
-        "out": str(out),
-        "sim": {"profile": args.profile},
-        "workload": {"tasks": args.tasks.split(","), "user": args.user, "agent": args.agent},
-        "load": {"concurrency": args.concurrency, "num_episodes": args.episodes,
-                 "drain_timeout_s": 120},
-        "metrics": {"interval_s": 2.0},
-        "report": False,
-    })
+    cfg = build_config(
+        data={
+            "out": str(out),
+            "sim": {"profile": args.profile},
+            "workload": {"tasks": args.tasks.split(","), "user": args.user, "agent": args.agent},
+            "load": {
+                "concurrency": args.concurrency,
+                "num_episodes": args.episodes,
+                "drain_timeout_s": 120,
+            },
+            "metrics": {"interval_s": 2.0},
+            "report": False,
+        }
+    )
     t = time.perf_counter()
-    res = run_async(execute_run(cfg, progress="plain", progress_interval_s=10.0,
-                                tune_gc=not args.no_gc_tune))
+    res = run_async(
+        execute_run(cfg, progress="plain", progress_interval_s=10.0, tune_gc=not args.no_gc_tune)
+    )
     wall = time.perf_counter() - t
     s = res.summary or {}
     steady = steady_state(out / "sessions.jsonl", args.concurrency)

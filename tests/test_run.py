@@ -35,19 +35,34 @@ def _quiet(_msg: str) -> None:
 
 
 def _keys(out: Path) -> list[tuple[str, int]]:
-    return [(s["task_id"], s["trial"]) for s in load_jsonl(out / "sessions.jsonl")
-            if not s.get("warmup")]
+    return [
+        (s["task_id"], s["trial"])
+        for s in load_jsonl(out / "sessions.jsonl")
+        if not s.get("warmup")
+    ]
 
 
 async def test_run_writes_every_file_and_numbers_agree(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    cfg = _cfg(out, workload={"tasks": ["airline/000-005"], "trials": 2},
-               load={"concurrency": 4, "warmup": 2}, slo={"ttft_p90": 2.0})
+    cfg = _cfg(
+        out,
+        workload={"tasks": ["airline/000-005"], "trials": 2},
+        load={"concurrency": 4, "warmup": 2},
+        slo={"ttft_p90": 2.0},
+    )
     res = await execute_run(cfg, progress="off", say=_quiet, install_signals=False)
     assert res.exit_code == 0, res.stop_reason
-    for name in ("config.yaml", "summary.json", "calls.jsonl", "sessions.jsonl",
-                 "trajectories.jsonl", "server_metrics.jsonl", "report.md", "report.html",
-                 "run.json"):
+    for name in (
+        "config.yaml",
+        "summary.json",
+        "calls.jsonl",
+        "sessions.jsonl",
+        "trajectories.jsonl",
+        "server_metrics.jsonl",
+        "report.md",
+        "report.html",
+        "run.json",
+    ):
         assert (out / name).stat().st_size > 0, name
     assert list((out / "charts").glob("*.png"))
     sessions = load_jsonl(out / "sessions.jsonl")
@@ -78,9 +93,20 @@ async def test_run_writes_every_file_and_numbers_agree(tmp_path: Path) -> None:
 
 def _spawn(args: list[str], out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [AGENTLOAD, "run", "--out", str(out), "--progress", "plain", "--progress-interval",
-         "0.5", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        [
+            AGENTLOAD,
+            "run",
+            "--out",
+            str(out),
+            "--progress",
+            "plain",
+            "--progress-interval",
+            "0.5",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
 
@@ -95,8 +121,18 @@ def _wait_sessions(out: Path, n: int, proc: subprocess.Popen, timeout: float = 3
     raise AssertionError("the run made no progress")
 
 
-RUN_ARGS = ["--tasks", "airline/000-009", "--trials", "2", "--concurrency", "4",
-            "--sim-speedup", "40", "--metrics-interval", "0.5"]
+RUN_ARGS = [
+    "--tasks",
+    "airline/000-009",
+    "--trials",
+    "2",
+    "--concurrency",
+    "4",
+    "--sim-speedup",
+    "40",
+    "--metrics-interval",
+    "0.5",
+]
 
 
 def test_sigint_then_sigkill_then_resume(tmp_path: Path) -> None:
@@ -117,14 +153,18 @@ def test_sigint_then_sigkill_then_resume(tmp_path: Path) -> None:
     per_session = Counter(c["session_id"] for c in load_jsonl(out / "calls.jsonl"))
     assert set(per_session) == {s["session_id"] for s in sessions}
     for s in sessions:  # every call of every finished episode is on disk
-        assert per_session[s["session_id"]] == s["counts"]["agent_calls"] + s["counts"][
-            "user_calls"]
+        assert (
+            per_session[s["session_id"]] == s["counts"]["agent_calls"] + s["counts"]["user_calls"]
+        )
     after_int = _keys(out)
 
     # 2. Resume, then SIGKILL the run and its simulator mid-way.
-    proc = subprocess.Popen([AGENTLOAD, "run", "--resume", str(out), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [AGENTLOAD, "run", "--resume", str(out), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     _wait_sessions(out, len(after_int) + 3, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -132,8 +172,12 @@ def test_sigint_then_sigkill_then_resume(tmp_path: Path) -> None:
     assert len(after_int) + 3 <= len(before) < 20
 
     # 3. Resume to the end: every pair exactly once, earlier records untouched.
-    r = subprocess.run([AGENTLOAD, "run", "--resume", str(out), "--quiet"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [AGENTLOAD, "run", "--resume", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     keys = _keys(out)
     assert len(keys) == len(set(keys)) == 20
@@ -150,10 +194,10 @@ def test_sigint_then_sigkill_then_resume(tmp_path: Path) -> None:
 
 async def test_sweep_two_points_with_slo(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    cfg = _cfg(out, workload={"tasks": ["airline/000-003"]}, slo={"ttft_p90": 30.0},
-               report=False)
-    _, code = await execute_sweep(cfg, kind="concurrency", points=[1, 4], progress="off",
-                                    say=_quiet)
+    cfg = _cfg(out, workload={"tasks": ["airline/000-003"]}, slo={"ttft_p90": 30.0}, report=False)
+    _, code = await execute_sweep(
+        cfg, kind="concurrency", points=[1, 4], progress="off", say=_quiet
+    )
     assert code == 0
     saved = json.loads((out / "sweep.json").read_text())
     assert [p["concurrency"] for p in saved["points"]] == [1, 4]
@@ -166,9 +210,14 @@ async def test_sweep_two_points_with_slo(tmp_path: Path) -> None:
 
 async def test_open_loop_rate_within_5_percent(tmp_path: Path) -> None:
     out = tmp_path / "open"
-    cfg = _cfg(out, workload={"tasks": ["airline/000-019"], "trials": 2},
-               load={"rate": 40.0, "burstiness": 100.0},
-               sim={"profile": "instant"}, report=False, metrics={"enabled": False})
+    cfg = _cfg(
+        out,
+        workload={"tasks": ["airline/000-019"], "trials": 2},
+        load={"rate": 40.0, "burstiness": 100.0},
+        sim={"profile": "instant"},
+        report=False,
+        metrics={"enabled": False},
+    )
     res = await execute_run(cfg, progress="off", say=_quiet, install_signals=False)
     assert res.exit_code == 0
     client = res.summary["client"]
@@ -181,15 +230,23 @@ async def test_open_loop_rate_within_5_percent(tmp_path: Path) -> None:
 async def test_faults_are_counted_and_nothing_lost(tmp_path: Path) -> None:
     out = tmp_path / "faults"
     path = tmp_path / "faults.yaml"
-    path.write_text(yaml.safe_dump({
-        "out": str(out),
-        "sim": {"profile": "tiny-cpu", "speedup": 50, "fault_rate": 0.1,
-                "fault_kinds": ["http_503", "http_429", "http_500", "reset"]},
-        "endpoints": {},
-        "workload": {"tasks": "airline/000-007"},
-        "load": {"concurrency": 4},
-        "report": False,
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "out": str(out),
+                "sim": {
+                    "profile": "tiny-cpu",
+                    "speedup": 50,
+                    "fault_rate": 0.1,
+                    "fault_kinds": ["http_503", "http_429", "http_500", "reset"],
+                },
+                "endpoints": {},
+                "workload": {"tasks": "airline/000-007"},
+                "load": {"concurrency": 4},
+                "report": False,
+            }
+        )
+    )
     cfg = build_config(path=path)
     res = await execute_run(cfg, progress="off", say=_quiet, install_signals=False)
     assert res.exit_code == 0

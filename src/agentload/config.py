@@ -371,8 +371,14 @@ def format_validation_error(
         loc = _fmt_loc(tuple(e.get("loc", ())))
         loc = loc.replace("schema_", "schema")
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        flag = next((flags[p] for p in sorted(flags, key=len, reverse=True)
-                     if loc == p or loc.startswith(p + ".")), None)
+        flag = next(
+            (
+                flags[p]
+                for p in sorted(flags, key=len, reverse=True)
+                if loc == p or loc.startswith(p + ".")
+            ),
+            None,
+        )
         if flag:
             where = f"flag {flag}"
         elif source:
@@ -383,9 +389,11 @@ def format_validation_error(
             msg = "unknown setting (see `agentload run --help` for the options)"
         field = f"field '{loc}'" if loc else "configuration"
         inp = e.get("input")
-        shown = "" if e.get("type") in ("extra_forbidden", "missing") or isinstance(
-            inp, dict | list
-        ) else f" (got {inp!r})"
+        shown = (
+            ""
+            if e.get("type") in ("extra_forbidden", "missing") or isinstance(inp, dict | list)
+            else f" (got {inp!r})"
+        )
         lines.append(f"{where}: {field}: {msg}{shown}")
     return "invalid configuration: " + "; ".join(lines)
 

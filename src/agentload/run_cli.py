@@ -65,14 +65,15 @@ def run_command(
     out: Annotated[str | None, _opt("--out", "-o", help="Results folder.", panel=O)] = None,
     resume: Annotated[
         Path | None,
-        _opt("--resume", help="Continue an interrupted run in DIR from its saved config.",
-             panel=O),
+        _opt("--resume", help="Continue an interrupted run in DIR from its saved config.", panel=O),
     ] = None,
     run_id: Annotated[str | None, _opt("--run-id", help="Run identifier.", panel=O)] = None,
     # endpoints
     base_url: Annotated[
-        str | None, _opt("--base-url", help="Agent (and user) endpoint, e.g. "
-                         "http://127.0.0.1:8000/v1.", panel=H)
+        str | None,
+        _opt(
+            "--base-url", help="Agent (and user) endpoint, e.g. http://127.0.0.1:8000/v1.", panel=H
+        ),
     ] = None,
     model: Annotated[str | None, _opt("--model", help="Agent (and user) model.", panel=H)] = None,
     user_base_url: Annotated[
@@ -91,8 +92,12 @@ def run_command(
     ] = None,
     extra_body: Annotated[
         str | None,
-        _opt("--extra-body", help='JSON merged into every request, e.g. '
-             '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.', panel=H),
+        _opt(
+            "--extra-body",
+            help="JSON merged into every request, e.g. "
+            '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
+            panel=H,
+        ),
     ] = None,
     # workload
     domains: Annotated[str | None, _opt("--domains", help="e.g. airline,retail.", panel=W)] = None,
@@ -101,8 +106,7 @@ def run_command(
     ] = None,
     trials: Annotated[int | None, _opt("--trials", "-k", help="Trials per task.", panel=W)] = None,
     shuffle: Annotated[
-        bool | None, _opt("--shuffle/--no-shuffle", help="Shuffle task order per round.",
-                          panel=W)
+        bool | None, _opt("--shuffle/--no-shuffle", help="Shuffle task order per round.", panel=W)
     ] = None,
     seed: Annotated[int | None, _opt("--seed", help="Base seed.", panel=W)] = None,
     agent: Annotated[
@@ -136,19 +140,16 @@ def run_command(
         str | None, _opt("--duration", help="Stop issuing after this, e.g. 10m.", panel=L)
     ] = None,
     warmup: Annotated[
-        str | None, _opt("--warmup", help="Episodes (5) or time (10s) not in statistics.",
-                         panel=L)
+        str | None, _opt("--warmup", help="Episodes (5) or time (10s) not in statistics.", panel=L)
     ] = None,
     drain_timeout: Annotated[
         str | None, _opt("--drain-timeout", help="Wait for in-flight episodes on stop.", panel=L)
     ] = None,
-    slo: Annotated[
-        str | None, _opt("--slo", help="e.g. ttft_p90=2s,e2e_p99=10s.", panel=L)
-    ] = None,
+    slo: Annotated[str | None, _opt("--slo", help="e.g. ttft_p90=2s,e2e_p99=10s.", panel=L)] = None,
     # simulator
     sim_profile: Annotated[
-        str | None, _opt("--sim-profile", help="instant | tiny-cpu | llama-8b-h100 | … | FILE.",
-                         panel=S)
+        str | None,
+        _opt("--sim-profile", help="instant | tiny-cpu | llama-8b-h100 | … | FILE.", panel=S),
     ] = None,
     sim_speedup: Annotated[
         float | None, _opt("--sim-speedup", help="Simulated model time runs X× faster.", panel=S)
@@ -162,12 +163,11 @@ def run_command(
         str | None, _opt("--metrics-interval", help="Server-metrics scrape period.", panel=O)
     ] = None,
     no_metrics: Annotated[
-        bool, typer.Option("--no-metrics", help="Do not scrape server metrics.",
-                           rich_help_panel=O)
+        bool, typer.Option("--no-metrics", help="Do not scrape server metrics.", rich_help_panel=O)
     ] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace results already in --out.",
-                           rich_help_panel=O)
+        bool,
+        typer.Option("--overwrite", help="Replace results already in --out.", rich_help_panel=O),
     ] = False,
     no_report: Annotated[
         bool, typer.Option("--no-report", help="summary.json only.", rich_help_panel=O)
@@ -176,15 +176,19 @@ def run_command(
         str, typer.Option("--progress", help="auto | live | plain | off.", rich_help_panel=O)
     ] = "auto",
     progress_interval: Annotated[
-        float, typer.Option("--progress-interval", help="Seconds between plain progress lines.",
-                            rich_help_panel=O)
+        float,
+        typer.Option(
+            "--progress-interval", help="Seconds between plain progress lines.", rich_help_panel=O
+        ),
     ] = 10.0,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress or messages.", rich_help_panel=O)
     ] = False,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the final summary as JSON on stdout.",
-                           rich_help_panel=O)
+        bool,
+        typer.Option(
+            "--json", help="Print the final summary as JSON on stdout.", rich_help_panel=O
+        ),
     ] = False,
 ) -> None:
     args = dict(locals())
@@ -218,9 +222,19 @@ _SIMPLE: dict[str, tuple[str, str]] = {
     "sim_seed": ("sim.seed", "--sim-seed"),
     "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
 }
-_OUTPUT_ONLY = {"config", "resume", "progress", "progress_interval", "quiet", "json_out",
-                "overwrite",
-                "drain_timeout", "points", "rates", "stop_on_slo_fail"}
+_OUTPUT_ONLY = {
+    "config",
+    "resume",
+    "progress",
+    "progress_interval",
+    "quiet",
+    "json_out",
+    "overwrite",
+    "drain_timeout",
+    "points",
+    "rates",
+    "stop_on_slo_fail",
+}
 
 
 def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
@@ -256,8 +270,10 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
     # Endpoint shorthand: --base-url / --model set the agent, and the user unless given.
     eps = base.get("endpoints") if isinstance(base.get("endpoints"), dict) else {}
     ep_fields = {
-        "base_url": a.get("base_url"), "model": a.get("model"),
-        "api_key_env": a.get("api_key_env"), "max_tokens": a.get("max_tokens"),
+        "base_url": a.get("base_url"),
+        "model": a.get("model"),
+        "api_key_env": a.get("api_key_env"),
+        "max_tokens": a.get("max_tokens"),
         "temperature": a.get("temperature"),
     }
     if a.get("extra_body") is not None:
@@ -268,17 +284,26 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
         if not isinstance(body, dict):
             raise ConfigError("flag --extra-body: expected a JSON object")
         ep_fields["extra_body"] = body
-    flag_of = {"base_url": "--base-url", "model": "--model", "api_key_env": "--api-key-env",
-               "max_tokens": "--max-tokens", "temperature": "--temperature",
-               "extra_body": "--extra-body"}
+    flag_of = {
+        "base_url": "--base-url",
+        "model": "--model",
+        "api_key_env": "--api-key-env",
+        "max_tokens": "--max-tokens",
+        "temperature": "--temperature",
+        "extra_body": "--extra-body",
+    }
     given = {k: v for k, v in ep_fields.items() if v is not None}
-    user_given = {k: v for k, v in (("base_url", a.get("user_base_url")),
-                                     ("model", a.get("user_model"))) if v is not None}
+    user_given = {
+        k: v
+        for k, v in (("base_url", a.get("user_base_url")), ("model", a.get("user_model")))
+        if v is not None
+    }
     agent_yaml = eps.get("agent") if isinstance(eps.get("agent"), dict) else None
     user_yaml = eps.get("user") if isinstance(eps.get("user"), dict) else None
     if (given or user_given) and agent_yaml is None and "base_url" not in given:
-        raise ConfigError("the endpoint flags need --base-url (or an endpoints: section "
-                          "in the config)")
+        raise ConfigError(
+            "the endpoint flags need --base-url (or an endpoints: section in the config)"
+        )
     for k, v in given.items():
         put(f"endpoints.agent.{k}", v, flag_of[k])
     if user_yaml is not None or user_given:
@@ -311,8 +336,9 @@ def _configure(a: dict[str, Any]) -> RunConfig:
         cfg = load_saved_config(a["resume"])
         updates: dict[str, Any] = {"out": str(a["resume"])}
         if a.get("drain_timeout") is not None:
-            load = cfg.load.model_copy(update={"drain_timeout_s": parse_duration(
-                a["drain_timeout"])})
+            load = cfg.load.model_copy(
+                update={"drain_timeout_s": parse_duration(a["drain_timeout"])}
+            )
             updates["load"] = load
         return cfg.model_copy(update=updates)
     from agentload.config import read_yaml
@@ -344,25 +370,39 @@ def _main(command: str, a: dict[str, Any]) -> None:
         cfg = _configure(a)
         mode = _progress_mode(a)
         if command == "run":
-            outcome = run_async(execute_run(
-                cfg, resume=a.get("resume") is not None, progress=mode, say=say,
-                progress_interval_s=a["progress_interval"], overwrite=a.get("overwrite", False),
-            ))
+            outcome = run_async(
+                execute_run(
+                    cfg,
+                    resume=a.get("resume") is not None,
+                    progress=mode,
+                    say=say,
+                    progress_interval_s=a["progress_interval"],
+                    overwrite=a.get("overwrite", False),
+                )
+            )
             code = _finish_run(outcome, a)
         else:
             kind, points = _sweep_points(a)
-            doc, code = run_async(execute_sweep(
-                cfg, kind=kind, points=points, stop_on_slo_fail=a.get("stop_on_slo_fail", False),
-                progress=mode, say=say, progress_interval_s=a["progress_interval"],
-            ))
+            doc, code = run_async(
+                execute_sweep(
+                    cfg,
+                    kind=kind,
+                    points=points,
+                    stop_on_slo_fail=a.get("stop_on_slo_fail", False),
+                    progress=mode,
+                    say=say,
+                    progress_interval_s=a["progress_interval"],
+                )
+            )
             if a.get("json_out"):
                 sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
             elif not quiet:
                 Console().print(sweep_table(doc))
                 best = doc.get("best_point")
                 if doc.get("slo"):
-                    print(f"highest {kind} meeting the SLO: "
-                          f"{'none' if best is None else f'{best:g}'}")
+                    print(
+                        f"highest {kind} meeting the SLO: {'none' if best is None else f'{best:g}'}"
+                    )
                 print(f"sweep written to {cfg.out}/sweep.json and sweep.md")
     except ConfigError as e:
         _err(str(e))
@@ -388,12 +428,13 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             pass
         client = (out.summary or {}).get("client") or {}
         lag = (client.get("event_loop_lag_s") or {}).get("p99")
-        print(f"{out.stop_reason}: {client.get('episodes_finished', 0)} episodes in "
-              f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
-              f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}")
+        print(
+            f"{out.stop_reason}: {client.get('episodes_finished', 0)} episodes in "
+            f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
+            f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
+        )
     if out.exit_code == EXIT_INTERRUPTED and not a.get("quiet"):
-        print(f"interrupted: continue with `agentload run --resume {out.out_dir}`",
-              file=sys.stderr)
+        print(f"interrupted: continue with `agentload run --resume {out.out_dir}`", file=sys.stderr)
     return out.exit_code
 
 
@@ -436,20 +477,35 @@ _run_params = inspect.signature(run_command).parameters
 _sweep_params = [p for n, p in _run_params.items() if n not in ("concurrency", "rate", "resume")]
 _sweep_params[1:1] = [
     inspect.Parameter(
-        "points", inspect.Parameter.KEYWORD_ONLY, default=None,
-        annotation=Annotated[str | None, _opt("--concurrency", "-n", help="Closed-loop points, "
-                                              "e.g. 1,2,4,8,16,32.", panel=L)],
+        "points",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            str | None,
+            _opt("--concurrency", "-n", help="Closed-loop points, e.g. 1,2,4,8,16,32.", panel=L),
+        ],
     ),
     inspect.Parameter(
-        "rates", inspect.Parameter.KEYWORD_ONLY, default=None,
-        annotation=Annotated[str | None, _opt("--rates", help="Open-loop points (episodes/s), "
-                                              "e.g. 0.5,1,2,4.", panel=L)],
+        "rates",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            str | None,
+            _opt("--rates", help="Open-loop points (episodes/s), e.g. 0.5,1,2,4.", panel=L),
+        ],
     ),
     inspect.Parameter(
-        "stop_on_slo_fail", inspect.Parameter.KEYWORD_ONLY, default=False,
-        annotation=Annotated[bool, typer.Option("--stop-on-slo-fail", help="Stop at the first "
-                                                "point that misses the SLO.",
-                                                rich_help_panel=L)],
+        "stop_on_slo_fail",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[
+            bool,
+            typer.Option(
+                "--stop-on-slo-fail",
+                help="Stop at the first point that misses the SLO.",
+                rich_help_panel=L,
+            ),
+        ],
     ),
 ]
 _sweep_params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _sweep_params]

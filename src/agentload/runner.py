@@ -125,7 +125,10 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
                 self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
                 out = self._log
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -143,8 +146,9 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
                 except OSError:
                     time.sleep(0.05)
             self.stop()
-            raise RunFailed(f"the embedded simulator did not start within "
-                            f"{self.startup_timeout_s:.0f} s")
+            raise RunFailed(
+                f"the embedded simulator did not start within {self.startup_timeout_s:.0f} s"
+            )
 
     return _Embedded(sim_cfg, log_path=str(log_path) if log_path else None).start()
 
@@ -157,17 +161,27 @@ async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:
     firsts: dict[str, str] = {}
     for t in tasks:
         firsts.setdefault(t.partition("/")[0], t)
-    body = {"model": model, "messages": [{"role": "user", "content": "hello"}],
-            "max_tokens": 1, "stream": False}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 1,
+        "stream": False,
+    }
     async with aiohttp.ClientSession() as http:
         for task in firsts.values():
             for role in ("agent", "user"):
-                hdrs = {"X-Agentload-Role": role, "X-Agentload-Task": task,
-                        "X-Session-ID": "agentload-prime"}
+                hdrs = {
+                    "X-Agentload-Role": role,
+                    "X-Agentload-Task": task,
+                    "X-Session-ID": "agentload-prime",
+                }
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with http.post(f"{base_url}/chat/completions", json=body,
-                                         headers=hdrs,
-                                         timeout=aiohttp.ClientTimeout(total=30)) as r:
+                    async with http.post(
+                        f"{base_url}/chat/completions",
+                        json=body,
+                        headers=hdrs,
+                        timeout=aiohttp.ClientTimeout(total=30),
+                    ) as r:
                         await r.read()
 
 
@@ -267,8 +281,12 @@ def load_saved_config(out_dir: Path) -> RunConfig:
 
 def _process_stats() -> dict[str, Any]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu_user_s": ru.ru_utime, "cpu_system_s": ru.ru_stime,
-            "max_rss_mb": ru.ru_maxrss / 1024.0, "pid": os.getpid()}
+    return {
+        "cpu_user_s": ru.ru_utime,
+        "cpu_system_s": ru.ru_stime,
+        "max_rss_mb": ru.ru_maxrss / 1024.0,
+        "pid": os.getpid(),
+    }
 
 
 def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any]) -> dict:
@@ -360,8 +378,10 @@ async def execute_run(
     recorder.write_meta(meta)
     if resume:
         total = "∞" if plan.total is None else plan.total
-        say(f"resuming {out_dir}: {plan.resume_done} of {total} episodes already finished; "
-            f"{recorder.dropped_calls} calls of unfinished episodes dropped")
+        say(
+            f"resuming {out_dir}: {plan.resume_done} of {total} episodes already finished; "
+            f"{recorder.dropped_calls} calls of unfinished episodes dropped"
+        )
 
     sim = None
     endpoints: dict[str, EndpointConfig] = dict(cfg.endpoints)
@@ -375,8 +395,10 @@ async def execute_run(
         if sched is None:
             return
         if interrupts == 1:
-            say(f"{signame}: no new episodes; waiting up to {cfg.load.drain_timeout_s:g}s for "
-                f"{sched.active} in flight (again to stop now)")
+            say(
+                f"{signame}: no new episodes; waiting up to {cfg.load.drain_timeout_s:g}s for "
+                f"{sched.active} in flight (again to stop now)"
+            )
             sched.stop("interrupted")
         else:
             say(f"{signame}: cancelling episodes in flight")
@@ -395,17 +417,22 @@ async def execute_run(
         if cfg.embedded:
             sim = await asyncio.to_thread(start_embedded_sim, cfg, out_dir / "sim.log")
             model = sim.config.model
-            ep = EndpointConfig(name="sim", base_url=sim.base_url, model=model,
-                                metrics_url=sim.metrics_url)
+            ep = EndpointConfig(
+                name="sim", base_url=sim.base_url, model=model, metrics_url=sim.metrics_url
+            )
             endpoints = {"agent": ep, "user": ep}
             await prime_sim(sim.base_url, model, tasks)
-            say(f"no endpoint given: started the embedded simulator on {sim.base_url} "
+            say(
+                f"no endpoint given: started the embedded simulator on {sim.base_url} "
                 f"(profile {cfg.sim.profile}, speedup {cfg.sim.speedup:g}"
                 + (f", fault rate {cfg.sim.fault_rate:g}" if cfg.sim.fault_rate else "")
                 + "); it stops when the run ends. Use --base-url to benchmark a real server, "
-                "--sim-profile / --sim-speedup to change the simulator.")
-        meta["endpoints"] = {r: {"name": e.name, "base_url": e.base_url, "model": e.model}
-                             for r, e in endpoints.items()}
+                "--sim-profile / --sim-speedup to change the simulator."
+            )
+        meta["endpoints"] = {
+            r: {"name": e.name, "base_url": e.base_url, "model": e.model}
+            for r, e in endpoints.items()
+        }
 
         def on_record(rec: CallRecord) -> None:
             recorder.record_call(rec)
@@ -415,9 +442,7 @@ async def execute_run(
         scrapers: list[Any] = []
         async with contextlib.AsyncExitStack() as stack:
             for role, ep in endpoints.items():
-                clients[role] = await stack.enter_async_context(
-                    ChatClient(ep, on_record=on_record)
-                )
+                clients[role] = await stack.enter_async_context(ChatClient(ep, on_record=on_record))
             if cfg.metrics.enabled:
                 from agentload.servermetrics.scraper import MetricsScraper
 
@@ -425,8 +450,12 @@ async def execute_run(
                 for ep in endpoints.values():
                     if ep.metrics_url and ep.metrics_url not in seen:
                         seen.add(ep.metrics_url)
-                        sc = MetricsScraper(ep.metrics_url, recorder,
-                                            interval_s=cfg.metrics.interval_s, endpoint=ep.name)
+                        sc = MetricsScraper(
+                            ep.metrics_url,
+                            recorder,
+                            interval_s=cfg.metrics.interval_s,
+                            endpoint=ep.name,
+                        )
                         scrapers.append(await stack.enter_async_context(sc))
 
             base_seed = cfg.workload.seed
@@ -466,8 +495,9 @@ async def execute_run(
             if interrupts:
                 sched.stop("interrupted")
             with _gc_tuned(tune_gc):
-                async with ProgressDisplay(tracker, mode=progress,
-                                           interval_s=progress_interval_s, title=progress_title):
+                async with ProgressDisplay(
+                    tracker, mode=progress, interval_s=progress_interval_s, title=progress_title
+                ):
                     rep = await sched.run()
     finally:
         if sim is not None:
@@ -499,8 +529,14 @@ async def execute_run(
         code, reason = EXIT_FAILED, "failed: every episode ended with an infrastructure error"
     else:
         code, reason = EXIT_OK, rep.stop_reason
-    meta.update({"ended_at": time.time(), "status": reason, "exit_code": code,
-                 "stop_reason": rep.stop_reason})
+    meta.update(
+        {
+            "ended_at": time.time(),
+            "status": reason,
+            "exit_code": code,
+            "stop_reason": rep.stop_reason,
+        }
+    )
     update_meta(out_dir, meta)
     return RunOutcome(out_dir, code, reason, summary, rep, files)
 
@@ -532,7 +568,8 @@ def _infra_failures(out_dir: Path) -> int:
     from agentload.results.jsonl import load_jsonl
 
     return sum(
-        1 for s in load_jsonl(out_dir / "sessions.jsonl")
+        1
+        for s in load_jsonl(out_dir / "sessions.jsonl")
         if not s.get("warmup") and s.get("termination") == "infra_error"
     )
 
@@ -632,15 +669,17 @@ def sweep_markdown(doc: Mapping[str, Any]) -> str:
         cells = [f"{row[kind]:g}"]
         for _, key, unit in SWEEP_COLUMNS:
             v = row.get(key)
-            cells.append(("yes" if v else "no") if key == "slo_met" and v is not None
-                         else _fmt(v, unit))
+            cells.append(
+                ("yes" if v else "no") if key == "slo_met" and v is not None else _fmt(v, unit)
+            )
         lines.append("| " + " | ".join(cells) + " |")
     best = doc.get("best_point")
     if doc.get("slo"):
         slo = ", ".join(f"{k} ≤ {v:g}s" for k, v in doc["slo"].items())
         lines.append("")
         lines.append(
-            f"Highest {kind} meeting the SLO ({slo}): **{best:g}**" if best is not None
+            f"Highest {kind} meeting the SLO ({slo}): **{best:g}**"
+            if best is not None
             else f"No point met the SLO ({slo})."
         )
     return "\n".join(lines) + "\n"
@@ -702,14 +741,19 @@ async def execute_sweep(
         data["load"] = load
         point_cfg = build_config(data=data)
         say(f"sweep point {i + 1}/{len(points)}: {kind} {point:g}")
-        out = await execute_run(point_cfg, progress=progress, say=say,
-                                progress_interval_s=progress_interval_s,
-                                progress_title=f"{kind} {point:g}")
+        out = await execute_run(
+            point_cfg,
+            progress=progress,
+            say=say,
+            progress_interval_s=progress_interval_s,
+            progress_title=f"{kind} {point:g}",
+        )
         row = sweep_row(point, kind, out)
         doc["points"].append(row)
         if row["slo_met"]:
-            doc["best_point"] = point if doc["best_point"] is None else max(
-                doc["best_point"], point)
+            doc["best_point"] = (
+                point if doc["best_point"] is None else max(doc["best_point"], point)
+            )
         _write_sweep(root, doc)
         if out.exit_code != EXIT_OK:
             code = out.exit_code

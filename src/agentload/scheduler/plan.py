@@ -119,7 +119,8 @@ class EpisodePlan:
         self.shuffle = shuffle
         self.seed = seed
         self.total: int | None = (
-            num_episodes if num_episodes is not None
+            num_episodes
+            if num_episodes is not None
             else (None if unbounded else len(self.tasks) * trials)
         )
         self.warmup_episodes = warmup_episodes

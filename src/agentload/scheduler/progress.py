@@ -163,8 +163,7 @@ def progress_table(s: dict[str, Any], title: str = "") -> Table:
         width = 30
         fill = int(width * min(1.0, s["episodes"] / total))
         done = f"[green]{'━' * fill}[/][dim]{'━' * (width - fill)}[/] {done}"
-    t.add_row("episodes", f"{done}   ETA {fmt_eta(s['eta_s'])}   elapsed "
-              f"{fmt_eta(s['elapsed_s'])}")
+    t.add_row("episodes", f"{done}   ETA {fmt_eta(s['eta_s'])}   elapsed {fmt_eta(s['elapsed_s'])}")
     if s["warmup_episodes"]:
         t.add_row("warmup", f"{s['warmup_episodes']} episodes (not in statistics)")
     t.add_row("active", str(s["active"]))
