@@ -119,15 +119,15 @@ def bootstrap_ci(
 
 
 def pass_hat_k(successes: Mapping[str, Sequence[bool]]) -> dict[int, float]:
-    """pass^k = mean over tasks of C(c, k) / C(n, k), for k = 1 .. the smallest n."""
-    if not successes:
+    """pass^k = mean over tasks of C(c, k) / C(n, k), for k = 1 .. the smallest n.
+
+    `successes` maps task id -> one bool per trial; tasks with no trials are ignored.
+    """
+    counts = [(len(s), sum(1 for x in s if x)) for s in successes.values() if len(s) > 0]
+    if not counts:
         return {}
-    n_min = min(len(v) for v in successes.values())
-    out: dict[int, float] = {}
-    for k in range(1, n_min + 1):
-        total = 0.0
-        for trials in successes.values():
-            n, c = len(trials), sum(bool(x) for x in trials)
-            total += math.comb(c, k) / math.comb(n, k)
-        out[k] = total / len(successes)
-    return out
+    kmax = min(n for n, _ in counts)
+    return {
+        k: sum(math.comb(c, k) / math.comb(n, k) for n, c in counts) / len(counts)
+        for k in range(1, kmax + 1)
+    }

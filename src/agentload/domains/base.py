@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +20,8 @@ from typing import Any, ClassVar
 
 import jsonschema
 import orjson
+
+from agentload.stats import pass_hat_k as pass_hat_k  # one implementation, re-exported
 
 # Bump when grading semantics change; it goes into every Grade (and so every result).
 GRADER_VERSION = "1"
@@ -455,16 +456,3 @@ def check_tasks(domain: Domain, seed: int = 0) -> list[str]:
     return problems
 
 
-def pass_hat_k(successes: Mapping[str, Sequence[bool]]) -> dict[int, float]:
-    """pass^k = mean over tasks of C(c, k) / C(n, k), for k = 1 .. min n.
-
-    `successes` maps task id -> one bool per trial. Tasks with no trials are ignored.
-    """
-    counts = [(len(s), sum(1 for x in s if x)) for s in successes.values() if len(s) > 0]
-    if not counts:
-        return {}
-    kmax = min(n for n, _ in counts)
-    return {
-        k: sum(math.comb(c, k) / math.comb(n, k) for n, c in counts) / len(counts)
-        for k in range(1, kmax + 1)
-    }
