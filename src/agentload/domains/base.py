@@ -406,7 +406,13 @@ def grade(
     """Replay `executed` on a fresh environment and the gold actions on another; compare."""
     env = Environment(domain, seed)
     env.replay(executed)
-    actual = env.db_hash()
+    return grade_db_hash(domain, task, env.db_hash(), agent_replies, seed)
+
+
+def grade_db_hash(
+    domain: Domain, task: Task, actual: str, agent_replies: Sequence[str], seed: int = 0
+) -> Grade:
+    """The grade of an episode whose final database hashed to `actual`."""
     expected = gold_hash(domain, task, seed)
     missing = missing_outputs(task.required_outputs, agent_replies)
     db_match = actual == expected

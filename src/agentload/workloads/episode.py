@@ -27,8 +27,7 @@ from agentload.agents.strategies import AGENT_NAMES, make_agent, transfer_tool_n
 from agentload.agents.users import USER_NAMES, is_stop, make_user
 from agentload.client import CallRecord, CallResult, ChatClient
 from agentload.domains import Environment, get_domain
-from agentload.domains.base import GRADER_VERSION, Domain, Grade, Task, gold_hash, hash_db
-from agentload.domains.base import missing_outputs as find_missing
+from agentload.domains.base import Domain, Grade, Task, grade_db_hash, hash_db
 
 log = logging.getLogger("agentload.episode")
 
@@ -437,19 +436,7 @@ def grade_environment(
         actual = env.db_hash()
     else:
         actual = _base_hash(domain, seed)
-    expected = gold_hash(domain, task, seed)
-    missing = find_missing(task.required_outputs, replies)
-    db_match = actual == expected
-    return Grade(
-        reward=1.0 if db_match and not missing else 0.0,
-        db_match=db_match,
-        outputs_ok=not missing,
-        missing_outputs=missing,
-        grader_version=GRADER_VERSION,
-        data_version=domain.data_version,
-        db_hash=actual,
-        gold_hash=expected,
-    )
+    return grade_db_hash(domain, task, actual, replies, seed)
 
 
 def _finish(
