@@ -19,7 +19,27 @@ from agentload.sim.config import SimConfig
 from agentload.sim.server import SimApp
 
 
-class SimServer:
+class _Addresses:
+    """URLs of a running simulator, for both the in-process and the subprocess form."""
+
+    config: SimConfig
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return f"{self.url}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.url}/metrics"
+
+
+class SimServer(_Addresses):
     """A simulator on the running event loop.
 
     ``port=0`` binds a free port; :attr:`base_url` reports the real one::
@@ -35,18 +55,6 @@ class SimServer:
         self._runner: web.AppRunner | None = None
         self.port: int = self.config.port
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI base URL (``.../v1``)."""
-        return f"{self.url}/v1"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
 
     async def start(self) -> SimServer:
         self.sim = SimApp(self.config)
@@ -116,7 +124,7 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-class SimProcess:
+class SimProcess(_Addresses):
     """A simulator in its own process (its own core), for benchmarks and ``agentload run``::
 
         with SimProcess(SimConfig(port=0)) as sim:
@@ -133,17 +141,6 @@ class SimProcess:
         self.port = self.config.port
         self._log: Any = None
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.url}/v1"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
 
     def start(self) -> SimProcess:
         if self.port == 0:
