@@ -321,6 +321,11 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
     return ov, flags
 
 
+def _console() -> Console:
+    # Piped output (CI logs, `| tee`) gets a wide table instead of Rich's 80-column default.
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
 def _err(msg: str) -> None:
     print(f"agentload: error: {msg}", file=sys.stderr, flush=True)
 
@@ -397,7 +402,7 @@ def _main(command: str, a: dict[str, Any]) -> None:
             if a.get("json_out"):
                 sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
             elif not quiet:
-                Console().print(sweep_table(doc))
+                _console().print(sweep_table(doc))
                 best = doc.get("best_point")
                 if doc.get("slo"):
                     print(
@@ -423,7 +428,7 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
         try:
             from agentload.report import summary_table
 
-            Console().print(summary_table(out.summary or {}))
+            _console().print(summary_table(out.summary or {}))
         except ImportError:
             pass
         client = (out.summary or {}).get("client") or {}
@@ -433,6 +438,9 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
+        html = [p for p in out.report_files if str(p).endswith(".html")]
+        if html:
+            print(f"report: {html[0]}")
     if out.exit_code == EXIT_INTERRUPTED and not a.get("quiet"):
         print(f"interrupted: continue with `agentload run --resume {out.out_dir}`", file=sys.stderr)
     return out.exit_code
