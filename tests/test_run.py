@@ -209,10 +209,12 @@ async def test_sweep_two_points_with_slo(tmp_path: Path) -> None:
 
 
 async def test_open_loop_rate_within_5_percent(tmp_path: Path) -> None:
+    # Gamma shape 100 (CV 0.1) keeps the sampling error of 80 arrivals near 1 %, so the check
+    # measures the scheduler; Poisson arrivals would need thousands for a 5 % bound.
     out = tmp_path / "open"
     cfg = _cfg(
         out,
-        workload={"tasks": ["airline/000-019"], "trials": 2},
+        workload={"tasks": ["airline/000-019"], "trials": 4},
         load={"rate": 40.0, "burstiness": 100.0},
         sim={"profile": "instant"},
         report=False,
@@ -221,10 +223,10 @@ async def test_open_loop_rate_within_5_percent(tmp_path: Path) -> None:
     res = await execute_run(cfg, progress="off", say=_quiet, install_signals=False)
     assert res.exit_code == 0
     client = res.summary["client"]
-    assert client["episodes_finished"] == 40
+    assert client["episodes_finished"] == 80
     assert client["rate_achieved"] == pytest.approx(40.0, rel=0.05)
     assert client["rate_offered"] == pytest.approx(40.0, rel=0.05)
-    assert res.summary["scheduling"]["sched_delay_s"]["count"] == 40
+    assert res.summary["scheduling"]["sched_delay_s"]["count"] == 80
 
 
 async def test_faults_are_counted_and_nothing_lost(tmp_path: Path) -> None:
