@@ -140,7 +140,7 @@ def test_sigint_then_sigkill_then_resume(tmp_path: Path) -> None:
     # 1. Ctrl-C: no new episodes, in-flight ones drain, summary written, exit 130.
     proc = _spawn([*RUN_ARGS, "--drain-timeout", "20s"], out)
     _wait_sessions(out, 3, proc)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole process group
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert b"no new episodes" in stderr and b"--resume" in stderr

@@ -81,11 +81,10 @@ class RunOutcome:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # Own session: a terminal Ctrl-C reaches only the run, which then drains against a live
-    # simulator; PR_SET_PDEATHSIG still takes the simulator down if the run is killed.
-    os.setsid()
+    # PR_SET_PDEATHSIG: the simulator gets SIGTERM if the thread that started it (the run's
+    # main thread) dies, so a killed run does not leave a simulator behind.
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
@@ -129,6 +128,9 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                # Own session: a terminal's Ctrl-C reaches only the run, which then drains
+                # against a live simulator.
+                start_new_session=True,
                 preexec_fn=_die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -415,7 +417,8 @@ async def execute_run(
     rep: SchedulerReport | None = None
     try:
         if cfg.embedded:
-            sim = await asyncio.to_thread(start_embedded_sim, cfg, out_dir / "sim.log")
+            # Started from the main thread: the death signal is tied to the starting thread.
+            sim = start_embedded_sim(cfg, out_dir / "sim.log")
             model = sim.config.model
             ep = EndpointConfig(
                 name="sim", base_url=sim.base_url, model=model, metrics_url=sim.metrics_url
