@@ -24,8 +24,17 @@ CONFIG_SCHEMA = "agentload.config/1"
 # added to `endpoints` for multi-model setups.
 CORE_ROLES = ("agent", "user")
 
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(ms|s|m|min|h)?\s*$", re.I)
-_UNIT_S = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(us|µs|ms|s|m|min|h)?\s*$", re.I)
+_UNIT_S = {
+    None: 1.0,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
 
 
 class ConfigError(Exception):
@@ -33,7 +42,7 @@ class ConfigError(Exception):
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `90s`, `1.5m`, `500ms` or `2h`."""
+    """Seconds from `90`, `90s`, `1.5m`, `500ms`, `250us` or `2h`."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 30s, got {value!r}")
     if isinstance(value, int | float):
