@@ -397,6 +397,7 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     progress=mode,
                     say=say,
                     progress_interval_s=a["progress_interval"],
+                    overwrite=a.get("overwrite", False),
                 )
             )
             if a.get("json_out"):

@@ -717,9 +717,10 @@ async def execute_sweep(
     progress: str = "auto",
     say: Say = _stderr,
     progress_interval_s: float = 10.0,
+    overwrite: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run every point into <out>/<point>/; writes sweep.json and sweep.md in <out>."""
-    root = _sweep_root(cfg)
+    root = _sweep_root(cfg, overwrite)
     base = cfg.model_dump(by_alias=True)
     doc: dict[str, Any] = {
         "schema": SWEEP_SCHEMA,
@@ -750,6 +751,7 @@ async def execute_sweep(
             say=say,
             progress_interval_s=progress_interval_s,
             progress_title=f"{kind} {point:g}",
+            overwrite=overwrite,
         )
         row = sweep_row(point, kind, out)
         doc["points"].append(row)
@@ -771,11 +773,11 @@ async def execute_sweep(
     return doc, code
 
 
-def _sweep_root(cfg: RunConfig) -> Path:
+def _sweep_root(cfg: RunConfig, overwrite: bool) -> Path:
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
-    if (root / "sweep.json").exists():
-        raise ConfigError(f"{root} already holds a sweep; choose another --out")
+    if (root / "sweep.json").exists() and not overwrite:
+        raise ConfigError(f"{root} already holds a sweep; choose another --out (or --overwrite)")
     return root
 
 
