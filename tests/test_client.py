@@ -28,7 +28,7 @@ from scripted_server import (
     usage_chunk,
 )
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vllm-0.32-cpu"
+REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu"
 MSGS = [{"role": "user", "content": "hi"}]
 
 
@@ -199,8 +199,6 @@ async def test_one_megabyte_single_line(server: ScriptedServer) -> None:
 
 
 async def test_reference_vllm_captures_parse(server: ScriptedServer) -> None:
-    if not REFERENCE.is_dir():
-        pytest.skip("reference captures not present")
     for name in ("real-vllm-stream.txt", "real-vllm-stream-tools-hermes.txt"):
         raw = (REFERENCE / name).read_bytes()
         body = raw.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in raw else raw.split(b"\n\n", 1)[1]

@@ -23,7 +23,7 @@ from agentload.sim import (
 )
 from agentload.sim.behaviour import RequestView, unregister_behaviour
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vllm-0.32-cpu"
+REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu"
 MODEL = "sim-model"
 
 WEATHER = {
@@ -133,7 +133,6 @@ def shape(obj: Any) -> Any:
     return type(obj).__name__
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference captures not available")
 async def test_stream_chunks_have_vllm_shapes(sim: SimServer) -> None:
     ref = reference_events("real-vllm-stream.txt")
     ours = await raw_stream(sim, {
@@ -156,7 +155,6 @@ async def test_stream_chunks_have_vllm_shapes(sim: SimServer) -> None:
                 and e["choices"][0]["delta"].get("content")]) == 8
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference captures not available")
 async def test_tool_call_chunks_have_vllm_shapes(sim: SimServer) -> None:
     ref = reference_events("real-vllm-stream-tools-hermes.txt")
     ours = await raw_stream(sim, {
