@@ -335,7 +335,7 @@ async def execute_run(
 ) -> RunOutcome:
     """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
     from agentload.results.recorder import Recorder
-    from agentload.results.summary import summarize, write_summary
+    from agentload.results.summary import load_run_meta, summarize, write_summary
     from agentload.workloads.episode import episode_seed, run_episode
 
     out_dir = Path(cfg.out)
@@ -512,15 +512,6 @@ async def execute_run(
     assert rep is not None
     summary = summarize(out_dir, slo=cfg.slo or None)
     summary["client"] = client_block(rep, cfg, {"resume_attempt": attempt})
-    write_summary(out_dir, summary)
-    files: list[Path] = []
-    if cfg.report:
-        try:
-            from agentload.report import write_report
-        except ImportError:  # the report package is optional for a run to be useful
-            log.warning("report module unavailable; wrote summary.json only")
-        else:
-            files = list(write_report(out_dir, summary))
 
     sessions = (summary.get("counts") or {}).get("sessions", 0)
     infra = _infra_failures(out_dir)
@@ -541,6 +532,17 @@ async def execute_run(
         }
     )
     update_meta(out_dir, meta)
+    # The summary embeds run.json: take the final status, not the "running" it read.
+    summary["run"] = load_run_meta(out_dir)
+    write_summary(out_dir, summary)
+    files: list[Path] = []
+    if cfg.report:
+        try:
+            from agentload.report import write_report
+        except ImportError:  # the report package is optional for a run to be useful
+            log.warning("report module unavailable; wrote summary.json only")
+        else:
+            files = list(write_report(out_dir, summary))
     return RunOutcome(out_dir, code, reason, summary, rep, files)
 
 

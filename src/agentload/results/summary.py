@@ -550,7 +550,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "schema": SUMMARY_SCHEMA,
         "agentload_version": __version__,
         "generated_at": time.time(),
-        "run": _run_meta(out_dir),
+        "run": load_run_meta(out_dir),
         "window": window,
         "counts": {
             "calls": int(m.sum()),
@@ -579,7 +579,8 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     return summary
 
 
-def _run_meta(out_dir: Path) -> dict[str, Any] | None:
+def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
+    """run.json of a results folder, or None when missing or unreadable."""
     path = out_dir / RUN
     if not path.exists():
         return None
