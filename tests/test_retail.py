@@ -14,7 +14,7 @@ import pytest
 
 from agentload.domains import Action, Environment, get_domain, get_task, grade
 from agentload.domains.base import TASK_CATEGORIES, check_tasks, hash_db
-from agentload.domains.retail import REASON_KEYWORDS, RetailDomain, _base_db, data
+from agentload.domains.retail import REASON_KEYWORDS, RetailDomain, data
 
 DOMAIN = get_domain("retail")
 TASKS = DOMAIN.tasks()
@@ -384,13 +384,14 @@ def test_environment_is_cheap_and_isolated() -> None:
     assert (time.perf_counter() - t0) / 200 < 0.005
     # Episodes share records with the cached base (copy-on-write): writes in one episode
     # must never leak into the base or another episode.
-    base_blob = data.base_db_blob(0)
+    base_blob = orjson.dumps(DOMAIN._base(0).parsed())
     a, b = Environment(DOMAIN), Environment(DOMAIN)
     h = b.db_hash()
     for task in TASKS:
         a.replay(task.gold_actions)
     assert b.db_hash() == h == Environment(DOMAIN).db_hash()
-    assert orjson.dumps(_base_db(0)) == base_blob
+    assert orjson.dumps(DOMAIN._base(0).parsed()) == base_blob
+    assert orjson.loads(base_blob) == data.make_db(0)
 
 
 def test_listing_items_in_another_order_grades_the_same() -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 
-import orjson
-
 from agentload.domains.base import Domain, Task
 from agentload.domains.retail import data
 from agentload.domains.retail.policy import POLICY, REASON_KEYWORDS
@@ -21,16 +19,13 @@ from agentload.domains.retail.tools import TOOLS, TRANSFER_TOOL
 __all__ = ["DOMAIN", "REASON_KEYWORDS", "TRANSFER_TOOL", "RetailDomain", "make_domain"]
 
 
-@functools.lru_cache(maxsize=8)
-def _base_db(seed: int) -> dict:
-    # Parsed once and never mutated: fresh databases share its records (copy-on-write).
-    return orjson.loads(data.base_db_blob(seed))
-
-
 class RetailDomain(Domain):
     name = "retail"
     data_version = "retail-1"
     policy = POLICY
+    # Write tools replace a record by a private copy (`own`) before changing it, so episodes
+    # share the records of one parsed base database and hashing reuses their bytes.
+    copy_on_write = True
 
     def __init__(self) -> None:
         self.tools = list(TOOLS)
@@ -38,14 +33,6 @@ class RetailDomain(Domain):
     def make_db(self, seed: int = 0) -> dict:
         """A fully private copy of the database for `seed`."""
         return data.make_db(seed)
-
-    def fresh_db(self, seed: int = 0) -> dict:
-        """A new database for one episode in microseconds: new top-level tables whose
-        records are shared with the cached base. Retail write tools replace a record by a
-        private copy before changing it, so the base is never mutated; code outside the
-        tools that wants to edit records in place should use `make_db` instead."""
-        base = _base_db(seed)
-        return {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
 
     def tasks(self) -> list[Task]:
         return list(_tasks())

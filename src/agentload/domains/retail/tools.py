@@ -2,7 +2,7 @@
 
 Every tool validates everything before it mutates anything, so a refused call leaves the
 database exactly as it was. Records are shared with the cached base database until written
-(see `RetailDomain.fresh_db`): a write tool first takes its own copy of each record it changes
+(see `Domain.copy_on_write`): a write tool first takes its own copy of each record it changes
 with `_own`, never mutating a record in place otherwise.
 
 Refusal messages carry the policy's reason keywords ("not pending", "not delivered",
@@ -18,9 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
-
-from agentload.domains.base import Tool, ToolError
+from agentload.domains.base import Tool, ToolError, own
 from agentload.domains.retail.data import NOW, RETURN_WINDOW_DAYS
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
@@ -32,13 +30,6 @@ ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
 
 def _money(x: float) -> float:
     return round(x + 0.0, 2)
-
-
-def _own(db: dict, table: str, key: str) -> dict:
-    """Replace db[table][key] by a private deep copy and return it (copy-on-write)."""
-    rec = orjson.loads(orjson.dumps(db[table][key]))
-    db[table][key] = rec
-    return rec
 
 
 def _user(db: dict, user_id: str) -> dict:
@@ -166,7 +157,7 @@ def _adjust_gift_card(db: dict, user_id: str, pm_id: str, delta: float) -> None:
     user = db["users"][user_id]
     if user["payment_methods"][pm_id]["source"] != "gift_card" or delta == 0:
         return
-    user = _own(db, "users", user_id)
+    user = own(db, "users", user_id)
     pm = user["payment_methods"][pm_id]
     pm["balance"] = _money(pm["balance"] + delta)
 
@@ -282,7 +273,7 @@ def cancel_pending_order(db: dict, order_id: str, reason: str) -> dict:
     if reason not in CANCEL_REASONS:
         raise ToolError(f"reason must be one of {', '.join(CANCEL_REASONS)}")
     refunds = _net_paid(order)
-    order = _own(db, "orders", order["order_id"])
+    order = own(db, "orders", order["order_id"])
     order["status"] = "cancelled"
     order["cancel_reason"] = reason
     for pm_id, amount in refunds.items():
@@ -297,7 +288,7 @@ def modify_pending_order_address(db: dict, order_id: str, **address: str) -> dic
     order = _order(db, order_id)
     _require_status(order, "pending")
     addr = _address(address)
-    order = _own(db, "orders", order["order_id"])
+    order = own(db, "orders", order["order_id"])
     order["address"] = addr
     return _order_view(db, order)
 
@@ -311,7 +302,7 @@ def modify_pending_order_payment(db: dict, order_id: str, payment_method_id: str
     total = _money(sum(i["price"] for i in order["items"]))
     _check_balance(pm, total)
     refunds = _net_paid(order)
-    order = _own(db, "orders", order["order_id"])
+    order = own(db, "orders", order["order_id"])
     order["payment_history"].append(
         {"type": "payment", "amount": total, "payment_method_id": pm["id"]}
     )
@@ -337,7 +328,7 @@ def modify_pending_order_items(
     diff = _check_swaps(db, order, item_ids, new_item_ids)
     pm = _payment_method(db, order, payment_method_id)
     _check_balance(pm, diff)
-    order = _own(db, "orders", order["order_id"])
+    order = own(db, "orders", order["order_id"])
     swap = dict(zip(item_ids, new_item_ids, strict=True))
     for it in order["items"]:
         new_id = swap.get(it["item_id"])
@@ -360,7 +351,7 @@ def modify_pending_order_items(
 def modify_user_address(db: dict, user_id: str, **address: str) -> dict:
     user = _user(db, user_id)
     addr = _address(address)
-    user = _own(db, "users", user["user_id"])
+    user = own(db, "users", user["user_id"])
     user["address"] = addr
     return user
 
@@ -377,7 +368,7 @@ def return_delivered_order_items(
             f"refund method not allowed: a refund goes to the order's original payment method "
             f"({order['payment_method_id']}) or to the customer's gift card"
         )
-    order = _own(db, "orders", order["order_id"])
+    order = own(db, "orders", order["order_id"])
     order["status"] = "return requested"
     order["return_request"] = {
         "item_ids": _in_order_sequence(order, item_ids),
@@ -397,7 +388,7 @@ def exchange_delivered_order_items(
     _check_balance(pm, diff)
     swap = dict(zip(item_ids, new_item_ids, strict=True))
     pairs = [(old, swap[old]) for old in _in_order_sequence(order, item_ids)]
-    order = _own(db, "orders", order["order_id"])
+    order = own(db, "orders", order["order_id"])
     order["status"] = "exchange requested"
     order["exchange_request"] = {
         "item_ids": [old for old, _ in pairs],
