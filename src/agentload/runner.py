@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import gc
 import logging
 import os
 import resource
@@ -336,6 +335,7 @@ async def execute_run(
     """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
     from agentload.results.recorder import Recorder
     from agentload.results.summary import load_run_meta, summarize, write_summary
+    from agentload.util import gc_tuned
     from agentload.workloads.episode import episode_seed, run_episode
 
     out_dir = Path(cfg.out)
@@ -497,7 +497,7 @@ async def execute_run(
             tracker.lag_p99 = sched.lag.recent_p99
             if interrupts:
                 sched.stop("interrupted")
-            with _gc_tuned(tune_gc):
+            with gc_tuned(tune_gc):
                 async with ProgressDisplay(
                     tracker, mode=progress, interval_s=progress_interval_s, title=progress_title
                 ):
@@ -544,29 +544,6 @@ async def execute_run(
         else:
             files = list(write_report(out_dir, summary))
     return RunOutcome(out_dir, code, reason, summary, rep, files)
-
-
-@contextlib.contextmanager
-def _gc_tuned(enabled: bool) -> Any:
-    """Fewer, cheaper garbage collections while episodes run.
-
-    Hundreds of live episodes hold millions of objects (message histories); CPython's default
-    thresholds then run full collections often enough to stall the event loop for tens of
-    milliseconds. Freezing what exists at start (modules, domain data) and collecting the
-    young generation less often keeps the lag probe's p99 down; cycles still get collected.
-    """
-    if not enabled:
-        yield
-        return
-    old = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
 
 
 def _infra_failures(out_dir: Path) -> int:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from agentload.sim.config import SimConfig
 from agentload.sim.server import SimApp
+from agentload.util import gc_tuned
 
 
 class _Addresses:
@@ -99,7 +100,8 @@ async def serve_forever(config: SimConfig, ready_line: bool = True) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        with gc_tuned():
+            await stop.wait()
     finally:
         if server.sim is not None:
             server.sim.engine.log_stats()

@@ -22,7 +22,8 @@ import logging
 import time
 from bisect import bisect_left
 from collections import OrderedDict, deque
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import Profile
@@ -31,6 +32,8 @@ log = logging.getLogger("agentload.sim")
 
 LATE_STEP_S = 0.002
 MAX_LEAD_S = 0.005
+# Longest run of zero-time steps between two visits to the event loop (instant profile).
+BURST_S = 0.01
 
 
 class Output(Protocol):
@@ -112,6 +115,10 @@ class Seq:
         self.scheduled_t = 0.0
         self.first_token_t = 0.0
         self.last_token_t = 0.0
+
+
+def _nothing() -> None:
+    return None
 
 
 class BlockPool:
@@ -212,6 +219,10 @@ class Engine:
         self._aborts = 0
         self.steps = 0
         self.emit_cost = 5e-6
+        # Set by the server: gather each stream's writes during a burst of zero-time steps.
+        self.write_gather_begin: Callable[[], None] = _nothing
+        self.write_gather_end: Callable[[], None] = _nothing
+        self._carry: tuple[list[tuple[Seq, int]], float] | None = None
         """Seconds the simulator needs to write one token (moving average)."""
         self.log_interval_s = log_interval_s
 
@@ -492,7 +503,10 @@ class Engine:
                 continue
             now = clock()
             t0 = prev_end if busy and prev_end > now - 0.05 else now
-            scheduled, dt = self.schedule()
+            if self._carry is not None:
+                (scheduled, dt), self._carry = self._carry, None
+            else:
+                scheduled, dt = self.schedule()
             self.steps += 1
             if not scheduled:
                 # nothing fits (every request waits for memory held by aborted ones): retry
@@ -503,7 +517,15 @@ class Engine:
                     await asyncio.wait_for(self._wake.wait(), 0.01)
                 continue
             if dt <= 0.0:
-                t0 = clock()  # no model time (instant profile): due now
+                # No model time (instant profile): run the steps that are due back to back
+                # for up to BURST_S, with each stream's bytes gathered into one write, since
+                # one send() per token per stream would make the simulator the bottleneck of
+                # a client-capacity test. Requests that arrive meanwhile wait at most BURST_S.
+                self._burst(scheduled, clock)
+                prev_end = clock()
+                busy = True
+                await asyncio.sleep(0)
+                continue
             deadline = t0 + dt / self.speedup
             # Writing a step's tokens takes time; start early by half of it, so that tokens
             # leave spread around the deadline rather than all after it.
@@ -527,6 +549,23 @@ class Engine:
             if clock() >= next_log:
                 next_log = clock() + self.log_interval_s
                 self.log_stats()
+
+    def _burst(self, scheduled: list[tuple[Seq, int]], clock: Any) -> None:
+        start = clock()
+        self.write_gather_begin()
+        try:
+            while True:
+                self.complete(scheduled, clock())
+                if clock() - start >= BURST_S or not (self.running or self.waiting):
+                    return
+                scheduled, dt = self.schedule()
+                if not scheduled or dt > 0.0:
+                    # A step with model time (or nothing to do) goes through the timed path.
+                    self._carry = (scheduled, dt)
+                    return
+                self.steps += 1
+        finally:
+            self.write_gather_end()
 
     def log_stats(self) -> None:
         m = self.metrics

@@ -172,7 +172,13 @@ class StreamOut(_Out):
             self.sim.engine.abort(seq)
             self._resolve("gone")
             return
-        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        gathered = self.sim.gathered
+        if gathered is None:
+            t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        elif self in gathered:
+            gathered[self].append(data)
+        else:
+            gathered[self] = [data]
 
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
         parts: list[bytes] = []
@@ -356,6 +362,22 @@ class SimApp:
         self.app.router.add_get("/sim/stats", self.stats_handler)
         self._engine_task: asyncio.Task[None] | None = None
         self.active: set[_Out] = set()
+        # While not None, streams append their chunks here instead of writing at once.
+        self.gathered: dict[StreamOut, list[bytes]] | None = None
+        self.engine.write_gather_begin = self._gather_begin
+        self.engine.write_gather_end = self._gather_end
+
+    def _gather_begin(self) -> None:
+        self.gathered = {}
+
+    def _gather_end(self) -> None:
+        gathered, self.gathered = self.gathered, None
+        # One HTTP chunk per stream and burst: the events are the same, and the client's
+        # HTTP parser does per-chunk work.
+        for out, parts in (gathered or {}).items():
+            if not out.transport.is_closing():
+                data = b"".join(parts)
+                out.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_engine(self) -> None:

@@ -40,47 +40,63 @@ class TokenCounter(Protocol):
 class _LRU:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.data: OrderedDict[str, Any] = OrderedDict()
+        self.data: OrderedDict[Any, Any] = OrderedDict()
 
-    def get(self, key: str) -> Any:
+    def get(self, key: Any) -> Any:
         value = self.data.get(key)
         if value is not None:
             self.data.move_to_end(key)
         return value
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: Any, value: Any) -> None:
         self.data[key] = value
         if len(self.data) > self.capacity:
             self.data.popitem(last=False)
 
 
 class ApproxTokenizer:
-    """The regex approximation; rendered message parts are cached (agent prompts repeat)."""
+    """The regex approximation, with an incremental cache over a conversation's parts.
 
-    def __init__(self, cache_size: int = 8192) -> None:
+    A request's parts are its rendered messages; a growing conversation repeats all of its
+    earlier parts on every call, and every conversation of a domain starts with the same
+    system part. The cache maps (state before a part, the part) to (state after it, the block
+    hashes it completed), where a state is (chain hash, pieces not yet in a full block, token
+    count): a repeated prefix then costs one dictionary look-up per part instead of
+    re-splitting and re-hashing the whole prompt.
+    """
+
+    def __init__(self, cache_size: int = 16384) -> None:
         self._cache = _LRU(cache_size)
-
-    def _pieces(self, part: str) -> list[str]:
-        pieces = self._cache.get(part)
-        if pieces is None:
-            pieces = _PIECE_RE.findall(part)
-            self._cache.put(part, pieces)
-        return pieces
 
     def count(self, text: str) -> int:
         return len(_PIECE_RE.findall(text))
 
     def encode_parts(self, parts: Sequence[str], block_size: int) -> tuple[int, list[int]]:
-        pieces: list[str] = []
-        for part in parts:
-            pieces.extend(self._pieces(part))
-        n = len(pieces)
+        state: tuple[int, tuple[str, ...], int] = (0, (), 0)
         hashes: list[int] = []
-        h = 0
-        for start in range(0, n - block_size + 1, block_size):
-            h = hash((h, "".join(pieces[start : start + block_size])))
-            hashes.append(h)
-        return n, hashes
+        cache = self._cache
+        for part in parts:
+            key = (block_size, state, part)
+            hit = cache.get(key)
+            if hit is None:
+                hit = _advance(state, part, block_size)
+                cache.put(key, hit)
+            state, new = hit
+            hashes.extend(new)
+        return state[2], hashes
+
+
+def _advance(
+    state: tuple[int, tuple[str, ...], int], part: str, block_size: int
+) -> tuple[tuple[int, tuple[str, ...], int], list[int]]:
+    h, left, n = state
+    pieces = [*left, *_PIECE_RE.findall(part)]
+    new: list[int] = []
+    full = len(pieces) - len(pieces) % block_size
+    for start in range(0, full, block_size):
+        h = hash((h, "".join(pieces[start : start + block_size])))
+        new.append(h)
+    return (h, tuple(pieces[full:]), n + len(pieces) - len(left)), new
 
 
 class HFTokenizer:
