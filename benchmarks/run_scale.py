@@ -51,6 +51,13 @@ def main() -> None:
     ap.add_argument("--profile", default="instant")
     ap.add_argument("--out", default=None, help="results folder (default: a temporary one)")
     ap.add_argument("--no-gc-tune", action="store_true", help="keep CPython's GC defaults")
+    ap.add_argument(
+        "--tool-latency",
+        type=float,
+        default=0.0,
+        help="mean seconds per tool call (lognormal): episodes then last as long as real "
+        "ones, so many stay live at a rate the client sustains",
+    )
     ap.add_argument("--json", dest="json_path", default=None, help="write the numbers here")
     args = ap.parse_args()
 
@@ -61,7 +68,16 @@ def main() -> None:
         data={
             "out": str(out),
             "sim": {"profile": args.profile},
-            "workload": {"tasks": args.tasks.split(","), "user": args.user, "agent": args.agent},
+            "workload": {
+                "tasks": args.tasks.split(","),
+                "user": args.user,
+                "agent": args.agent,
+                "tool_latency": (
+                    {"kind": "lognormal", "mean_s": args.tool_latency, "spread": 0.5}
+                    if args.tool_latency > 0
+                    else {"kind": "none"}
+                ),
+            },
             "load": {
                 "concurrency": args.concurrency,
                 "num_episodes": args.episodes,
@@ -87,6 +103,7 @@ def main() -> None:
         "user": args.user,
         "agent": args.agent,
         "profile": args.profile,
+        "tool_latency_s": args.tool_latency,
         "max_active": c["max_active"],
         "elapsed_s": round(c["elapsed_s"], 2),
         "episodes_per_s": round(c["episodes_per_s"], 1),
