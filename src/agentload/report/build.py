@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from agentload import stats
-from agentload.report import charts
 from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.results.jsonl import atomic_write_bytes, load_jsonl
@@ -287,6 +286,8 @@ def write_report(out_dir: Path | str, summary: Mapping[str, Any]) -> list[Path]:
     """report.md, report.html and charts/*.png in `out_dir`; returns the written paths."""
     out_dir = Path(out_dir)
     samples = load_jsonl(out_dir / SERVER_METRICS)
+    from agentload.report import charts  # matplotlib: only when a report is drawn
+
     pngs = charts.write_charts(out_dir, summary, samples)
     doc = build_document(summary)
     if pngs:
