@@ -75,6 +75,25 @@ async def test_call_failure_exit_code_and_kind() -> None:
         assert len(s.requests) == 2
 
 
+async def test_call_tools_from_a_saved_request(tmp_path) -> None:
+    req = tmp_path / "req.json"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    req.write_bytes(orjson.dumps({"model": "x", "tools": tools}))
+    async with ScriptedServer() as s:
+        s.scripts["default"] = text_stream(["ok"])
+        code, _, _ = await _run("call", "--base-url", s.base_url, "--model", "m", "--prompt",
+                                "hi", "--tools", str(req), "--tool-choice", "f", "--json")
+        assert code == 0
+        body = s.requests[-1]["body"]
+        assert body["tools"] == tools
+        assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"x": 1}')
+    code, _, err = await _run("call", "--base-url", "http://127.0.0.1:1/v1", "--model", "m",
+                              "--prompt", "x", "--tools", str(bad))
+    assert code == 2 and "tools" in err
+
+
 async def test_call_bad_arguments() -> None:
     code, _, err = await _run("call", "--base-url", "http://127.0.0.1:1/v1", "--model", "m")
     assert code == 2 and "--prompt" in err

@@ -91,7 +91,9 @@ def call(
         None, help="JSON file with an OpenAI `messages` list (instead of --prompt)."
     ),
     system: str | None = typer.Option(None, help="System message prepended to the messages."),
-    tools: Path | None = typer.Option(None, help="JSON file with an OpenAI `tools` list."),
+    tools: Path | None = typer.Option(
+        None, help="JSON file with an OpenAI `tools` list (or a request body holding one)."
+    ),
     tool_choice: str | None = typer.Option(
         None, help="auto | none | required | a tool name (named choice)."
     ),
@@ -133,8 +135,12 @@ def call(
     tool_list = None
     if tools is not None:
         tool_list = _load_json(tools, "tools")
+        if isinstance(tool_list, dict) and isinstance(tool_list.get("tools"), list):
+            tool_list = tool_list["tools"]  # a saved request body: take its tools
         if not isinstance(tool_list, list):
-            raise typer.BadParameter(f"{tools}: expected a JSON list of tools")
+            raise typer.BadParameter(
+                f"{tools}: expected a JSON list of tools (or an object with a 'tools' list)"
+            )
     choice: Any = tool_choice
     if tool_choice and tool_choice not in ("auto", "none", "required"):
         choice = {"type": "function", "function": {"name": tool_choice}}
