@@ -12,13 +12,10 @@ Refusal messages carry the policy's reason keywords ("not pending", "not deliver
 
 from __future__ import annotations
 
-import ast
-import operator
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from agentload.domains.base import Tool, ToolError, own
+from agentload.domains.base import Tool, ToolError, evaluate_arithmetic, own
 from agentload.domains.retail.data import NOW, RETURN_WINDOW_DAYS
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
@@ -224,39 +221,8 @@ def list_product_types(db: dict) -> dict[str, str]:
     }
 
 
-_OPS: dict[type, Callable[..., float]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.USub: operator.neg,
-    ast.UAdd: operator.pos,
-}
-
-
-def _eval(node: ast.AST) -> float:
-    if isinstance(node, ast.Expression):
-        return _eval(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval(node.left), _eval(node.right))
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_eval(node.operand))
-    raise ToolError("expression may only hold numbers, + - * / and parentheses")
-
-
 def calculate(db: dict, expression: str) -> str:
-    if len(expression) > 200:
-        raise ToolError("expression is too long")
-    try:
-        tree = ast.parse(expression.replace("$", "").replace(",", ""), mode="eval")
-    except SyntaxError:
-        raise ToolError(f"cannot parse expression {expression!r}") from None
-    try:
-        value = _eval(tree)
-    except ZeroDivisionError:
-        raise ToolError("division by zero") from None
+    value = evaluate_arithmetic(expression.replace("$", "").replace(",", ""))
     return f"{round(value, 2):.2f}"
 
 
