@@ -46,6 +46,7 @@ from agentload.scheduler import (
     WorkItem,
     select_tasks,
 )
+from agentload.util import dig
 
 log = logging.getLogger("agentload.run")
 
@@ -572,40 +573,32 @@ def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
 # ---- sweep -------------------------------------------------------------------------------
 
 
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(p)
-    return d
-
-
 def sweep_row(point: float, kind: str, out: RunOutcome) -> dict[str, Any]:
     s = out.summary or {}
-    agent = _get(s, "calls", "by_role", "agent") or _get(s, "calls", "all") or {}
-    eps = _get(s, "episodes") or {}
-    slo = _get(s, "slo")
-    client = _get(s, "client") or {}
+    agent = dig(s, "calls", "by_role", "agent") or dig(s, "calls", "all") or {}
+    eps = dig(s, "episodes") or {}
+    slo = dig(s, "slo")
+    client = dig(s, "client") or {}
     return {
         kind: point,
         "dir": out.out_dir.name,
         "status": out.stop_reason,
-        "episodes": _get(s, "counts", "sessions"),
-        "episodes_per_min": _get(eps, "episodes_per_min"),
-        "calls_per_s": _get(agent, "throughput", "calls_per_s"),
-        "output_tokens_per_s": _get(agent, "throughput", "output_tokens_per_s"),
-        "ttft_p50": _get(agent, "ttft_s", "p50"),
-        "ttft_p90": _get(agent, "ttft_s", "p90"),
-        "ttft_p99": _get(agent, "ttft_s", "p99"),
-        "e2e_p50": _get(agent, "e2e_s", "p50"),
-        "e2e_p99": _get(agent, "e2e_s", "p99"),
-        "success_rate": _get(eps, "success_rate"),
-        "error_rate": _get(s, "errors", "error_rate"),
+        "episodes": dig(s, "counts", "sessions"),
+        "episodes_per_min": dig(eps, "episodes_per_min"),
+        "calls_per_s": dig(agent, "throughput", "calls_per_s"),
+        "output_tokens_per_s": dig(agent, "throughput", "output_tokens_per_s"),
+        "ttft_p50": dig(agent, "ttft_s", "p50"),
+        "ttft_p90": dig(agent, "ttft_s", "p90"),
+        "ttft_p99": dig(agent, "ttft_s", "p99"),
+        "e2e_p50": dig(agent, "e2e_s", "p50"),
+        "e2e_p99": dig(agent, "e2e_s", "p99"),
+        "success_rate": dig(eps, "success_rate"),
+        "error_rate": dig(s, "errors", "error_rate"),
         "slo_met": None if not slo else bool(slo.get("all_met")),
         "slo_call_attainment": None if not slo else slo.get("call_attainment"),
         "goodput_per_min": None if not slo else slo.get("goodput_per_min"),
-        "loop_lag_p99": _get(client, "event_loop_lag_s", "p99"),
-        "sched_delay_p99": _get(client, "sched_delay_s", "p99"),
+        "loop_lag_p99": dig(client, "event_loop_lag_s", "p99"),
+        "sched_delay_p99": dig(client, "sched_delay_s", "p99"),
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -47,3 +47,12 @@ def gc_tuned(enabled: bool = True) -> Iterator[None]:
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
+
+
+def dig(d: Any, *keys: str) -> Any:
+    """d[k1][k2]... or None where a level is missing (summary fields are often absent)."""
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d

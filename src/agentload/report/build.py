@@ -11,16 +11,11 @@ from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.results.jsonl import atomic_write_bytes, load_jsonl
 from agentload.results.recorder import SERVER_METRICS
+from agentload.util import dig
 
 PCTS = [stats.pct_key(p) for p in stats.PERCENTILES]
 
 
-def _g(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(k)
-    return d
 
 
 def _status(status: Any) -> str:
@@ -52,9 +47,9 @@ def _role_row(name: str, b: Mapping[str, Any]) -> list[str]:
     thr = b.get("throughput") or {}
     return [
         name, count(b.get("calls")), count(b.get("failed")),
-        secs(_g(b, "ttft_s", "p50")), secs(_g(b, "ttft_s", "p90")), secs(_g(b, "ttft_s", "p99")),
-        secs(_g(b, "e2e_s", "p50")), secs(_g(b, "e2e_s", "p90")), secs(_g(b, "e2e_s", "p99")),
-        secs(_g(b, "tpot_s", "p50")), secs(_g(b, "itl_s", "mean")),
+        secs(dig(b, "ttft_s", "p50")), secs(dig(b, "ttft_s", "p90")), secs(dig(b, "ttft_s", "p99")),
+        secs(dig(b, "e2e_s", "p50")), secs(dig(b, "e2e_s", "p90")), secs(dig(b, "e2e_s", "p99")),
+        secs(dig(b, "tpot_s", "p50")), secs(dig(b, "itl_s", "mean")),
         count(tok.get("prompt")), pct(tok.get("cached_share")), count(tok.get("completion")),
         num(thr.get("calls_per_s")), num(thr.get("output_tokens_per_s"), 1),
     ]
@@ -100,8 +95,8 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     doc.table(["", ""], facts)
 
     # Key figures first: what most readers want from a run.
-    allc = _g(summary, "calls", "all") or {}
-    agent = _g(summary, "calls", "by_role", "agent") or allc
+    allc = dig(summary, "calls", "all") or {}
+    agent = dig(summary, "calls", "by_role", "agent") or allc
     key_rows = []
     if ep:
         key_rows += [
@@ -116,11 +111,11 @@ def build_document(summary: Mapping[str, Any]) -> Document:
                          num(slo.get("goodput_per_min"))])
     key_rows += [
         ["agent TTFT p50 / p90 / p99", " / ".join(
-            secs(_g(agent, "ttft_s", p)) for p in ("p50", "p90", "p99"))],
+            secs(dig(agent, "ttft_s", p)) for p in ("p50", "p90", "p99"))],
         ["agent e2e p50 / p90 / p99", " / ".join(
-            secs(_g(agent, "e2e_s", p)) for p in ("p50", "p90", "p99"))],
-        ["cached share of prompt tokens (all calls)", pct(_g(allc, "tokens", "cached_share"))],
-        ["output tokens / s (all calls)", num(_g(allc, "throughput", "output_tokens_per_s"), 1)],
+            secs(dig(agent, "e2e_s", p)) for p in ("p50", "p90", "p99"))],
+        ["cached share of prompt tokens (all calls)", pct(dig(allc, "tokens", "cached_share"))],
+        ["output tokens / s (all calls)", num(dig(allc, "throughput", "output_tokens_per_s"), 1)],
         ["failed calls", f"{count(allc.get('failed'))} of {count(allc.get('calls'))}"],
     ]
     doc.h("Key figures")
@@ -128,23 +123,23 @@ def build_document(summary: Mapping[str, Any]) -> Document:
 
     doc.h("Calls by role and endpoint")
     rows = [_role_row(name, b) for name, b in
-            (_g(summary, "calls", "by_role_endpoint") or {}).items()]
+            (dig(summary, "calls", "by_role_endpoint") or {}).items()]
     if not rows:
         doc.p("No calls were measured.")
     if len(rows) > 1:
         rows.append(_role_row("all", allc))
     doc.table(ROLE_HEADER, rows)
-    est = _g(allc, "tokens", "estimated_calls")
+    est = dig(allc, "tokens", "estimated_calls")
     if est:
         doc.p(f"Token counts of {count(est)} calls are estimated with a tokenizer (the server "
               "sent no usage).")
-    if _g(allc, "tokens", "calls_reporting_cached") == 0 and allc.get("calls"):
+    if dig(allc, "tokens", "calls_reporting_cached") == 0 and allc.get("calls"):
         doc.p("The server reported no cached-token counts, so the cached share is unknown.")
     doc.p("ITL mean is the mean of all inter-token gaps (per-call means weighted by gap count). "
           "Throughput is over the measurement window.")
 
     lat_by_role = {role: _latency_rows(b)
-                   for role, b in (_g(summary, "calls", "by_role") or {}).items()}
+                   for role, b in (dig(summary, "calls", "by_role") or {}).items()}
     if any(lat_by_role.values()):
         doc.h("Latency percentiles")
     for role, lat in lat_by_role.items():
@@ -181,7 +176,7 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     if errors.get("retried_calls"):
         doc.p(f"{count(errors['retried_calls'])} calls needed more than one attempt.")
 
-    sd = _g(summary, "scheduling", "sched_delay_s") or {}
+    sd = dig(summary, "scheduling", "sched_delay_s") or {}
     if sd.get("count"):
         doc.h("Client scheduling delay")
         doc.p("Actual minus intended start of each episode: large values mean the client, not "
@@ -190,7 +185,7 @@ def build_document(summary: Mapping[str, Any]) -> Document:
                   [[count(sd["count"]), *[secs(sd.get(p)) for p in PCTS], secs(sd.get("mean")),
                     secs(sd.get("max"))]], align_left=0)
 
-    server = _g(summary, "server", "endpoints") or {}
+    server = dig(summary, "server", "endpoints") or {}
     if server:
         doc.h("Server-side metrics")
         doc.table(
@@ -198,9 +193,9 @@ def build_document(summary: Mapping[str, Any]) -> Document:
              "KV use max", "prefix-cache hit rate", "preemptions", "server TTFT mean",
              "server queue mean"],
             [[name, str(s.get("engine")), count(s.get("samples")),
-              f"{num(_g(s, 'running', 'mean'), 1)} / {num(_g(s, 'running', 'max'), 0)}",
-              f"{num(_g(s, 'waiting', 'mean'), 1)} / {num(_g(s, 'waiting', 'max'), 0)}",
-              pct(_g(s, "kv_usage", "max")), pct(s.get("prefix_cache_hit_rate")),
+              f"{num(dig(s, 'running', 'mean'), 1)} / {num(dig(s, 'running', 'max'), 0)}",
+              f"{num(dig(s, 'waiting', 'mean'), 1)} / {num(dig(s, 'waiting', 'max'), 0)}",
+              pct(dig(s, "kv_usage", "max")), pct(s.get("prefix_cache_hit_rate")),
               count(s.get("preemptions")), secs(s.get("ttft_mean_s")),
               secs(s.get("queue_mean_s"))]
              for name, s in server.items()],
@@ -223,8 +218,8 @@ def _episodes(doc: Document, ep: Mapping[str, Any]) -> None:
         ["episodes / min", num(ep.get("episodes_per_min"))],
         ["successes / min", num(ep.get("successes_per_min"))],
         ["episodes with an error", count(ep.get("with_error"))],
-        ["prompt tokens per success", num(_g(ep, "tokens_per_success", "prompt"), 0)],
-        ["completion tokens per success", num(_g(ep, "tokens_per_success", "completion"), 0)],
+        ["prompt tokens per success", num(dig(ep, "tokens_per_success", "prompt"), 0)],
+        ["completion tokens per success", num(dig(ep, "tokens_per_success", "completion"), 0)],
     ])
     pk = ep.get("pass_hat_k") or {}
     if pk:

@@ -9,14 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from agentload.report.fmt import count, duration, num, pct, secs
-
-
-def _g(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(k)
-    return d
+from agentload.util import dig
 
 
 def summary_table(summary: Mapping[str, Any]) -> RenderableType:
@@ -28,13 +21,13 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     for col in ("calls", "failed", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p90", "ITL mean",
                 "cached", "out tok/s"):
         calls.add_column(col, justify="right")
-    for name, b in (_g(summary, "calls", "by_role_endpoint") or {}).items():
+    for name, b in (dig(summary, "calls", "by_role_endpoint") or {}).items():
         calls.add_row(
             name, count(b.get("calls")), count(b.get("failed")),
-            secs(_g(b, "ttft_s", "p50")), secs(_g(b, "ttft_s", "p90")),
-            secs(_g(b, "ttft_s", "p99")), secs(_g(b, "e2e_s", "p90")),
-            secs(_g(b, "itl_s", "mean")), pct(_g(b, "tokens", "cached_share")),
-            num(_g(b, "throughput", "output_tokens_per_s"), 1),
+            secs(dig(b, "ttft_s", "p50")), secs(dig(b, "ttft_s", "p90")),
+            secs(dig(b, "ttft_s", "p99")), secs(dig(b, "e2e_s", "p90")),
+            secs(dig(b, "itl_s", "mean")), pct(dig(b, "tokens", "cached_share")),
+            num(dig(b, "throughput", "output_tokens_per_s"), 1),
         )
     parts: list[RenderableType] = [calls]
 
@@ -59,7 +52,7 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
                 t.add_row(f"SLO {k} ≤ {secs(c.get('threshold'))}",
                           f"{secs(c.get('observed'))} {'ok' if c.get('met') else 'MISSED'}")
             t.add_row("goodput (episodes / min)", num(slo.get("goodput_per_min")))
-        errs = _g(summary, "errors", "by_kind") or {}
+        errs = dig(summary, "errors", "by_kind") or {}
         if errs:
             t.add_row("errors", ", ".join(f"{k} {v}" for k, v in errs.items()))
         parts.append(t)
