@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import resource
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -80,17 +78,9 @@ class RunOutcome:
 # ---- embedded simulator ------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # PR_SET_PDEATHSIG: the simulator gets SIGTERM if the thread that started it (the run's
-    # main thread) dies, so a killed run does not leave a simulator behind.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
 def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
     """Start the simulator subprocess on a free loopback port; returns the SimProcess."""
     from agentload.sim import SimConfig, SimProcess
-    from agentload.sim.api import _free_port
 
     s = cfg.sim
     fields: dict[str, Any] = {
@@ -111,48 +101,11 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
     except Exception as e:  # pydantic ValidationError, or a profile that does not load
         raise ConfigError(f"invalid configuration: field 'sim': {e}") from None
 
-    class _Embedded(SimProcess):
-        def start(self) -> SimProcess:
-            # As SimProcess.start, but in its own session and tied to this process's life.
-            import urllib.request
-
-            self.port = _free_port(self.config.host)
-            config = self.config.model_copy(update={"port": self.port})
-            cmd = [sys.executable, "-m", "agentload.sim", *config.cli_args()]
-            out: Any = subprocess.DEVNULL
-            if self.log_path:
-                self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-                out = self._log
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                # Own session: a terminal's Ctrl-C reaches only the run, which then drains
-                # against a live simulator.
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-            deadline = time.monotonic() + self.startup_timeout_s
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RunFailed(
-                        f"the embedded simulator exited with status {self.proc.returncode} "
-                        f"during startup (log: {self.log_path})"
-                    )
-                try:
-                    with urllib.request.urlopen(f"{self.url}/health", timeout=1.0) as r:
-                        if r.status == 200:
-                            return self
-                except OSError:
-                    time.sleep(0.05)
-            self.stop()
-            raise RunFailed(
-                f"the embedded simulator did not start within {self.startup_timeout_s:.0f} s"
-            )
-
-    return _Embedded(sim_cfg, log_path=str(log_path) if log_path else None).start()
+    proc = SimProcess(sim_cfg, log_path=str(log_path) if log_path else None, own_session=True)
+    try:
+        return proc.start()
+    except (RuntimeError, TimeoutError) as e:
+        raise RunFailed(f"the embedded simulator did not start: {e}") from None
 
 
 async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -118,6 +119,13 @@ def run_blocking(config: SimConfig) -> None:
     uvloop.run(serve_forever(config))
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # PR_SET_PDEATHSIG: SIGTERM when the thread that started the simulator dies, so a killed
+    # parent does not leave a simulator behind (Linux; elsewhere a no-op).
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
 def _free_port(host: str) -> int:
     import socket
 
@@ -134,11 +142,15 @@ class SimProcess(_Addresses):
     """
 
     def __init__(self, config: SimConfig | None = None, *, startup_timeout_s: float = 30.0,
-                 log_path: str | None = None, **overrides: Any) -> None:
+                 log_path: str | None = None, own_session: bool = False,
+                 **overrides: Any) -> None:
         base = config or SimConfig(port=0)
         self.config = base.model_copy(update=overrides) if overrides else base
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
+        # own_session: a terminal's Ctrl-C reaches only the parent (which can then drain
+        # against a live simulator), and the simulator gets SIGTERM if the parent dies.
+        self.own_session = own_session
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = self.config.port
         self._log: Any = None
@@ -154,13 +166,18 @@ class SimProcess(_Addresses):
             out: Any = self._log
         else:
             out = subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=self.own_session,
+            preexec_fn=_die_with_parent if self.own_session else None,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                where = f" (log: {self.log_path})" if self.log_path else ""
                 raise RuntimeError(f"agentload sim exited with status {self.proc.returncode} "
-                                   f"during startup: {' '.join(cmd)}")
+                                   f"during startup{where}: {' '.join(cmd)}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=1.0) as resp:
                     if resp.status == 200:
