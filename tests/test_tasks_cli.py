@@ -25,6 +25,17 @@ def test_tasks_list_json_filtered() -> None:
     assert all(row["category"] == "refusal" and row["flags"] == ["refusal"] for row in rows)
 
 
+def test_tasks_list_subcommand_matches_the_default_listing() -> None:
+    listed = runner.invoke(app, ["tasks", "list", "--domain", "retail", "--json"])
+    default = runner.invoke(app, ["tasks", "--domain", "retail", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout == default.stdout
+    ids = [orjson.loads(line)["id"] for line in listed.stdout.splitlines()]
+    assert ids[0] == "retail/000" and len(ids) == len(set(ids)) >= 50
+    bad = runner.invoke(app, ["tasks", "list", "-c", "nonsense"])
+    assert bad.exit_code == 2
+
+
 def test_tasks_show_and_errors() -> None:
     r = runner.invoke(app, ["tasks", "show", "airline/025"])
     assert r.exit_code == 0, r.output

@@ -70,6 +70,24 @@ def tasks_list(
     """List tasks (the default when no subcommand is given)."""
     if ctx.invoked_subcommand is not None:
         return
+    _list(domain, category, as_json)
+
+
+@tasks_app.command("list")
+def tasks_list_command(
+    domain: list[str] | None = typer.Option(
+        None, "--domain", "-d", help="Domain(s) to list (default: all)."
+    ),
+    category: str | None = typer.Option(
+        None, "--category", "-c", help=f"Only tasks of this category: {', '.join(TASK_CATEGORIES)}."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per task, one a line."),
+) -> None:
+    """List tasks: id, category, gold actions, writes, required outputs, the customer's goal."""
+    _list(domain, category, as_json)
+
+
+def _list(domain: list[str] | None, category: str | None, as_json: bool) -> None:
     _check_category(category)
     domains = _domains(domain, category)
     if as_json:
