@@ -21,6 +21,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -27,8 +27,12 @@ class _Sink:
 
 def measure(profile: Profile, prompt: int, new_tokens: int = 50) -> dict[str, float]:
     """Model-time TTFT (cold, then the same prompt again) and decode ms/token."""
-    metrics = SimMetrics("calibration", block_size=profile.block_size,
-                         kv_blocks=profile.kv_blocks, prefix_caching=True)
+    metrics = SimMetrics(
+        "calibration",
+        block_size=profile.block_size,
+        kv_blocks=profile.kv_blocks,
+        prefix_caching=True,
+    )
     engine = Engine(profile, metrics)
     rng = random.Random(prompt)
     hashes = [rng.getrandbits(62) for _ in range(prompt // profile.block_size)]
@@ -53,22 +57,29 @@ def measure(profile: Profile, prompt: int, new_tokens: int = 50) -> dict[str, fl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", action="append", help="profile name or file (repeatable); "
-                    "default: the built-in ones")
+    ap.add_argument(
+        "--profile",
+        action="append",
+        help="profile name or file (repeatable); default: the built-in ones",
+    )
     ap.add_argument("--prompts", type=int, nargs="+", default=[2000, 8000, 30000])
     args = ap.parse_args()
     names = args.profile or [n for n in BUILTIN_PROFILES if n != "instant"]
-    print(f"{'profile':<18} {'prompt':>7} {'cold TTFT':>10} {'cached TTFT':>12} "
-          f"{'cached tok':>10} {'decode ms/tok':>14} {'tok/s':>7}")
+    print(
+        f"{'profile':<18} {'prompt':>7} {'cold TTFT':>10} {'cached TTFT':>12} "
+        f"{'cached tok':>10} {'decode ms/tok':>14} {'tok/s':>7}"
+    )
     for name in names:
         profile = load_profile(name)
         for prompt in args.prompts:
             if prompt + 50 > profile.max_model_len:
                 continue
             r = measure(profile, prompt)
-            print(f"{profile.name:<18} {prompt:>7} {r['ttft_cold_s']:>9.3f}s "
-                  f"{1e3 * r['ttft_cached_s']:>10.1f}ms {int(r['cached_tokens_cached']):>10} "
-                  f"{r['decode_ms_per_token']:>14.2f} {1e3 / r['decode_ms_per_token']:>7.0f}")
+            print(
+                f"{profile.name:<18} {prompt:>7} {r['ttft_cold_s']:>9.3f}s "
+                f"{1e3 * r['ttft_cached_s']:>10.1f}ms {int(r['cached_tokens_cached']):>10} "
+                f"{r['decode_ms_per_token']:>14.2f} {1e3 / r['decode_ms_per_token']:>7.0f}"
+            )
 
 
 if __name__ == "__main__":

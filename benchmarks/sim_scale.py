@@ -93,19 +93,26 @@ class _Stream(asyncio.Protocol):
             self.closed.set_result(None)
 
 
-async def _client(url: str, concurrency: int, warmup: float, duration: float,
-                  max_tokens: int) -> dict[str, Any]:
+async def _client(
+    url: str, concurrency: int, warmup: float, duration: float, max_tokens: int
+) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    body = json.dumps({
-        "model": MODEL, "messages": [{"role": "user", "content": "Stream, please."}],
-        "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
-    }).encode()
-    request = (f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-               ).encode() + body
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Stream, please."}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    ).encode()
+    request = (
+        f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     stats = {"events": 0, "done": 0, "errors": 0, "open": 0, "max_open": 0}
     loop = asyncio.get_running_loop()
     t_start = time.monotonic()
@@ -113,8 +120,7 @@ async def _client(url: str, concurrency: int, warmup: float, duration: float,
     t_end = t_measure + duration
     protocols: list[_Stream] = []
     for _ in range(concurrency):
-        _, proto = await loop.create_connection(
-            lambda: _Stream(request, stats, t_end), host, port)
+        _, proto = await loop.create_connection(lambda: _Stream(request, stats, t_end), host, port)
         protocols.append(proto)
     await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
     events0, t0, open_min = stats["events"], time.monotonic(), stats["open"]
@@ -143,8 +149,7 @@ def _run_client(args: argparse.Namespace) -> None:
         runner: Any = uvloop.run
     except ImportError:
         runner = asyncio.run
-    res = runner(_client(args.url, args.concurrency, args.warmup, args.duration,
-                         args.max_tokens))
+    res = runner(_client(args.url, args.concurrency, args.warmup, args.duration, args.max_tokens))
     print(json.dumps(res), flush=True)
 
 
@@ -177,20 +182,35 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         profile = os.path.join(tmp, "bench.yaml")
         with open(profile, "w") as f:
-            f.write(f"name: bench\nstep_overhead_s: {args.step_overhead_s}\n"
-                    f"decode_seq_s: {args.decode_seq_s}\nmax_num_seqs: {args.max_num_seqs}\n"
-                    "max_num_batched_tokens: 65536\nkv_blocks: 200000\nblock_size: 16\n"
-                    "max_model_len: 8192\n")
+            f.write(
+                f"name: bench\nstep_overhead_s: {args.step_overhead_s}\n"
+                f"decode_seq_s: {args.decode_seq_s}\nmax_num_seqs: {args.max_num_seqs}\n"
+                "max_num_batched_tokens: 65536\nkv_blocks: 200000\nblock_size: 16\n"
+                "max_model_len: 8192\n"
+            )
         config = SimConfig(port=0, model=MODEL, profile=profile, log_interval_s=5.0)
         log_path = os.environ.get("SIM_SCALE_LOG") or os.path.join(tmp, "sim.log")
         with SimProcess(config, log_path=log_path) as sim:
             step_s = args.step_overhead_s + args.decode_seq_s * args.max_num_seqs
             client = subprocess.Popen(
-                [sys.executable, __file__, "--client", "--url",
-                 f"{sim.base_url}/chat/completions", "--concurrency", str(args.concurrency),
-                 "--warmup", str(args.warmup), "--duration", str(args.duration),
-                 "--max-tokens", str(args.max_tokens)],
-                stdout=subprocess.PIPE, text=True)
+                [
+                    sys.executable,
+                    __file__,
+                    "--client",
+                    "--url",
+                    f"{sim.base_url}/chat/completions",
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--warmup",
+                    str(args.warmup),
+                    "--duration",
+                    str(args.duration),
+                    "--max-tokens",
+                    str(args.max_tokens),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             time.sleep(args.warmup)
             before = _get(f"{sim.url}/sim/stats?reset=1")
             time.sleep(args.duration)
@@ -208,7 +228,8 @@ def main() -> None:
         / (after["monotonic_s"] - before["monotonic_s"]),
         "sim_cpu_share": (after["process_cpu_s"] - before["process_cpu_s"])
         / (after["monotonic_s"] - before["monotonic_s"]),
-        "sim_cpu_us_per_token": 1e6 * (after["process_cpu_s"] - before["process_cpu_s"])
+        "sim_cpu_us_per_token": 1e6
+        * (after["process_cpu_s"] - before["process_cpu_s"])
         / max(1, after["generation_tokens"] - before["generation_tokens"]),
         "load_average_1m": os.getloadavg()[0],
         **client_res,
@@ -218,8 +239,11 @@ def main() -> None:
         "late_steps": after["late_steps"],
         "tokens_in_lag_window": after["emitted_tokens"],
     }
-    problems = [line for line in sim_log.splitlines()
-                if "Traceback" in line or "ERROR" in line or "Error" in line]
+    problems = [
+        line
+        for line in sim_log.splitlines()
+        if "Traceback" in line or "ERROR" in line or "Error" in line
+    ]
     summary["sim_log_problem_lines"] = len(problems)
     print(json.dumps(summary, indent=2))
     print("\nsimulator log (last lines):\n" + "\n".join(sim_log.splitlines()[-3:]))

@@ -40,10 +40,15 @@ DOMAINS = available_domains()
 
 
 def test_parse_react_action() -> None:
-    a = parse_action('Thought: I need the user.\nAction: {"name": "get_user_details", '
-                     '"arguments": {"user_id": "u1"}}')
-    assert (a.name, a.arguments, a.thought) == ("get_user_details", {"user_id": "u1"},
-                                               "I need the user.")
+    a = parse_action(
+        'Thought: I need the user.\nAction: {"name": "get_user_details", '
+        '"arguments": {"user_id": "u1"}}'
+    )
+    assert (a.name, a.arguments, a.thought) == (
+        "get_user_details",
+        {"user_id": "u1"},
+        "I need the user.",
+    )
     assert not a.is_respond
 
 
@@ -59,8 +64,10 @@ def test_parse_act_and_layout_variants() -> None:
     assert parse_action(text).name == "real"
     r = parse_action('Action: {"name": "respond", "arguments": {"content": "Hello"}}')
     assert r.is_respond and r.respond_text() == "Hello"
-    assert parse_action('Action: {"name": "respond", "arguments": {"message": "Hi"}}') \
-        .respond_text() == "Hi"
+    assert (
+        parse_action('Action: {"name": "respond", "arguments": {"message": "Hi"}}').respond_text()
+        == "Hi"
+    )
 
 
 @pytest.mark.parametrize(
@@ -95,10 +102,12 @@ def test_native_tool_call_parsing() -> None:
     ok = parse_tool_call({"id": "c1", "function": {"name": "f", "arguments": '{"a": 1}'}})
     assert ok.error is None and ok.arguments == {"a": 1} and ok.id == "c1"
     assert parse_tool_call({"id": "c", "function": {"name": "f", "arguments": ""}}).arguments == {}
-    assert "not valid JSON" in (parse_tool_call(
-        {"id": "c", "function": {"name": "f", "arguments": "{"}}).error or "")
-    assert "JSON object" in (parse_tool_call(
-        {"id": "c", "function": {"name": "f", "arguments": "[1]"}}).error or "")
+    assert "not valid JSON" in (
+        parse_tool_call({"id": "c", "function": {"name": "f", "arguments": "{"}}).error or ""
+    )
+    assert "JSON object" in (
+        parse_tool_call({"id": "c", "function": {"name": "f", "arguments": "[1]"}}).error or ""
+    )
     assert "name" in (parse_tool_call({"id": "c", "function": {"arguments": "{}"}}).error or "")
 
 
@@ -116,15 +125,29 @@ def _scenario() -> UserScenario:
 
 
 def _task(scenario: UserScenario | None = None) -> Task:
-    return Task(id="test/000", domain="test", category="single_write",
-                scenario=scenario or _scenario(), gold_actions=(), required_outputs=())
+    return Task(
+        id="test/000",
+        domain="test",
+        category="single_write",
+        scenario=scenario or _scenario(),
+        gold_actions=(),
+        required_outputs=(),
+    )
 
 
 def test_user_prompt_holds_the_scenario_and_rules() -> None:
     p = user_system_prompt(_scenario())
-    for piece in ("Terse.", "cancel reservation ABC123", "user id: jo_1", "membership level",
-                  STOP, "###TRANSFER###", "###OUT-OF-SCOPE###", "I want to cancel a booking.",
-                  "Never invent facts"):
+    for piece in (
+        "Terse.",
+        "cancel reservation ABC123",
+        "user id: jo_1",
+        "membership level",
+        STOP,
+        "###TRANSFER###",
+        "###OUT-OF-SCOPE###",
+        "I want to cancel a booking.",
+        "Never invent facts",
+    ):
         assert piece in p
 
 
@@ -150,16 +173,22 @@ def test_scripted_user_dialogue() -> None:
     assert u.answer(None) == "I want to cancel a booking."
     assert u.answer("Sure. Could you give me your user ID?") == "My user id is jo_1."
     assert u.answer("Thanks. And which reservation is it?") == "My reservation id is ABC123."
-    assert u.answer("I will cancel reservation ABC123. Shall I proceed? (yes/no)") \
+    assert (
+        u.answer("I will cancel reservation ABC123. Shall I proceed? (yes/no)")
         == "Yes, please go ahead."
+    )
     assert u.answer("What is your favourite colour?") == "I'm sorry, I don't know that."
     assert u.answer("Your reservation ABC123 is cancelled.") == STOP
 
 
 def test_scripted_user_matches_facts_as_words() -> None:
-    sc = UserScenario(persona="", instructions="", opening="Hi.",
-                      known_info={"order_id": "#W1", "date": "2025-06-16", "name": "Jo Ng"},
-                      unknown_info=[])
+    sc = UserScenario(
+        persona="",
+        instructions="",
+        opening="Hi.",
+        known_info={"order_id": "#W1", "date": "2025-06-16", "name": "Jo Ng"},
+        unknown_info=[],
+    )
     u = ScriptedUser(_task(sc), max_turns=20)
     u.answer(None)
     # "date" inside "update" is not a request for the date; a statement ends the chat
@@ -198,8 +227,11 @@ def test_episode_seed_is_stable() -> None:
     # Pinned: a change here changes every recorded run's sampling.
     assert s == 1005568095
     assert 0 <= s < 2**31
-    others = {episode_seed(0, "airline/007", 1), episode_seed(1, "airline/007", 0),
-              episode_seed(0, "airline/008", 0)}
+    others = {
+        episode_seed(0, "airline/007", 1),
+        episode_seed(1, "airline/007", 0),
+        episode_seed(0, "airline/008", 0),
+    }
     assert s not in others and len(others) == 3
 
 

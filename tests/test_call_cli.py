@@ -81,16 +81,37 @@ async def test_call_tools_from_a_saved_request(tmp_path) -> None:
     req.write_bytes(orjson.dumps({"model": "x", "tools": tools}))
     async with ScriptedServer() as s:
         s.scripts["default"] = text_stream(["ok"])
-        code, _, _ = await _run("call", "--base-url", s.base_url, "--model", "m", "--prompt",
-                                "hi", "--tools", str(req), "--tool-choice", "f", "--json")
+        code, _, _ = await _run(
+            "call",
+            "--base-url",
+            s.base_url,
+            "--model",
+            "m",
+            "--prompt",
+            "hi",
+            "--tools",
+            str(req),
+            "--tool-choice",
+            "f",
+            "--json",
+        )
         assert code == 0
         body = s.requests[-1]["body"]
         assert body["tools"] == tools
         assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     bad = tmp_path / "bad.json"
     bad.write_text('{"x": 1}')
-    code, _, err = await _run("call", "--base-url", "http://127.0.0.1:1/v1", "--model", "m",
-                              "--prompt", "x", "--tools", str(bad))
+    code, _, err = await _run(
+        "call",
+        "--base-url",
+        "http://127.0.0.1:1/v1",
+        "--model",
+        "m",
+        "--prompt",
+        "x",
+        "--tools",
+        str(bad),
+    )
     assert code == 2 and "tools" in err
 
 

@@ -27,13 +27,39 @@ from agentload.workloads import (
 )
 
 SESSION_KEYS = {
-    "schema", "session_id", "domain", "task_id", "trial", "seed", "agent", "user", "reward",
-    "reward_breakdown", "grader_version", "data_version", "termination", "error", "counts",
-    "durations", "started_at", "start_ns", "end_ns", "num_messages",
+    "schema",
+    "session_id",
+    "domain",
+    "task_id",
+    "trial",
+    "seed",
+    "agent",
+    "user",
+    "reward",
+    "reward_breakdown",
+    "grader_version",
+    "data_version",
+    "termination",
+    "error",
+    "counts",
+    "durations",
+    "started_at",
+    "start_ns",
+    "end_ns",
+    "num_messages",
 }
 TRAJECTORY_KEYS = {
-    "schema", "session_id", "domain", "task_id", "trial", "seed", "messages", "tools",
-    "reward", "termination", "grade",
+    "schema",
+    "session_id",
+    "domain",
+    "task_id",
+    "trial",
+    "seed",
+    "messages",
+    "tools",
+    "reward",
+    "termination",
+    "grade",
 }
 # airline/000: a read-only flight-status task; a multi-write task is looked up below.
 READ_TASK = "airline/000"
@@ -46,8 +72,12 @@ def multi_write_task() -> str:
 
 
 def spec(task_id: str = READ_TASK, trial: int = 0, sid: str | None = None) -> EpisodeSpec:
-    return EpisodeSpec(task_id, trial, episode_seed(7, task_id, trial),
-                       sid or f"sess-{task_id.replace('/', '-')}-{trial}")
+    return EpisodeSpec(
+        task_id,
+        trial,
+        episode_seed(7, task_id, trial),
+        sid or f"sess-{task_id.replace('/', '-')}-{trial}",
+    )
 
 
 def check_contract(res: EpisodeResult) -> None:
@@ -99,11 +129,16 @@ def endpoint(base_url: str, **kw: Any) -> EndpointConfig:
 async def test_scripted_user_episodes_end_with_user_stop(sim: SimServer, agent: str) -> None:
     async with ChatClient(endpoint(sim.base_url)) as c:
         tasks = [READ_TASK, multi_write_task()]
-        results = await asyncio.gather(*[
-            run_episode(spec(t, sid=f"{agent}-{t}"), {"agent": c},
-                        EpisodeOptions(agent=agent, user="scripted"))
-            for t in tasks
-        ])
+        results = await asyncio.gather(
+            *[
+                run_episode(
+                    spec(t, sid=f"{agent}-{t}"),
+                    {"agent": c},
+                    EpisodeOptions(agent=agent, user="scripted"),
+                )
+                for t in tasks
+            ]
+        )
     for res in results:
         check_contract(res)
         s = res.session
@@ -112,15 +147,15 @@ async def test_scripted_user_episodes_end_with_user_stop(sim: SimServer, agent: 
         assert s["counts"]["user_calls"] == 0 and s["counts"]["agent_calls"] >= 2
         assert s["counts"]["tool_calls"] >= 1 and s["counts"]["failed_calls"] == 0
         assert s["durations"]["llm_s"] > 0
-        assert res.trajectory["action_format"] == ("native" if agent == "tool-calling"
-                                                   else "text")
+        assert res.trajectory["action_format"] == ("native" if agent == "tool-calling" else "text")
 
 
 async def test_llm_user_episode(sim: SimServer) -> None:
     records: list[Any] = []
     async with ChatClient(endpoint(sim.base_url), on_record=records.append) as c:
-        res = await run_episode(spec(multi_write_task()), {"agent": c, "user": c},
-                                EpisodeOptions(user="llm"))
+        res = await run_episode(
+            spec(multi_write_task()), {"agent": c, "user": c}, EpisodeOptions(user="llm")
+        )
     check_contract(res)
     s = res.session
     assert s["termination"] == "user_stop", s["error"]
@@ -133,19 +168,24 @@ async def test_llm_user_episode(sim: SimServer) -> None:
 
 async def test_max_steps(sim: SimServer) -> None:
     async with ChatClient(endpoint(sim.base_url)) as c:
-        res = await run_episode(spec(multi_write_task()), {"agent": c},
-                                EpisodeOptions(user="scripted", max_steps=2))
+        res = await run_episode(
+            spec(multi_write_task()), {"agent": c}, EpisodeOptions(user="scripted", max_steps=2)
+        )
     check_contract(res)
     assert res.session["termination"] == "max_steps"
     assert res.session["counts"]["agent_calls"] == 2
 
 
 async def test_budget_exceeded_keeps_the_cancelled_call() -> None:
-    cfg = SimConfig(port=0, profile="instant", fault_rate=1.0, fault_kinds=["stall_first_token"],
-                    fault_stall_s=5.0)
+    cfg = SimConfig(
+        port=0,
+        profile="instant",
+        fault_rate=1.0,
+        fault_kinds=["stall_first_token"],
+        fault_stall_s=5.0,
+    )
     async with SimServer(cfg) as server, ChatClient(endpoint(server.base_url)) as c:
-        res = await run_episode(spec(), {"agent": c},
-                                EpisodeOptions(user="scripted", budget_s=0.3))
+        res = await run_episode(spec(), {"agent": c}, EpisodeOptions(user="scripted", budget_s=0.3))
     check_contract(res)
     s = res.session
     assert s["termination"] == "budget_exceeded"
@@ -192,11 +232,17 @@ async def test_many_concurrent_episodes(sim: SimServer) -> None:
 
     tasks = [t.id for t in get_domain("airline").tasks()][:24]
     async with ChatClient(endpoint(sim.base_url)) as c:
-        results = await asyncio.gather(*[
-            run_episode(spec(t, trial, f"{t}-{trial}"), {"agent": c, "user": c},
-                        EpisodeOptions(user="scripted" if trial else "llm"))
-            for t in tasks for trial in range(2)
-        ])
+        results = await asyncio.gather(
+            *[
+                run_episode(
+                    spec(t, trial, f"{t}-{trial}"),
+                    {"agent": c, "user": c},
+                    EpisodeOptions(user="scripted" if trial else "llm"),
+                )
+                for t in tasks
+                for trial in range(2)
+            ]
+        )
     assert {r.session["termination"] for r in results} == {"user_stop"}
     assert all(r.session["reward"] == 1.0 for r in results)
     ids = [c.call_id for r in results for c in r.calls]
@@ -211,15 +257,24 @@ def _sse(obj: Any) -> bytes:
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"id": "x", "object": "chat.completion.chunk", "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 class Reply:
     """One scripted assistant message."""
 
-    def __init__(self, content: str | None = None, tools: list[tuple[str, str]] | None = None,
-                 reasoning: str | None = None, delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        content: str | None = None,
+        tools: list[tuple[str, str]] | None = None,
+        reasoning: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
         self.content, self.tools = content, tools or []
         self.reasoning, self.delay = reasoning, delay
 
@@ -230,13 +285,27 @@ class Reply:
         if self.content:
             out.append(_sse(_chunk({"content": self.content})))
         for i, (name, args) in enumerate(self.tools):
-            out.append(_sse(_chunk({"tool_calls": [{
-                "index": i, "id": f"call_{i}", "type": "function",
-                "function": {"name": name, "arguments": args}}]})))
+            out.append(
+                _sse(
+                    _chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": f"call_{i}",
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": args},
+                                }
+                            ]
+                        }
+                    )
+                )
+            )
         out.append(_sse(_chunk({}, "tool_calls" if self.tools else "stop")))
         usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}
-        out.append(_sse({"id": "x", "object": "chat.completion.chunk", "choices": [],
-                         "usage": usage}))
+        out.append(
+            _sse({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        )
         out.append(b"data: [DONE]\n\n")
         return out
 
@@ -286,16 +355,18 @@ class ScriptServer:
         return resp
 
     def bodies(self, role: str) -> list[dict[str, Any]]:
-        return [r["body"] for r in self.requests
-                if r["headers"].get("X-Agentload-Role") == role]
+        return [r["body"] for r in self.requests if r["headers"].get("X-Agentload-Role") == role]
 
 
 USER_ID_TOOL = ("get_user_details", '{"user_id": "nobody_1"}')
 
 
-async def scripted(replies: list[Reply], options: EpisodeOptions,
-                   users: list[Reply] | None = None, task_id: str = READ_TASK,
-                   ) -> tuple[EpisodeResult, ScriptServer]:
+async def scripted(
+    replies: list[Reply],
+    options: EpisodeOptions,
+    users: list[Reply] | None = None,
+    task_id: str = READ_TASK,
+) -> tuple[EpisodeResult, ScriptServer]:
     server = ScriptServer(agent=replies, user=users or [Reply("###STOP###")])
     async with server, ChatClient(endpoint(server.base_url)) as c:
         res = await run_episode(spec(task_id), {"agent": c, "user": c}, options)
@@ -304,10 +375,16 @@ async def scripted(replies: list[Reply], options: EpisodeOptions,
 
 
 async def test_headers_seed_and_options_on_the_wire() -> None:
-    opts = EpisodeOptions(user="llm", temperature=0.3, chat_template_kwargs={"thinking": False},
-                          agent_max_tokens=77, user_max_tokens=33)
+    opts = EpisodeOptions(
+        user="llm",
+        temperature=0.3,
+        chat_template_kwargs={"thinking": False},
+        agent_max_tokens=77,
+        user_max_tokens=33,
+    )
     res, server = await scripted(
-        [Reply("Which flight?"), Reply("It is on time.")], opts,
+        [Reply("Which flight?"), Reply("It is on time.")],
+        opts,
         users=[Reply("Is SK1 on time?"), Reply("SK1 today."), Reply("###STOP###")],
     )
     assert res.session["termination"] == "user_stop"
@@ -327,8 +404,7 @@ async def test_headers_seed_and_options_on_the_wire() -> None:
     # the user model sees the conversation with the roles flipped
     user_last = server.bodies("user")[-1]["messages"]
     assert user_last[0]["role"] == "system" and "Never invent facts" in user_last[0]["content"]
-    assert [m["role"] for m in user_last[1:]] == ["user", "assistant", "user", "assistant",
-                                                 "user"]
+    assert [m["role"] for m in user_last[1:]] == ["user", "assistant", "user", "assistant", "user"]
     assert user_last[-1]["content"] == "It is on time."
     assert [c.turn for c in res.calls if c.role == "user"] == [0, 1, 2]
 
@@ -360,8 +436,12 @@ async def test_empty_message_is_a_protocol_error() -> None:
 
 async def test_unknown_tool_and_bad_arguments_get_error_results() -> None:
     res, _ = await scripted(
-        [Reply(tools=[("fly_me_home", "{}")]), Reply(tools=[("get_user_details", '{"user_id":')]),
-         Reply(tools=[USER_ID_TOOL]), Reply("All done.")],
+        [
+            Reply(tools=[("fly_me_home", "{}")]),
+            Reply(tools=[("get_user_details", '{"user_id":')]),
+            Reply(tools=[USER_ID_TOOL]),
+            Reply("All done."),
+        ],
         EpisodeOptions(user="scripted"),
     )
     s = res.session
@@ -376,8 +456,9 @@ async def test_unknown_tool_and_bad_arguments_get_error_results() -> None:
 
 
 async def test_too_many_errors() -> None:
-    res, _ = await scripted([Reply(tools=[("fly_me_home", "{}")])],
-                            EpisodeOptions(user="scripted", max_errors=2))
+    res, _ = await scripted(
+        [Reply(tools=[("fly_me_home", "{}")])], EpisodeOptions(user="scripted", max_errors=2)
+    )
     s = res.session
     assert s["termination"] == "too_many_errors"
     assert s["counts"]["protocol_errors"] == 3 and s["counts"]["agent_calls"] == 3
@@ -385,10 +466,16 @@ async def test_too_many_errors() -> None:
 
 async def test_parallel_calls_and_text_beside_tools() -> None:
     res, server = await scripted(
-        [Reply("Let me look.", tools=[USER_ID_TOOL, ("get_flight_status",
-                                                     '{"flight_number": "SK269", '
-                                                     '"date": "2025-06-16"}')]),
-         Reply("Your flight is delayed to 10:50.")],
+        [
+            Reply(
+                "Let me look.",
+                tools=[
+                    USER_ID_TOOL,
+                    ("get_flight_status", '{"flight_number": "SK269", "date": "2025-06-16"}'),
+                ],
+            ),
+            Reply("Your flight is delayed to 10:50."),
+        ],
         EpisodeOptions(user="scripted"),
     )
     s = res.session
@@ -400,16 +487,17 @@ async def test_parallel_calls_and_text_beside_tools() -> None:
     assert msgs[2]["content"] == "Let me look." and len(msgs[2]["tool_calls"]) == 2
     assert [m.get("tool_call_id") for m in msgs[3:5]] == ["call_0", "call_1"]
     # the text beside the tool calls never reached the user
-    assert msgs[5]["role"] == "assistant" and msgs[6] == {"role": "user",
-                                                          "content": "###STOP###"}
+    assert msgs[5]["role"] == "assistant" and msgs[6] == {"role": "user", "content": "###STOP###"}
     assert s["reward"] == 1.0  # the flight-status task's outputs were said
     assert len(server.bodies("agent")[1]["messages"]) == 5
 
 
 async def test_react_parse_error_gets_one_retry() -> None:
     good = 'Thought: done.\nAction: {"name": "respond", "arguments": {"content": "Done."}}'
-    res, server = await scripted([Reply("I think I will answer."), Reply(good)],
-                                 EpisodeOptions(agent="react", user="scripted"))
+    res, server = await scripted(
+        [Reply("I think I will answer."), Reply(good)],
+        EpisodeOptions(agent="react", user="scripted"),
+    )
     s = res.session
     assert s["termination"] == "user_stop"
     assert s["counts"]["parse_errors"] == 1
@@ -420,8 +508,7 @@ async def test_react_parse_error_gets_one_retry() -> None:
 
 
 async def test_react_parse_error_twice_is_a_protocol_error() -> None:
-    res, _ = await scripted([Reply("no action here")],
-                            EpisodeOptions(agent="act", user="scripted"))
+    res, _ = await scripted([Reply("no action here")], EpisodeOptions(agent="act", user="scripted"))
     s = res.session
     assert s["termination"] == "protocol_error"
     assert s["counts"]["parse_errors"] == 2 and "unparsable" in s["error"]
@@ -429,9 +516,13 @@ async def test_react_parse_error_twice_is_a_protocol_error() -> None:
 
 async def test_react_tool_action_and_observation() -> None:
     res, server = await scripted(
-        [Reply('Action: {"name": "get_flight_status", "arguments": '
-               '{"flight_number": "SK269", "date": "2025-06-16"}}'),
-         Reply('Action: {"name": "respond", "arguments": {"content": "Delayed to 10:50."}}')],
+        [
+            Reply(
+                'Action: {"name": "get_flight_status", "arguments": '
+                '{"flight_number": "SK269", "date": "2025-06-16"}}'
+            ),
+            Reply('Action: {"name": "respond", "arguments": {"content": "Delayed to 10:50."}}'),
+        ],
         EpisodeOptions(agent="act", user="scripted"),
     )
     s = res.session
@@ -465,8 +556,9 @@ async def test_a_thousand_episodes_in_flight() -> None:
     here, so the rate is a floor, not the runner's capacity)."""
     import time
 
-    flight = Reply(tools=[("get_flight_status", '{"flight_number": "SK269", '
-                                                '"date": "2025-06-16"}')])
+    flight = Reply(
+        tools=[("get_flight_status", '{"flight_number": "SK269", "date": "2025-06-16"}')]
+    )
     answer = Reply("Your flight SK269 is delayed to 10:50.")
     server = ScriptServer(
         choose=lambda role, body: answer if body["messages"][-1]["role"] == "tool" else flight
@@ -479,8 +571,9 @@ async def test_a_thousand_episodes_in_flight() -> None:
         active += 1
         peak = max(peak, active)
         try:
-            return await run_episode(spec(READ_TASK, i, f"k{i}"), {"agent": c},
-                                     EpisodeOptions(user="scripted"))
+            return await run_episode(
+                spec(READ_TASK, i, f"k{i}"), {"agent": c}, EpisodeOptions(user="scripted")
+            )
         finally:
             active -= 1
 
@@ -489,14 +582,18 @@ async def test_a_thousand_episodes_in_flight() -> None:
         results = await asyncio.gather(*[one(i) for i in range(n)])
         rate = n / (time.perf_counter() - t0)
     assert peak == n
-    assert all(r.session["termination"] == "user_stop" and r.session["reward"] == 1.0
-               for r in results)
+    assert all(
+        r.session["termination"] == "user_stop" and r.session["reward"] == 1.0 for r in results
+    )
     assert rate > 30, f"{rate:.0f} episodes/s"
 
 
 async def test_empty_user_message_is_a_protocol_error() -> None:
-    res, _ = await scripted([Reply("Which flight?")], EpisodeOptions(user="llm"),
-                            users=[Reply("Is my flight on time?"), Reply("")])
+    res, _ = await scripted(
+        [Reply("Which flight?")],
+        EpisodeOptions(user="llm"),
+        users=[Reply("Is my flight on time?"), Reply("")],
+    )
     s = res.session
     assert s["termination"] == "protocol_error"
     assert s["error"].startswith("user: empty message")
@@ -513,5 +610,8 @@ async def test_bad_input_is_rejected_before_any_call() -> None:
     with pytest.raises(ValueError, match="unknown user"):
         await run_episode(spec(), {}, EpisodeOptions(agent="noop", user="robot"))
     with pytest.raises(ValueError, match="tool latency"):
-        await run_episode(spec(), {}, EpisodeOptions(agent="noop", user="scripted",
-                                                      tool_latency=ToolLatency("gamma", 1.0)))
+        await run_episode(
+            spec(),
+            {},
+            EpisodeOptions(agent="noop", user="scripted", tool_latency=ToolLatency("gamma", 1.0)),
+        )

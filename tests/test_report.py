@@ -24,8 +24,13 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list
 def test_files_written(reported: tuple[Path, dict, list[Path]]) -> None:
     out, _, files = reported
     names = {p.relative_to(out).as_posix() for p in files}
-    assert names == {"report.md", "report.html", "charts/latency_cdf.png",
-                     "charts/by_turn.png", "charts/server_timeline.png"}
+    assert names == {
+        "report.md",
+        "report.html",
+        "charts/latency_cdf.png",
+        "charts/by_turn.png",
+        "charts/server_timeline.png",
+    }
     for p in files:
         assert p.stat().st_size > 0
         if p.suffix == ".png":
@@ -56,7 +61,7 @@ def test_html_mirrors_markdown(reported: tuple[Path, dict, list[Path]]) -> None:
     out, _, _ = reported
     html = (out / "report.html").read_text()
     assert html.startswith("<!doctype html>")
-    assert "<td>success rate</td><td class=\"n\">50.0%</td>" in html
+    assert '<td>success rate</td><td class="n">50.0%</td>' in html
     assert '<img src="charts/by_turn.png"' in html
 
 
@@ -75,8 +80,16 @@ def test_report_without_episodes_or_server(tmp_path: Path) -> None:
 
     with Recorder(tmp_path) as rec:
         for i in range(5):
-            rec.record_call(CallRecord(call_id=f"c{i}", role="agent", started_at=100.0 + i,
-                                       ttft_s=0.1 * (i + 1), e2e_s=1.0, total_s=1.0))
+            rec.record_call(
+                CallRecord(
+                    call_id=f"c{i}",
+                    role="agent",
+                    started_at=100.0 + i,
+                    ttft_s=0.1 * (i + 1),
+                    e2e_s=1.0,
+                    total_s=1.0,
+                )
+            )
     summary = summarize(tmp_path)
     assert summary["episodes"] is None and summary["server"] is None
     assert summary["window"]["source"] == "calls"

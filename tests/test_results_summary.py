@@ -276,13 +276,31 @@ def test_single_token_calls_cannot_miss_itl_or_tpot(tmp_path: Path) -> None:
     from agentload.results import Recorder
 
     with Recorder(tmp_path) as rec:
-        rec.record_call(CallRecord(call_id="one", role="agent", started_at=T0, ttft_s=0.1,
-                                   e2e_s=0.1, total_s=0.1, completion_tokens=1))
+        rec.record_call(
+            CallRecord(
+                call_id="one",
+                role="agent",
+                started_at=T0,
+                ttft_s=0.1,
+                e2e_s=0.1,
+                total_s=0.1,
+                completion_tokens=1,
+            )
+        )
         for i, gap in enumerate((0.01, 0.03)):
-            rec.record_call(CallRecord(
-                call_id=f"c{i}", role="agent", started_at=T0 + 1, ttft_s=0.1, e2e_s=1.0,
-                total_s=1.0, tpot_s=gap, completion_tokens=10,
-                itl=ItlSummary(count=9, mean=gap, p50=gap, p90=gap, p99=gap, max=gap)))
+            rec.record_call(
+                CallRecord(
+                    call_id=f"c{i}",
+                    role="agent",
+                    started_at=T0 + 1,
+                    ttft_s=0.1,
+                    e2e_s=1.0,
+                    total_s=1.0,
+                    tpot_s=gap,
+                    completion_tokens=10,
+                    itl=ItlSummary(count=9, mean=gap, p50=gap, p90=gap, p99=gap, max=gap),
+                )
+            )
     s = summarize(tmp_path, slo={"tpot_p50": 0.02, "itl_p99": 0.02, "itl_mean": 0.05})
     cond = s["slo"]["conditions"]
     # observed figures are those of the call blocks (measured values only)

@@ -31,20 +31,33 @@ from agentload.workloads.episode import EpisodeOptions, EpisodeResult, EpisodeSp
 Pairs = Sequence[tuple[str, str]]  # (task id, session id)
 
 
-async def _run(pairs: Pairs, *, skill: float, agent: str = "tool-calling", sim_seed: int = 0,
-               concurrency: int = 32) -> tuple[list[EpisodeResult], list[CallRecord]]:
-    cfg = SimConfig(port=0, profile="instant", seed=sim_seed,
-                    behaviour_options={"agent_skill": skill})
+async def _run(
+    pairs: Pairs,
+    *,
+    skill: float,
+    agent: str = "tool-calling",
+    sim_seed: int = 0,
+    concurrency: int = 32,
+) -> tuple[list[EpisodeResult], list[CallRecord]]:
+    cfg = SimConfig(
+        port=0, profile="instant", seed=sim_seed, behaviour_options={"agent_skill": skill}
+    )
     async with SimServer(cfg) as sim:
         # Non-streaming: these tests are about what is said, and per-token chunks would
         # only cost time.
-        return await _episodes(sim.base_url, pairs, agent=agent, concurrency=concurrency,
-                               stream=False)
+        return await _episodes(
+            sim.base_url, pairs, agent=agent, concurrency=concurrency, stream=False
+        )
 
 
-async def _episodes(base_url: str, pairs: Pairs, *, agent: str = "tool-calling",
-                    concurrency: int = 32, stream: bool = True,
-                    ) -> tuple[list[EpisodeResult], list[CallRecord]]:
+async def _episodes(
+    base_url: str,
+    pairs: Pairs,
+    *,
+    agent: str = "tool-calling",
+    concurrency: int = 32,
+    stream: bool = True,
+) -> tuple[list[EpisodeResult], list[CallRecord]]:
     records: list[CallRecord] = []
     endpoint = EndpointConfig(base_url=base_url, model="agentload-sim", stream=stream)
     async with ChatClient(endpoint, on_record=records.append) as client:
@@ -53,8 +66,9 @@ async def _episodes(base_url: str, pairs: Pairs, *, agent: str = "tool-calling",
         async def one(task_id: str, session_id: str) -> EpisodeResult:
             async with gate:
                 spec = EpisodeSpec(task_id=task_id, trial=0, seed=0, session_id=session_id)
-                return await run_episode(spec, {"agent": client, "user": client},
-                                         EpisodeOptions(agent=agent))
+                return await run_episode(
+                    spec, {"agent": client, "user": client}, EpisodeOptions(agent=agent)
+                )
 
         results = await asyncio.gather(*(one(t, s) for t, s in pairs))
     return list(results), records
@@ -90,8 +104,10 @@ def test_episode_shapes(skilled: tuple[list[EpisodeResult], list[CallRecord]]) -
     calls = [r.session["counts"]["agent_calls"] for r in results]
     within = sum(10 <= c <= 17 for c in calls) / len(calls)
     dist = sorted(Counter(calls).items())
-    print(f"agent calls per episode: {dist}; median {statistics.median(calls)}; "
-          f"{within:.0%} within 10-17")
+    print(
+        f"agent calls per episode: {dist}; median {statistics.median(calls)}; "
+        f"{within:.0%} within 10-17"
+    )
     assert 10 <= statistics.median(calls) <= 17
     assert within >= 0.5
     assert max(calls) <= 25
@@ -105,8 +121,10 @@ def test_episode_shapes(skilled: tuple[list[EpisodeResult], list[CallRecord]]) -
     assert min(first) >= 2000
     text = [rec.completion_tokens for rec in agent if rec.num_tool_calls == 0]
     mean_out = statistics.mean(rec.completion_tokens for rec in agent)
-    print(f"agent completion tokens: text replies mean {statistics.mean(text):.0f}, "
-          f"all calls mean {mean_out:.0f}")
+    print(
+        f"agent completion tokens: text replies mean {statistics.mean(text):.0f}, "
+        f"all calls mean {mean_out:.0f}"
+    )
     assert 60 <= statistics.mean(text) <= 150
     assert 40 <= mean_out <= 150
 
@@ -162,8 +180,10 @@ def test_skill_option_from_the_command_line_streaming() -> None:
 
 @pytest.mark.parametrize("agent", ["react", "act"])
 def test_text_action_agents(agent: str) -> None:
-    pairs = [(tid, f"{agent}-{tid}") for tid in ("airline/012", "airline/040", "retail/006",
-                                                 "retail/024", "retail/030")]
+    pairs = [
+        (tid, f"{agent}-{tid}")
+        for tid in ("airline/012", "airline/040", "retail/006", "retail/024", "retail/030")
+    ]
     results, _ = run(pairs, skill=1.0, agent=agent)
     for r in results:
         assert r.session["reward"] == 1.0, (r.session["task_id"], r.session["reward_breakdown"])
@@ -177,10 +197,12 @@ async def test_without_role_headers_answers_generically() -> None:
         async with ChatClient(endpoint) as client:
             msgs = [{"role": "user", "content": "Hi, I need to cancel a reservation."}]
             plain = await client.chat(msgs, headers={"X-Agentload-Task": "airline/012"})
-            unknown = await client.chat(msgs, headers={"X-Agentload-Role": "agent",
-                                                       "X-Agentload-Task": "airline/999"})
-            user = await client.chat(msgs, headers={"X-Agentload-Role": "user",
-                                                    "X-Agentload-Task": "airline/012"})
+            unknown = await client.chat(
+                msgs, headers={"X-Agentload-Role": "agent", "X-Agentload-Task": "airline/999"}
+            )
+            user = await client.chat(
+                msgs, headers={"X-Agentload-Role": "user", "X-Agentload-Task": "airline/012"}
+            )
     assert plain.ok and unknown.ok and user.ok
     for res in (plain, unknown):  # the generic behaviour's words, not the agent's
         assert res.content and "user id" not in res.content
@@ -202,14 +224,21 @@ def test_user_follows_the_conversation(flipped: bool) -> None:
     sys = {"role": "system", "content": "You are a customer."}
     convo: list[dict[str, Any]] = [sys, {"role": them, "content": "Hello! How can I help?"}]
     assert _user_reply(task.id, convo) == task.scenario.opening
-    convo += [{"role": me, "content": task.scenario.opening},
-              {"role": them, "content": "Could you please share your user id?"}]
+    convo += [
+        {"role": me, "content": task.scenario.opening},
+        {"role": them, "content": "Could you please share your user id?"},
+    ]
     assert task.scenario.known_info["user_id"] in _user_reply(task.id, convo)
-    convo += [{"role": me, "content": "fine"},
-              {"role": them, "content": "I will cancel it. Shall I go ahead? (yes/no)"}]
+    convo += [
+        {"role": me, "content": "fine"},
+        {"role": them, "content": "I will cancel it. Shall I go ahead? (yes/no)"},
+    ]
     assert _user_reply(task.id, convo).lower().startswith("yes")
-    done = [*convo, {"role": me, "content": "yes"},
-            {"role": them, "content": "All done. Is there anything else I can help you with?"}]
+    done = [
+        *convo,
+        {"role": me, "content": "yes"},
+        {"role": them, "content": "All done. Is there anything else I can help you with?"},
+    ]
     # After the agent's answer: at most two follow-up questions, then the stop token.
     for _ in range(3):
         reply = _user_reply(task.id, done)
@@ -224,19 +253,25 @@ def test_requested_keys_prefers_the_longest_label() -> None:
     known = {"order_id": "R1", "cancel_order_id": "R2", "reason": "x"}
     assert requested_keys("Could you share the cancel order id?", known) == ["cancel_order_id"]
     assert requested_keys("May I have the order id and the reason?", known) == [
-        "order_id", "reason"]
+        "order_id",
+        "reason",
+    ]
     # A real agent model's wording.
     known = {"user_id": "u1", "reservation_id": "ABC", "email": "a@b.c", "zip": "12345"}
     assert requested_keys("Can you give me your user ID and reservation number?", known) == [
-        "user_id", "reservation_id"]
+        "user_id",
+        "reservation_id",
+    ]
     assert requested_keys("What's your e-mail and zip code?", known) == ["email", "zip"]
 
 
 def test_user_tells_a_fact_asked_to_be_confirmed() -> None:
     task = get_task("airline/012")
-    convo = [{"role": "user", "content": "Hello!"},
-             {"role": "assistant", "content": task.scenario.opening},
-             {"role": "user", "content": "Can you confirm your user ID for me?"}]
+    convo = [
+        {"role": "user", "content": "Hello!"},
+        {"role": "assistant", "content": task.scenario.opening},
+        {"role": "user", "content": "Can you confirm your user ID for me?"},
+    ]
     assert task.scenario.known_info["user_id"] in _user_reply(task.id, convo)
 
 

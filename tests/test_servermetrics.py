@@ -92,8 +92,10 @@ def _sample(t: float, **kw: Any) -> dict[str, Any]:
 
 
 def test_server_summary_sglang_hit_rate_from_gauge() -> None:
-    samples = [_sample(t, running=float(t), cache_hit_rate=0.5 + 0.1 * t, preemptions=float(t))
-               for t in range(5)]
+    samples = [
+        _sample(t, running=float(t), cache_hit_rate=0.5 + 0.1 * t, preemptions=float(t))
+        for t in range(5)
+    ]
     samples.append({"t": 2.5, "endpoint": "e", "ok": False, "error": "timeout"})
     out = summarize_server(samples, window=(1.0, 3.0))["endpoints"]["e"]
     assert out["samples"] == 6 and out["failed_scrapes"] == 1
@@ -135,8 +137,9 @@ async def test_scraper_records_samples_from_a_loopback_server(tmp_path: Path) ->
         assert "vllm:prefix_cache_hits_total" in await fetch_metrics(f"{base}/metrics")
         hits["n"] = 0
         with Recorder(tmp_path) as rec:
-            async with MetricsScraper(f"{base}/metrics", rec, interval_s=0.05,
-                                      endpoint="agent") as sc:
+            async with MetricsScraper(
+                f"{base}/metrics", rec, interval_s=0.05, endpoint="agent"
+            ) as sc:
                 await asyncio.sleep(0.3)
             assert sc.failures == 1
         samples = load_jsonl(tmp_path / "server_metrics.jsonl")
@@ -146,8 +149,9 @@ async def test_scraper_records_samples_from_a_loopback_server(tmp_path: Path) ->
     good = [s for s in samples if s["ok"]]
     bad = [s for s in samples if not s["ok"]]
     assert len(bad) == 1 and "503" in bad[0]["error"]
-    assert all(s["endpoint"] == "agent" and s["schema"] == "agentload.server_metrics/1"
-               for s in samples)
+    assert all(
+        s["endpoint"] == "agent" and s["schema"] == "agentload.server_metrics/1" for s in samples
+    )
     assert good[0]["prefix_hits"] == 43904.0 and good[0]["engine"] == "vllm"
     ts = [s["t"] for s in samples]
     assert ts == sorted(ts)
@@ -158,8 +162,7 @@ async def test_scraper_records_samples_from_a_loopback_server(tmp_path: Path) ->
 
 async def test_scraper_with_a_callable_sink_and_unreachable_server() -> None:
     got: list[dict[str, Any]] = []
-    sc = MetricsScraper("http://127.0.0.1:9/metrics", got.append, interval_s=1.0,
-                        timeout_s=0.5)
+    sc = MetricsScraper("http://127.0.0.1:9/metrics", got.append, interval_s=1.0, timeout_s=0.5)
     sample = await sc.scrape_once()
     await sc.stop(final_sample=False)
     assert got == [sample] and sample["ok"] is False and sample["error"]
@@ -182,11 +185,13 @@ async def test_server_deltas_agree_with_client_records_on_the_simulator(tmp_path
 
                 async def conversation(i: int) -> None:
                     msgs: list[dict[str, Any]] = [
-                        {"role": "system", "content": "You are a careful agent. " * 150}]
+                        {"role": "system", "content": "You are a careful agent. " * 150}
+                    ]
                     for t in range(3):
                         msgs.append({"role": "user", "content": f"request {i}.{t} " * 20})
-                        res = await client.chat(msgs, max_tokens=12, session_id=f"s{i}",
-                                                role="agent", turn=t)
+                        res = await client.chat(
+                            msgs, max_tokens=12, session_id=f"s{i}", role="agent", turn=t
+                        )
                         assert res.ok
                         msgs.append(res.message())
 

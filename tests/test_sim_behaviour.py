@@ -25,27 +25,51 @@ MODEL = "sim-model"
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
-    {"type": "object", "properties": {
-        "n": {"type": "integer", "minimum": 3, "maximum": 5},
-        "x": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
-        "when": {"type": "string", "format": "date"},
-        "mail": {"type": "string", "format": "email"},
-        "kind": {"enum": ["a", "b"]},
-        "fixed": {"const": 7},
-        "maybe": {"type": ["string", "null"]},
-        "either": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-        "nested": {"type": "object", "properties": {"ok": {"type": "boolean"}},
-                   "required": ["ok"], "additionalProperties": False},
-        "short": {"type": "string", "minLength": 2, "maxLength": 3},
-    }, "required": ["n", "x", "tags", "when", "mail", "kind", "fixed", "maybe", "either",
-                    "nested", "short"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 3, "maximum": 5},
+            "x": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            "when": {"type": "string", "format": "date"},
+            "mail": {"type": "string", "format": "email"},
+            "kind": {"enum": ["a", "b"]},
+            "fixed": {"const": 7},
+            "maybe": {"type": ["string", "null"]},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "nested": {
+                "type": "object",
+                "properties": {"ok": {"type": "boolean"}},
+                "required": ["ok"],
+                "additionalProperties": False,
+            },
+            "short": {"type": "string", "minLength": 2, "maxLength": 3},
+        },
+        "required": [
+            "n",
+            "x",
+            "tags",
+            "when",
+            "mail",
+            "kind",
+            "fixed",
+            "maybe",
+            "either",
+            "nested",
+            "short",
+        ],
+        "additionalProperties": False,
+    },
     {"type": "object", "properties": {}},
-    {"type": "object", "properties": {
-        "ratio": {"type": "number", "exclusiveMinimum": 0.5, "maximum": 1},
-        "count": {"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 5},
-        "tiny": {"type": "number", "minimum": 0.01, "exclusiveMaximum": 0.02},
-    }, "required": ["ratio", "count", "tiny"]},
+    {
+        "type": "object",
+        "properties": {
+            "ratio": {"type": "number", "exclusiveMinimum": 0.5, "maximum": 1},
+            "count": {"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 5},
+            "tiny": {"type": "number", "minimum": 0.01, "exclusiveMaximum": 0.02},
+        },
+        "required": ["ratio", "count", "tiny"],
+    },
 ]
 
 
@@ -65,9 +89,15 @@ def test_lognormal_length_mean_and_cap() -> None:
 
 def view(**kw: Any) -> RequestView:
     base: dict[str, Any] = {
-        "body": {}, "messages": [{"role": "user", "content": "hi"}], "tools": [],
-        "tool_choice": "auto", "max_tokens": 200, "rng": random.Random(1), "headers": {},
-        "settings": SimConfig(tool_call_probability=0.0)}
+        "body": {},
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [],
+        "tool_choice": "auto",
+        "max_tokens": 200,
+        "rng": random.Random(1),
+        "headers": {},
+        "settings": SimConfig(tool_call_probability=0.0),
+    }
     base.update(kw)
     return RequestView(**base)
 
@@ -82,8 +112,9 @@ def test_generic_behaviour_respects_tool_choice() -> None:
     assert [c.name for c in plan.tool_calls] == ["f"] and plan.content is None
     named = {"type": "function", "function": {"name": "g"}}
     other = {"type": "function", "function": {"name": "g", "parameters": SCHEMAS[2]}}
-    assert [c.name for c in g.respond(view(tools=[tool, other],
-                                           tool_choice=named)).tool_calls] == ["g"]
+    assert [c.name for c in g.respond(view(tools=[tool, other], tool_choice=named)).tool_calls] == [
+        "g"
+    ]
     settings = SimConfig(tool_call_probability=1.0, parallel_tool_call_probability=1.0)
     plan = g.respond(view(tools=[tool], settings=settings))
     assert 2 <= len(plan.tool_calls) <= 3
@@ -103,27 +134,34 @@ class EchoOptions:
         return ResponsePlan(
             content=f"skill={self.skill} task={request.task} session={request.session_id} "
             f"opt={request.options.get('agent_skill')}",
-            tool_calls=[ToolCallPlan("f", '{"a": "x"}')] if request.tools else [])
+            tool_calls=[ToolCallPlan("f", '{"a": "x"}')] if request.tools else [],
+        )
 
 
 async def test_role_header_selects_a_registered_behaviour() -> None:
     register_behaviour("echo", EchoOptions)
     try:
-        config = SimConfig(port=0, model=MODEL, profile="instant",
-                           behaviour_options={"agent_skill": 0.8})
+        config = SimConfig(
+            port=0, model=MODEL, profile="instant", behaviour_options={"agent_skill": 0.8}
+        )
         async with SimServer(config) as server:
             client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
             res = await client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                extra_headers={"X-Agentload-Role": "echo", "X-Agentload-Task": "t-7",
-                               "X-Session-ID": "s-1"})
+                model=MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                extra_headers={
+                    "X-Agentload-Role": "echo",
+                    "X-Agentload-Task": "t-7",
+                    "X-Session-ID": "s-1",
+                },
+            )
             assert res.choices[0].message.content == "skill=0.8 task=t-7 session=s-1 opt=0.8"
             assert res.choices[0].finish_reason == "stop"
             # no or unknown role: the generic behaviour
             for headers in ({}, {"X-Agentload-Role": "nobody"}):
                 res = await client.chat.completions.create(
-                    model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                    extra_headers=headers)
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], extra_headers=headers
+                )
                 assert not (res.choices[0].message.content or "").startswith("skill=")
             await client.close()
     finally:
@@ -131,7 +169,8 @@ async def test_role_header_selects_a_registered_behaviour() -> None:
 
 
 def test_role_modules_load_lazily_and_missing_ones_are_skipped(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     module = types.ModuleType("agentload_test_roles")
     calls: list[str] = []
 
@@ -147,11 +186,14 @@ def test_role_modules_load_lazily_and_missing_ones_are_skipped(
 
     monkeypatch.setitem(sys.modules, "agentload_test_roles", module)
     # importing an already-imported module does not re-run it: register on "import" instead
-    monkeypatch.setattr(bh.importlib, "import_module",
-                        lambda name: _exec() if name == "agentload_test_roles"
-                        else __import__(name))
-    monkeypatch.setattr(bh, "ROLE_BEHAVIOUR_MODULES",
-                        ["agentload_missing_roles_module", "agentload_test_roles"])
+    monkeypatch.setattr(
+        bh.importlib,
+        "import_module",
+        lambda name: _exec() if name == "agentload_test_roles" else __import__(name),
+    )
+    monkeypatch.setattr(
+        bh, "ROLE_BEHAVIOUR_MODULES", ["agentload_missing_roles_module", "agentload_test_roles"]
+    )
     monkeypatch.setattr(bh, "_loaded_modules", set())
     try:
         factory = bh.behaviour_factory("planner")
@@ -182,8 +224,10 @@ async def test_failing_behaviour_is_a_500_in_openai_shape() -> None:
             client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
             with pytest.raises(openai.InternalServerError) as info:
                 await client.chat.completions.create(
-                    model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                    extra_headers={"X-Agentload-Role": "broken"})
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "hi"}],
+                    extra_headers={"X-Agentload-Role": "broken"},
+                )
             assert "no plan" in info.value.message
             await client.close()
     finally:

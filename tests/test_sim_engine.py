@@ -25,13 +25,18 @@ def unique_text(n_words: int, seed: int) -> str:
     return " ".join(f"w{rng.randrange(10**6)}" for _ in range(n_words))
 
 
-async def timed_stream(client: AsyncOpenAI, content: str, max_tokens: int,
-                       **extra: Any) -> dict[str, Any]:
+async def timed_stream(
+    client: AsyncOpenAI, content: str, max_tokens: int, **extra: Any
+) -> dict[str, Any]:
     t0 = time.monotonic()
     stream = await client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=max_tokens,
-        stream=True, stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True, **extra})
+        model=MODEL,
+        messages=[{"role": "user", "content": content}],
+        max_tokens=max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, **extra},
+    )
     times: list[float] = []
     usage = None
     async for chunk in stream:
@@ -41,8 +46,13 @@ async def timed_stream(client: AsyncOpenAI, content: str, max_tokens: int,
             usage = chunk.usage
     assert usage is not None
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    return {"ttft": times[0] - t0, "itl": statistics.median(gaps) if gaps else 0.0,
-            "tokens": len(times), "usage": usage, "e2e": time.monotonic() - t0}
+    return {
+        "ttft": times[0] - t0,
+        "itl": statistics.median(gaps) if gaps else 0.0,
+        "tokens": len(times),
+        "usage": usage,
+        "e2e": time.monotonic() - t0,
+    }
 
 
 async def scrape(server: SimServer) -> dict[str, float]:
@@ -69,8 +79,9 @@ def test_tokenizer_approximation_is_about_four_characters_per_token() -> None:
     n, hashes = tok.encode_parts(parts, 16)
     assert n > len(pieces) and len(hashes) == n // 16
     # same prefix, same block hashes
-    parts2 = render_chat_parts([{"role": "user", "content": text},
-                                {"role": "assistant", "content": "ok"}], None)
+    parts2 = render_chat_parts(
+        [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}], None
+    )
     _, hashes2 = tok.encode_parts(parts2, 16)
     assert hashes2[: len(hashes) - 1] == hashes[: len(hashes) - 1]
 
@@ -124,13 +135,18 @@ async def test_ttft_grows_with_prompt_and_prefix_cache_hits() -> None:
 
 
 async def test_itl_grows_with_concurrent_sequences() -> None:
-    profile = Profile(name="batch", step_overhead_s=0.002, decode_seq_s=0.001,
-                      max_num_seqs=64, block_size=16, kv_blocks=4096)
+    profile = Profile(
+        name="batch",
+        step_overhead_s=0.002,
+        decode_seq_s=0.001,
+        max_num_seqs=64,
+        block_size=16,
+        kv_blocks=4096,
+    )
     async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         alone = await timed_stream(client, "hello", 20)
-        crowd = await asyncio.gather(*(timed_stream(client, f"hello {i}", 20)
-                                       for i in range(16)))
+        crowd = await asyncio.gather(*(timed_stream(client, f"hello {i}", 20) for i in range(16)))
         crowd_itl = statistics.median(r["itl"] for r in crowd)
         assert crowd_itl > 2.5 * alone["itl"], (alone["itl"], crowd_itl)
         assert crowd_itl > 0.012
@@ -138,8 +154,14 @@ async def test_itl_grows_with_concurrent_sequences() -> None:
 
 
 async def test_full_kv_cache_queues_requests() -> None:
-    profile = Profile(name="small-kv", step_overhead_s=0.005, max_num_seqs=16,
-                      block_size=16, kv_blocks=45, max_model_len=700)
+    profile = Profile(
+        name="small-kv",
+        step_overhead_s=0.005,
+        max_num_seqs=16,
+        block_size=16,
+        kv_blocks=45,
+        max_model_len=700,
+    )
     async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         texts = [unique_text(150, 10 + i) for i in range(3)]
@@ -164,12 +186,17 @@ async def test_full_kv_cache_queues_requests() -> None:
 
 
 async def test_preemptions_happen_and_are_counted() -> None:
-    profile = Profile(name="tiny-kv", step_overhead_s=0.001, max_num_seqs=16,
-                      block_size=16, kv_blocks=12, max_model_len=180)
+    profile = Profile(
+        name="tiny-kv",
+        step_overhead_s=0.001,
+        max_num_seqs=16,
+        block_size=16,
+        kv_blocks=12,
+        max_model_len=180,
+    )
     async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-        results = await asyncio.gather(*(timed_stream(client, f"go {i}", 60)
-                                         for i in range(4)))
+        results = await asyncio.gather(*(timed_stream(client, f"go {i}", 60) for i in range(4)))
         for r in results:
             assert r["tokens"] == 60
             assert r["usage"].completion_tokens == 60
@@ -195,8 +222,20 @@ def _write_tokenizer(path: str) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     vocab = {"[UNK]": 0}
-    for word in ("hello", "world", "<", "|", ">", "im", "_", "start", "end", "user",
-                 "assistant", "\n"):
+    for word in (
+        "hello",
+        "world",
+        "<",
+        "|",
+        ">",
+        "im",
+        "_",
+        "start",
+        "end",
+        "user",
+        "assistant",
+        "\n",
+    ):
         vocab.setdefault(word, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -210,10 +249,11 @@ async def test_real_tokenizer_counts_prompt_tokens(tmp_path: Any) -> None:
     async with SimServer(config) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         short = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=2)
+            model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=2
+        )
         long = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hello world " * 50}],
-            max_tokens=2)
+            model=MODEL, messages=[{"role": "user", "content": "hello world " * 50}], max_tokens=2
+        )
         await client.close()
     assert short.usage is not None and long.usage is not None
     # whitespace word-level: each "hello world" adds exactly two tokens
@@ -223,8 +263,13 @@ async def test_real_tokenizer_counts_prompt_tokens(tmp_path: Any) -> None:
 async def test_client_disconnect_aborts_the_request() -> None:
     profile = Profile(name="slow", step_overhead_s=0.01, block_size=16, kv_blocks=1024)
     async with SimServer(SimConfig(port=0, model=MODEL, profile=profile)) as server:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                "max_tokens": 500, "ignore_eos": True, "stream": True}
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 500,
+            "ignore_eos": True,
+            "stream": True,
+        }
         async with aiohttp.ClientSession() as s:
             resp = await s.post(f"{server.base_url}/chat/completions", json=body)
             await resp.content.readuntil(b"\n\n")
@@ -239,7 +284,9 @@ async def test_client_disconnect_aborts_the_request() -> None:
         async with aiohttp.ClientSession() as s, s.get(server.metrics_url) as r:
             text = await r.text()
         assert 'finished_reason="abort"' in text
-        aborted = [line for line in text.splitlines()
-                   if line.startswith("vllm:request_success_total")
-                   and 'finished_reason="abort"' in line]
+        aborted = [
+            line
+            for line in text.splitlines()
+            if line.startswith("vllm:request_success_total") and 'finished_reason="abort"' in line
+        ]
         assert aborted and aborted[0].endswith(" 1.0")

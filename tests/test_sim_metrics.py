@@ -68,7 +68,8 @@ async def test_names_labels_and_buckets_match_vllm() -> None:
     async with SimServer(SimConfig(port=0, model=MODEL, profile="instant")) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
         fams = await scrape(server)
         await client.close()
     for name, typ in REQUIRED.items():
@@ -90,17 +91,24 @@ async def test_names_labels_and_buckets_match_vllm() -> None:
 
 
 async def test_counters_agree_with_requests() -> None:
-    config = SimConfig(port=0, model=MODEL, profile="tiny-cpu", speedup=50, seed=3,
-                       mean_output_tokens=20)
+    config = SimConfig(
+        port=0, model=MODEL, profile="tiny-cpu", speedup=50, seed=3, mean_output_tokens=20
+    )
     async with SimServer(config) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         policy = "Policy: be kind, check the booking, confirm before changes. " * 60
-        prompts = [[{"role": "system", "content": policy},
-                    {"role": "user", "content": f"question number {i}"}] for i in range(6)]
+        prompts = [
+            [
+                {"role": "system", "content": policy},
+                {"role": "user", "content": f"question number {i}"},
+            ]
+            for i in range(6)
+        ]
 
         async def one(messages: list[Any], max_tokens: int) -> Any:
-            res = await client.chat.completions.create(model=MODEL, messages=messages,
-                                                       max_tokens=max_tokens)
+            res = await client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=max_tokens
+            )
             return res
 
         first = await one(prompts[0], 5)
@@ -125,18 +133,26 @@ async def test_counters_agree_with_requests() -> None:
     for reason, n in by_reason.items():
         assert value(fams, "vllm:request_success", finished_reason=reason) == n
     n = len(results)
-    for hist in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
-                 "vllm:request_queue_time_seconds", "vllm:request_prompt_tokens",
-                 "vllm:request_generation_tokens"):
+    for hist in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prompt_tokens",
+        "vllm:request_generation_tokens",
+    ):
         assert value(fams, hist, f"{hist}_count") == n, hist
-    assert value(fams, "vllm:request_prompt_tokens",
-                 "vllm:request_prompt_tokens_sum") == prompt
-    assert value(fams, "vllm:request_generation_tokens",
-                 "vllm:request_generation_tokens_sum") == completion
-    assert value(fams, "vllm:inter_token_latency_seconds",
-                 "vllm:inter_token_latency_seconds_count") == completion - n
-    lag_count = value(fams, "agentload_sim:emission_lag_seconds",
-                      "agentload_sim:emission_lag_seconds_count")
+    assert value(fams, "vllm:request_prompt_tokens", "vllm:request_prompt_tokens_sum") == prompt
+    assert (
+        value(fams, "vllm:request_generation_tokens", "vllm:request_generation_tokens_sum")
+        == completion
+    )
+    assert (
+        value(fams, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count")
+        == completion - n
+    )
+    lag_count = value(
+        fams, "agentload_sim:emission_lag_seconds", "agentload_sim:emission_lag_seconds_count"
+    )
     assert lag_count == completion
     assert value(fams, "vllm:num_requests_running") == 0
 
@@ -147,8 +163,11 @@ async def test_two_simulators_in_one_process_keep_separate_metrics() -> None:
     async with SimServer(a_cfg) as a, SimServer(b_cfg) as b:
         client = AsyncOpenAI(base_url=a.base_url, api_key="x", max_retries=0)
         await client.chat.completions.create(
-            model="a", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
-            extra_body={"ignore_eos": True})
+            model="a",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            extra_body={"ignore_eos": True},
+        )
         await client.close()
         fa, fb = await scrape(a), await scrape(b)
     assert value(fa, "vllm:generation_tokens") == 4

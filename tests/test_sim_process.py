@@ -16,15 +16,29 @@ from agentload.sim import SimConfig, SimProcess, load_profile
 def test_sim_process_serves_and_stops(tmp_path: Path) -> None:
     profile = tmp_path / "fast.yaml"
     profile.write_text("base: tiny-cpu\nstep_overhead_s: 0.001\nkv_blocks: 64\n")
-    config = SimConfig(port=0, model="proc-model", profile=str(profile), speedup=5,
-                       behaviour_options={"agent_skill": 0.8, "style": "terse"})
+    config = SimConfig(
+        port=0,
+        model="proc-model",
+        profile=str(profile),
+        speedup=5,
+        behaviour_options={"agent_skill": 0.8, "style": "terse"},
+    )
     log = tmp_path / "sim.log"
     with SimProcess(config, log_path=str(log)) as sim:
         assert sim.port != 0
-        body = json.dumps({"model": "proc-model", "max_tokens": 5, "ignore_eos": True,
-                           "messages": [{"role": "user", "content": "hi"}]}).encode()
-        req = urllib.request.Request(f"{sim.base_url}/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": "proc-model",
+                "max_tokens": 5,
+                "ignore_eos": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+        ).encode()
+        req = urllib.request.Request(
+            f"{sim.base_url}/chat/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as resp:
             out = json.loads(resp.read())
         assert out["usage"]["completion_tokens"] == 5
@@ -39,15 +53,34 @@ def test_sim_process_serves_and_stops(tmp_path: Path) -> None:
 
 
 def test_cli_help_documents_every_knob() -> None:
-    res = subprocess.run([sys.executable, "-m", "agentload.sim", "--help"],
-                         capture_output=True, text=True, timeout=60,
-                         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        [sys.executable, "-m", "agentload.sim", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
     assert res.returncode == 0, res.stderr
-    for flag in ("--host", "--port", "--model", "--profile", "--max-num-seqs",
-                 "--max-num-batched-tokens", "--kv-blocks", "--block-size",
-                 "--no-prefix-caching", "--max-model-len", "--speedup", "--api-key", "--seed",
-                 "--fault-rate", "--fault-kinds", "--fault-stall-s", "--tokenizer",
-                 "--behaviour-option"):
+    for flag in (
+        "--host",
+        "--port",
+        "--model",
+        "--profile",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--kv-blocks",
+        "--block-size",
+        "--no-prefix-caching",
+        "--max-model-len",
+        "--speedup",
+        "--api-key",
+        "--seed",
+        "--fault-rate",
+        "--fault-kinds",
+        "--fault-stall-s",
+        "--tokenizer",
+        "--behaviour-option",
+    ):
         assert flag in res.stdout, flag
 
 
@@ -72,12 +105,27 @@ def test_cli_args_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[SimConfig] = []
     monkeypatch.setattr(api, "run_blocking", seen.append)
     config = SimConfig(
-        port=0, model="m", profile="llama-8b-h100", max_num_seqs=7, kv_blocks=99,
-        block_size=32, prefix_caching=False, max_model_len=2048, speedup=2.5, api_key="k",
-        seed=5, mean_output_tokens=12.5, tool_call_probability=0.25,
-        parallel_tool_call_probability=0.5, fault_rate=0.1, fault_kinds=["reset", "http_429"],
-        fault_stall_s=0.5, fault_after_tokens=3, log_interval_s=0,
-        behaviour_options={"agent_skill": 0.8, "name": "x", "flags": [1, 2], "on": True})
+        port=0,
+        model="m",
+        profile="llama-8b-h100",
+        max_num_seqs=7,
+        kv_blocks=99,
+        block_size=32,
+        prefix_caching=False,
+        max_model_len=2048,
+        speedup=2.5,
+        api_key="k",
+        seed=5,
+        mean_output_tokens=12.5,
+        tool_call_probability=0.25,
+        parallel_tool_call_probability=0.5,
+        fault_rate=0.1,
+        fault_kinds=["reset", "http_429"],
+        fault_stall_s=0.5,
+        fault_after_tokens=3,
+        log_interval_s=0,
+        behaviour_options={"agent_skill": 0.8, "name": "x", "flags": [1, 2], "on": True},
+    )
     app = typer.Typer()
     app.command()(sim_command)
     res = CliRunner().invoke(app, config.cli_args())

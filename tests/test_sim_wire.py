@@ -72,16 +72,25 @@ class ParallelCalls:
         self.config = config
 
     def respond(self, request: RequestView) -> ResponsePlan:
-        return ResponsePlan(tool_calls=[
-            ToolCallPlan("get_weather", '{"city": "Paris"}'),
-            ToolCallPlan("get_weather", '{"city": "Lyon", "unit": "celsius"}'),
-        ])
+        return ResponsePlan(
+            tool_calls=[
+                ToolCallPlan("get_weather", '{"city": "Paris"}'),
+                ToolCallPlan("get_weather", '{"city": "Lyon", "unit": "celsius"}'),
+            ]
+        )
 
 
 @pytest.fixture
 async def sim() -> AsyncIterator[SimServer]:
-    config = SimConfig(port=0, model=MODEL, profile="tiny-cpu", speedup=20, seed=7,
-                       max_model_len=4096, tool_call_probability=1.0)
+    config = SimConfig(
+        port=0,
+        model=MODEL,
+        profile="tiny-cpu",
+        speedup=20,
+        seed=7,
+        max_model_len=4096,
+        tool_call_probability=1.0,
+    )
     async with SimServer(config) as server:
         yield server
 
@@ -93,11 +102,14 @@ async def client(sim: SimServer) -> AsyncIterator[AsyncOpenAI]:
     await c.close()
 
 
-async def raw_stream(sim: SimServer, body: dict[str, Any],
-                     headers: dict[str, str] | None = None) -> list[Any]:
+async def raw_stream(
+    sim: SimServer, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> list[Any]:
     """The SSE events of one request: parsed JSON objects, and "[DONE]"."""
-    async with aiohttp.ClientSession() as s, s.post(f"{sim.base_url}/chat/completions",
-                                                    json=body, headers=headers) as resp:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(f"{sim.base_url}/chat/completions", json=body, headers=headers) as resp,
+    ):
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         text = (await resp.read()).decode()
@@ -106,7 +118,7 @@ async def raw_stream(sim: SimServer, body: dict[str, Any],
         if not block.strip():
             continue
         assert block.startswith("data: ")
-        data = block[len("data: "):]
+        data = block[len("data: ") :]
         events.append(data if data == "[DONE]" else json.loads(data))
     return events
 
@@ -117,7 +129,7 @@ def reference_events(name: str) -> list[Any]:
     out: list[Any] = []
     for line in body.splitlines():
         if line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
 
@@ -126,8 +138,11 @@ def shape(obj: Any) -> Any:
     """Keys and value types, recursively (what must match vLLM's chunks)."""
     if isinstance(obj, dict):
         # stop_reason is null, or the id of a stop token (vLLM's capture shows both)
-        return {k: ("stop_reason" if k == "stop_reason" else shape(v))
-                for k, v in sorted(obj.items()) if k != "id"}
+        return {
+            k: ("stop_reason" if k == "stop_reason" else shape(v))
+            for k, v in sorted(obj.items())
+            if k != "id"
+        }
     if isinstance(obj, list):
         return [shape(v) for v in obj[:1]]
     return type(obj).__name__
@@ -135,9 +150,18 @@ def shape(obj: Any) -> Any:
 
 async def test_stream_chunks_have_vllm_shapes(sim: SimServer) -> None:
     ref = reference_events("real-vllm-stream.txt")
-    ours = await raw_stream(sim, {
-        "model": MODEL, "messages": MESSAGES, "max_tokens": 8, "ignore_eos": True,
-        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}})
+    ours = await raw_stream(
+        sim,
+        {
+            "model": MODEL,
+            "messages": MESSAGES,
+            "max_tokens": 8,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert ours[-1] == "[DONE]" and ref[-1] == "[DONE]"
     # role chunk, a content chunk, the finishing chunk and the usage chunk
     for i in (0, 1, -3, -2):
@@ -151,15 +175,32 @@ async def test_stream_chunks_have_vllm_shapes(sim: SimServer) -> None:
     assert usage["completion_tokens"] == 8
     assert usage["total_tokens"] == usage["prompt_tokens"] + 8
     assert set(usage["prompt_tokens_details"]) == {"cached_tokens", "created_cache_tokens"}
-    assert len([e for e in ours if e != "[DONE]" and e["choices"]
-                and e["choices"][0]["delta"].get("content")]) == 8
+    assert (
+        len(
+            [
+                e
+                for e in ours
+                if e != "[DONE]" and e["choices"] and e["choices"][0]["delta"].get("content")
+            ]
+        )
+        == 8
+    )
 
 
 async def test_tool_call_chunks_have_vllm_shapes(sim: SimServer) -> None:
     ref = reference_events("real-vllm-stream-tools-hermes.txt")
-    ours = await raw_stream(sim, {
-        "model": MODEL, "messages": MESSAGES, "tools": [WEATHER], "tool_choice": "required",
-        "max_tokens": 200, "stream": True, "stream_options": {"include_usage": True}})
+    ours = await raw_stream(
+        sim,
+        {
+            "model": MODEL,
+            "messages": MESSAGES,
+            "tools": [WEATHER],
+            "tool_choice": "required",
+            "max_tokens": 200,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     # name chunk, first argument chunk, finish chunk
     for i in (1, 2, -3):
         assert shape(ours[i]) == shape(ref[i]), (i, ours[i], ref[i])
@@ -167,8 +208,9 @@ async def test_tool_call_chunks_have_vllm_shapes(sim: SimServer) -> None:
     assert header["index"] == 0 and header["type"] == "function"
     assert header["id"].startswith("chatcmpl-tool-")
     assert header["function"] == {"name": "get_weather"}
-    args = "".join(e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
-                   for e in ours[2:-3])
+    args = "".join(
+        e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] for e in ours[2:-3]
+    )
     jsonschema.validate(json.loads(args), WEATHER["function"]["parameters"])
     assert ours[-3]["choices"][0]["finish_reason"] == "tool_calls"
     assert ours[-3]["choices"][0]["delta"] == {}
@@ -176,8 +218,12 @@ async def test_tool_call_chunks_have_vllm_shapes(sim: SimServer) -> None:
 
 async def test_streaming_text_with_sdk(client: AsyncOpenAI) -> None:
     stream = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=40, stream=True,
-        stream_options={"include_usage": True})
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=40,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     text, finish, usage = "", None, None
     async for chunk in stream:
         if chunk.choices:
@@ -195,9 +241,13 @@ async def test_parallel_tool_calls_assembled_by_sdk(client: AsyncOpenAI) -> None
     register_behaviour("test-parallel", ParallelCalls)
     try:
         stream = await client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, tools=[WEATHER], stream=True,
+            model=MODEL,
+            messages=MESSAGES,
+            tools=[WEATHER],
+            stream=True,
             stream_options={"include_usage": True},
-            extra_headers={"X-Agentload-Role": "test-parallel"})
+            extra_headers={"X-Agentload-Role": "test-parallel"},
+        )
         calls: dict[int, dict[str, str]] = {}
         finish = None
         async for chunk in stream:
@@ -219,46 +269,59 @@ async def test_parallel_tool_calls_assembled_by_sdk(client: AsyncOpenAI) -> None
         assert calls[0]["id"] != calls[1]["id"]
         # the SDK's own accumulator agrees
         async with client.chat.completions.stream(
-                model=MODEL, messages=MESSAGES, tools=[WEATHER],
-                extra_headers={"X-Agentload-Role": "test-parallel"}) as s:
+            model=MODEL,
+            messages=MESSAGES,
+            tools=[WEATHER],
+            extra_headers={"X-Agentload-Role": "test-parallel"},
+        ) as s:
             final = await s.get_final_completion()
         tcs = final.choices[0].message.tool_calls or []
         assert [tc.function.arguments for tc in tcs] == [
-            '{"city": "Paris"}', '{"city": "Lyon", "unit": "celsius"}']
+            '{"city": "Paris"}',
+            '{"city": "Lyon", "unit": "celsius"}',
+        ]
     finally:
         unregister_behaviour("test-parallel")
 
 
 async def test_non_streaming_tool_call_is_schema_valid(client: AsyncOpenAI) -> None:
     res = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, tools=[WEATHER, BOOK],
-        tool_choice={"type": "function", "function": {"name": "book_flight"}})
+        model=MODEL,
+        messages=MESSAGES,
+        tools=[WEATHER, BOOK],
+        tool_choice={"type": "function", "function": {"name": "book_flight"}},
+    )
     choice = res.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
     calls = choice.message.tool_calls or []
     assert len(calls) == 1 and calls[0].function.name == "book_flight"
-    jsonschema.validate(json.loads(calls[0].function.arguments),
-                        BOOK["function"]["parameters"])
+    jsonschema.validate(json.loads(calls[0].function.arguments), BOOK["function"]["parameters"])
     assert res.usage is not None and res.usage.completion_tokens > 0
     assert res.object == "chat.completion"
 
 
 async def test_tool_choice_none_and_auto(sim: SimServer, client: AsyncOpenAI) -> None:
     res = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, tools=[WEATHER], tool_choice="none", max_tokens=30)
+        model=MODEL, messages=MESSAGES, tools=[WEATHER], tool_choice="none", max_tokens=30
+    )
     assert not res.choices[0].message.tool_calls
     assert res.choices[0].message.content
     # tool_call_probability=1.0 in this sim: auto calls a tool
     res = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, tools=[WEATHER], tool_choice="auto")
+        model=MODEL, messages=MESSAGES, tools=[WEATHER], tool_choice="auto"
+    )
     assert res.choices[0].finish_reason == "tool_calls"
 
 
 async def test_reasoning_when_thinking_requested(client: AsyncOpenAI) -> None:
     stream = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=400, stream=True,
-        extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=400,
+        stream=True,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+    )
     reasoning, content = "", ""
     order: list[str] = []
     async for chunk in stream:
@@ -279,34 +342,47 @@ async def test_reasoning_when_thinking_requested(client: AsyncOpenAI) -> None:
 
 async def test_max_tokens_ignore_eos_and_seed_determinism(client: AsyncOpenAI) -> None:
     res = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_completion_tokens=50,
-        extra_body={"ignore_eos": True})
+        model=MODEL, messages=MESSAGES, max_completion_tokens=50, extra_body={"ignore_eos": True}
+    )
     assert res.usage is not None and res.usage.completion_tokens == 50
     assert res.choices[0].finish_reason == "length"
     texts = []
     for _ in range(2):
         r = await client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, max_tokens=60, seed=123, temperature=0.8)
+            model=MODEL, messages=MESSAGES, max_tokens=60, seed=123, temperature=0.8
+        )
         texts.append(r.choices[0].message.content)
     assert texts[0] == texts[1]
     other = await client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, max_tokens=60, seed=124, temperature=0.8)
+        model=MODEL, messages=MESSAGES, max_tokens=60, seed=124, temperature=0.8
+    )
     assert other.choices[0].message.content != texts[0]
     greedy = [
-        (await client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, max_tokens=60, temperature=0)).choices[0].message
-        .content for _ in range(2)]
+        (
+            await client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, max_tokens=60, temperature=0
+            )
+        )
+        .choices[0]
+        .message.content
+        for _ in range(2)
+    ]
     assert greedy[0] == greedy[1]
 
 
 async def test_completions_endpoint(client: AsyncOpenAI) -> None:
-    res = await client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12,
-                                          extra_body={"ignore_eos": True})
+    res = await client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=12, extra_body={"ignore_eos": True}
+    )
     assert res.choices[0].text and res.choices[0].finish_reason == "length"
     assert res.usage is not None and res.usage.completion_tokens == 12
-    stream = await client.completions.create(model=MODEL, prompt="Once upon a time",
-                                             max_tokens=5, stream=True,
-                                             extra_body={"ignore_eos": True})
+    stream = await client.completions.create(
+        model=MODEL,
+        prompt="Once upon a time",
+        max_tokens=5,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     pieces = [c.choices[0].text async for c in stream if c.choices]
     assert len(pieces) == 5
 
@@ -322,7 +398,8 @@ async def test_context_overflow_errors(client: AsyncOpenAI) -> None:
     long_text = "word " * 5000
     with pytest.raises(openai.BadRequestError) as info:
         await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": long_text}])
+            model=MODEL, messages=[{"role": "user", "content": long_text}]
+        )
     msg = info.value.message
     assert "This model's maximum context length is 4096 tokens. However, your request has" in msg
     assert info.value.status_code == 400
@@ -342,13 +419,13 @@ async def test_unsupported_parameters_and_unknown_model(client: AsyncOpenAI) -> 
     with pytest.raises(openai.NotFoundError):
         await client.chat.completions.create(model="other", messages=MESSAGES)
     with pytest.raises(openai.BadRequestError):
-        await client.chat.completions.create(model=MODEL, messages=MESSAGES,
-                                             tool_choice="required")
+        await client.chat.completions.create(model=MODEL, messages=MESSAGES, tool_choice="required")
 
 
 async def test_api_key_required() -> None:
-    async with SimServer(SimConfig(port=0, model=MODEL, profile="instant",
-                                   api_key="s3cret")) as server:
+    async with SimServer(
+        SimConfig(port=0, model=MODEL, profile="instant", api_key="s3cret")
+    ) as server:
         bad = AsyncOpenAI(base_url=server.base_url, api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError) as info:
             await bad.chat.completions.create(model=MODEL, messages=MESSAGES)
@@ -367,11 +444,21 @@ async def test_api_key_required() -> None:
 
 
 async def test_continuous_usage_stats(sim: SimServer) -> None:
-    events = await raw_stream(sim, {
-        "model": MODEL, "messages": MESSAGES, "max_tokens": 5, "ignore_eos": True,
-        "stream": True, "stream_options": {"include_usage": True,
-                                           "continuous_usage_stats": True}})
-    counts = [e["usage"]["completion_tokens"] for e in events
-              if e != "[DONE]" and e["choices"] and "usage" in e]
+    events = await raw_stream(
+        sim,
+        {
+            "model": MODEL,
+            "messages": MESSAGES,
+            "max_tokens": 5,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    )
+    counts = [
+        e["usage"]["completion_tokens"]
+        for e in events
+        if e != "[DONE]" and e["choices"] and "usage" in e
+    ]
     assert counts == [1, 2, 3, 4, 5]
     assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 5

@@ -77,16 +77,16 @@ def parse_action(text: str | None, *, require_thought: bool = False) -> ParsedAc
     thought = ""
     if labels:
         # The last label wins: models sometimes echo the format before the real action.
-        body = text[labels[-1].end():]
+        body = text[labels[-1].end() :]
         head = text[: labels[-1].start()]
         m = _THOUGHT_LABEL.search(head)
-        thought = (head[m.end():] if m else head).strip()
+        thought = (head[m.end() :] if m else head).strip()
     else:
         body = text
         m = _THOUGHT_LABEL.search(text)
         if m:
             brace = text.find("{", m.end())
-            thought = text[m.end(): brace if brace != -1 else len(text)].strip()
+            thought = text[m.end() : brace if brace != -1 else len(text)].strip()
     if require_thought and not thought:
         raise ActionParseError("missing 'Thought:' before the action")
     value, error = _first_object(body)

@@ -152,6 +152,8 @@ def user_system_prompt(scenario: UserScenario) -> str:
         f"- If the agent hands you over to a human agent, reply with {TRANSFER}.\n"
         f"- If the agent cannot help with your request at all, reply with {OUT_OF_SCOPE}."
     )
-    parts.append(f'# Your first message\nOpen the conversation in your own words, along the '
-                 f'lines of: "{scenario.opening}"')
+    parts.append(
+        f"# Your first message\nOpen the conversation in your own words, along the "
+        f'lines of: "{scenario.opening}"'
+    )
     return "\n\n".join(parts)

@@ -156,17 +156,16 @@ class TextActionAgent:
         self._actions += 1
         return AgentTurn(
             result=res,
-            tool_calls=[ToolCall(id=f"action_{self._actions}", name=action.name,
-                                 arguments=action.arguments)],
+            tool_calls=[
+                ToolCall(id=f"action_{self._actions}", name=action.name, arguments=action.arguments)
+            ],
         )
 
     def add_tool_results(self, outcomes: Sequence[ToolOutcome]) -> None:
         if len(outcomes) == 1:
             text = OBSERVATION_PREFIX + outcomes[0].content
         else:
-            text = OBSERVATION_PREFIX + "\n".join(
-                f"[{o.call.name}] {o.content}" for o in outcomes
-            )
+            text = OBSERVATION_PREFIX + "\n".join(f"[{o.call.name}] {o.content}" for o in outcomes)
         self.messages.append({"role": "user", "content": text})
 
     def add_user_message(self, text: str) -> None:

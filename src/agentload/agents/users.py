@@ -134,8 +134,9 @@ class ScriptedUser:
         if _CONFIRM.search(text):
             return "Yes, please go ahead."
         partial = [
-            k for k in self._labels if k not in full and self._parts[k]
-            and all(w in words for w in self._parts[k])
+            k
+            for k in self._labels
+            if k not in full and self._parts[k] and all(w in words for w in self._parts[k])
         ]
         asking = "?" in text
         if asking and (full or partial):

@@ -460,5 +460,3 @@ def check_tasks(domain: Domain, seed: int = 0) -> list[str]:
         if changed != (t.category in WRITE_CATEGORIES):
             problems.append(f"{t.id}: category {t.category} but database changed={changed}")
     return problems
-
-

@@ -31,8 +31,10 @@ def latency_cdf(summary: Mapping[str, Any], path: Path) -> Path | None:
     if not any(d.get("ttft_s") or d.get("e2e_s") for d in dists.values()):
         return None
     fig = Figure(figsize=(10, 4))
-    for ax, key, title in ((fig.add_subplot(1, 2, 1), "ttft_s", "Time to first token"),
-                           (fig.add_subplot(1, 2, 2), "e2e_s", "End-to-end latency")):
+    for ax, key, title in (
+        (fig.add_subplot(1, 2, 1), "ttft_s", "Time to first token"),
+        (fig.add_subplot(1, 2, 2), "e2e_s", "End-to-end latency"),
+    ):
         lo, hi = np.inf, 0.0
         for role, d in sorted(dists.items()):
             q = d.get(key)

@@ -19,16 +19,21 @@ def _check_dir(path: Path) -> None:
     if not path.is_dir():
         raise typer.BadParameter(f"{path}: not a directory")
     if not (path / "calls.jsonl").exists() and not (path / "sessions.jsonl").exists():
-        raise typer.BadParameter(f"{path}: no calls.jsonl or sessions.jsonl (not a results "
-                                 "directory?)")
+        raise typer.BadParameter(
+            f"{path}: no calls.jsonl or sessions.jsonl (not a results directory?)"
+        )
 
 
 @app.command("report")
 def report_command(
     out_dir: Annotated[Path, typer.Argument(help="Results directory of a run.")],
-    slo: Annotated[str | None, typer.Option(
-        "--slo", help="SLO thresholds, e.g. ttft_p90=2s,e2e_p99=10s (default: the run's "
-        "config.yaml).")] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            help="SLO thresholds, e.g. ttft_p90=2s,e2e_p99=10s (default: the run's config.yaml).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console table.")] = False,
 ) -> None:
     """Re-summarize a results directory: summary.json, report.md, report.html, charts/*.png."""
@@ -90,8 +95,9 @@ def compare_command(
     if json_out:
         typer.echo(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
         return
-    t = Table(title=f"A = {dir_a}   B = {dir_b}   ({role} calls, 95% bootstrap CI)",
-              title_justify="left")
+    t = Table(
+        title=f"A = {dir_a}   B = {dir_b}   ({role} calls, 95% bootstrap CI)", title_justify="left"
+    )
     t.add_column("metric")
     for col in ("A", "B", "B − A", "change", "CIs apart"):
         t.add_column(col, justify="right")
@@ -104,9 +110,15 @@ def compare_command(
             d = "–" if row["delta"] is None else f"{row['delta']:+.2f}"
         else:
             a, b = _cell(row["a"], rate), _cell(row["b"], rate)
-            d = "–" if row["delta"] is None else (
-                f"{row['delta'] * 100:+.1f} pt" if rate else
-                ("+" if row["delta"] >= 0 else "−") + secs(abs(row["delta"])))
+            d = (
+                "–"
+                if row["delta"] is None
+                else (
+                    f"{row['delta'] * 100:+.1f} pt"
+                    if rate
+                    else ("+" if row["delta"] >= 0 else "−") + secs(abs(row["delta"]))
+                )
+            )
         rel = "–" if row["relative"] is None else f"{row['relative'] * 100:+.1f}%"
         t.add_row(key, a, b, d, rel, "yes" if row["significant"] else "")
     Console().print(t)

@@ -16,8 +16,12 @@ _CHUNK_ELEMENTS = 4_000_000  # resamples are drawn in chunks to bound memory on 
 
 
 def bootstrap(
-    values: np.ndarray, stat: Callable[[np.ndarray], np.ndarray], *,
-    n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0,
+    values: np.ndarray,
+    stat: Callable[[np.ndarray], np.ndarray],
+    *,
+    n_resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
 ) -> list[tuple[float, float]] | None:
     """Percentile-bootstrap CIs of `stat`, which maps a (resamples, n) matrix to one row of
     statistics per resample, shape (resamples,) or (m, resamples) for m statistics at once.
@@ -52,8 +56,11 @@ def _percentiles(values: np.ndarray, name: str, seed: int) -> dict[str, dict[str
     cis = bootstrap(v, lambda m: np.percentile(m, QS, axis=1), seed=seed)
     points = np.percentile(v, QS) if v.size else [None] * len(QS)
     return {
-        f"{name}_p{q}": {"value": None if p is None else float(p),
-                         "ci": cis[i] if cis else None, "n": int(v.size)}
+        f"{name}_p{q}": {
+            "value": None if p is None else float(p),
+            "ci": cis[i] if cis else None,
+            "n": int(v.size),
+        }
         for i, (q, p) in enumerate(zip(QS, points, strict=True))
     }
 
@@ -61,8 +68,11 @@ def _percentiles(values: np.ndarray, name: str, seed: int) -> dict[str, dict[str
 def _mean_metric(values: np.ndarray, seed: int) -> dict[str, Any]:
     v = values[np.isfinite(values)]
     cis = bootstrap(v, lambda m: m.mean(axis=1), seed=seed)
-    return {"value": float(v.mean()) if v.size else None, "ci": cis[0] if cis else None,
-            "n": int(v.size)}
+    return {
+        "value": float(v.mean()) if v.size else None,
+        "ci": cis[0] if cis else None,
+        "n": int(v.size),
+    }
 
 
 def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, dict[str, Any]]:
@@ -77,14 +87,16 @@ def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, d
     out["tpot_p50"] = _percentiles(a.tpot[m], "tpot", seed=3)["tpot_p50"]
     out["itl_mean"] = _mean_metric(a.itl_mean[m], seed=4)
     if run.sessions:
-        succ = np.array([float((s.get("reward") or 0.0) >= SUCCESS_REWARD)
-                         for s in run.sessions])
+        succ = np.array([float((s.get("reward") or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
         out["success_rate"] = _mean_metric(succ, seed=5)
         start = min(float(s.get("started_at") or 0.0) for s in run.sessions)
         end = max(session_end(s) for s in run.sessions)
         minutes = (end - start) / 60
-        out["episodes_per_min"] = {"value": len(run.sessions) / minutes if minutes > 0 else None,
-                                   "ci": None, "n": len(run.sessions)}
+        out["episodes_per_min"] = {
+            "value": len(run.sessions) / minutes if minutes > 0 else None,
+            "ci": None,
+            "n": len(run.sessions),
+        }
     return out
 
 
@@ -98,13 +110,31 @@ def compare_dirs(dir_a: Path, dir_b: Path, role: str | None = "agent") -> dict[s
         # CIs that do not overlap: the difference is unlikely to be resampling noise.
         separated = bool(ca and cb and (ca[1] < cb[0] or cb[1] < ca[0]))
         rows[key] = {
-            "a": ma.get(key), "b": mb.get(key),
+            "a": ma.get(key),
+            "b": mb.get(key),
             "delta": None if va is None or vb is None else vb - va,
             "relative": None if not va or vb is None else (vb - va) / va,
             "significant": separated,
         }
-    order = [k for k in ("ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p90", "e2e_p99",
-                         "tpot_p50", "itl_mean", "success_rate", "episodes_per_min")
-             if k in rows]
-    return {"a": str(dir_a), "b": str(dir_b), "confidence": CONFIDENCE,
-            "metrics": {k: rows[k] for k in order}}
+    order = [
+        k
+        for k in (
+            "ttft_p50",
+            "ttft_p90",
+            "ttft_p99",
+            "e2e_p50",
+            "e2e_p90",
+            "e2e_p99",
+            "tpot_p50",
+            "itl_mean",
+            "success_rate",
+            "episodes_per_min",
+        )
+        if k in rows
+    ]
+    return {
+        "a": str(dir_a),
+        "b": str(dir_b),
+        "confidence": CONFIDENCE,
+        "metrics": {k: rows[k] for k in order},
+    }

@@ -63,8 +63,11 @@ def to_markdown(doc: Document) -> str:
             out += [b.text, ""]
         elif isinstance(b, Table):
             out.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
-            out.append("|" + "|".join(
-                ":---" if i < b.align_left else "---:" for i in range(len(b.header))) + "|")
+            out.append(
+                "|"
+                + "|".join(":---" if i < b.align_left else "---:" for i in range(len(b.header)))
+                + "|"
+            )
             out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             out.append("")
         elif isinstance(b, Image):
@@ -110,13 +113,16 @@ def to_html(doc: Document) -> str:
         elif isinstance(b, Para):
             out.append(f"<p>{_inline(b.text)}</p>")
         elif isinstance(b, Table):
-            out.append("<table><thead><tr>"
-                       + "".join(f"<th>{_inline(h)}</th>" for h in b.header)
-                       + "</tr></thead><tbody>")
+            out.append(
+                "<table><thead><tr>"
+                + "".join(f"<th>{_inline(h)}</th>" for h in b.header)
+                + "</tr></thead><tbody>"
+            )
             for row in b.rows:
                 cells = "".join(
-                    f"<td>{_inline(c)}</td>" if i < b.align_left else
-                    f'<td class="n">{_inline(c)}</td>'
+                    f"<td>{_inline(c)}</td>"
+                    if i < b.align_left
+                    else f'<td class="n">{_inline(c)}</td>'
                     for i, c in enumerate(row)
                 )
                 out.append(f"<tr>{cells}</tr>")

@@ -59,4 +59,3 @@ def duration(v: Any) -> str:
     m, s = divmod(round(v), 60)
     h, m = divmod(m, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-

@@ -15,18 +15,34 @@ from agentload.util import dig
 def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     """Calls per role and endpoint, then episodes / SLO figures when there are any."""
     window = summary.get("window") or {}
-    calls = Table(title=f"agentload: calls (window {duration(window.get('duration_s'))})",
-                  title_justify="left")
+    calls = Table(
+        title=f"agentload: calls (window {duration(window.get('duration_s'))})",
+        title_justify="left",
+    )
     calls.add_column("role @ endpoint")
-    for col in ("calls", "failed", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p90", "ITL mean",
-                "cached", "out tok/s"):
+    for col in (
+        "calls",
+        "failed",
+        "TTFT p50",
+        "TTFT p90",
+        "TTFT p99",
+        "e2e p90",
+        "ITL mean",
+        "cached",
+        "out tok/s",
+    ):
         calls.add_column(col, justify="right")
     for name, b in (dig(summary, "calls", "by_role_endpoint") or {}).items():
         calls.add_row(
-            name, count(b.get("calls")), count(b.get("failed")),
-            secs(dig(b, "ttft_s", "p50")), secs(dig(b, "ttft_s", "p90")),
-            secs(dig(b, "ttft_s", "p99")), secs(dig(b, "e2e_s", "p90")),
-            secs(dig(b, "itl_s", "mean")), pct(dig(b, "tokens", "cached_share")),
+            name,
+            count(b.get("calls")),
+            count(b.get("failed")),
+            secs(dig(b, "ttft_s", "p50")),
+            secs(dig(b, "ttft_s", "p90")),
+            secs(dig(b, "ttft_s", "p99")),
+            secs(dig(b, "e2e_s", "p90")),
+            secs(dig(b, "itl_s", "mean")),
+            pct(dig(b, "tokens", "cached_share")),
             num(dig(b, "throughput", "output_tokens_per_s"), 1),
         )
     parts: list[RenderableType] = [calls]
@@ -49,8 +65,10 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
                 t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in terms.items()))
         if slo:
             for k, c in (slo.get("conditions") or {}).items():
-                t.add_row(f"SLO {k} ≤ {secs(c.get('threshold'))}",
-                          f"{secs(c.get('observed'))} {'ok' if c.get('met') else 'MISSED'}")
+                t.add_row(
+                    f"SLO {k} ≤ {secs(c.get('threshold'))}",
+                    f"{secs(c.get('observed'))} {'ok' if c.get('met') else 'MISSED'}",
+                )
             t.add_row("goodput (episodes / min)", num(slo.get("goodput_per_min")))
         errs = dig(summary, "errors", "by_kind") or {}
         if errs:

@@ -49,8 +49,20 @@ RECORD_FILES = (CALLS, SESSIONS, TRAJECTORIES, SERVER_METRICS)
 
 REDACTED = "<redacted>"
 _SECRET_NAMES = frozenset(
-    {"api_key", "apikey", "authorization", "proxy-authorization", "password", "secret",
-     "token", "access_token", "refresh_token", "bearer", "x-api-key", "client_secret"}
+    {
+        "api_key",
+        "apikey",
+        "authorization",
+        "proxy-authorization",
+        "password",
+        "secret",
+        "token",
+        "access_token",
+        "refresh_token",
+        "bearer",
+        "x-api-key",
+        "client_secret",
+    }
 )
 _SECRET_SUFFIXES = ("api_key", "_token", "_secret", "_password", "-api-key", "-token")
 
@@ -91,7 +103,11 @@ class Recorder:
     """
 
     def __init__(
-        self, out_dir: Path | str, *, resume: bool = False, overwrite: bool = False,
+        self,
+        out_dir: Path | str,
+        *,
+        resume: bool = False,
+        overwrite: bool = False,
         fsync: bool = False,
     ) -> None:
         self.out_dir = Path(out_dir)
@@ -116,7 +132,8 @@ class Recorder:
                 )
         mode = "ab" if resume else "wb"
         self._files: dict[str, IO[bytes]] = {
-            name: open(self.out_dir / name, mode) for name in RECORD_FILES  # noqa: SIM115
+            name: open(self.out_dir / name, mode)  # noqa: SIM115 - closed in close()
+            for name in RECORD_FILES
         }
         self.closed = False
 
@@ -151,7 +168,9 @@ class Recorder:
         if self.dropped_calls or self.dropped_trajectories:
             log.warning(
                 "%s: resume dropped %d calls and %d trajectories of unfinished episodes",
-                self.out_dir, self.dropped_calls, self.dropped_trajectories,
+                self.out_dir,
+                self.dropped_calls,
+                self.dropped_trajectories,
             )
         run = self.out_dir / RUN
         if run.exists():
@@ -233,8 +252,11 @@ class Recorder:
         """run.json, merged over what a resumed run had written; atomic replace."""
         from agentload import __version__
 
-        out: dict[str, Any] = {"schema": RUN_SCHEMA, "agentload_version": __version__,
-                               "hostname": socket.gethostname()}
+        out: dict[str, Any] = {
+            "schema": RUN_SCHEMA,
+            "agentload_version": __version__,
+            "hostname": socket.gethostname(),
+        }
         out.update(self._prev_meta)
         out.update(redact(dict(meta)))
         out["schema"] = RUN_SCHEMA

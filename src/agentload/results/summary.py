@@ -66,14 +66,13 @@ class CallArrays:
             return np.array([NAN if (v := d.get(key)) is None else v for d in itls], dtype=float)
 
         self.role = np.array([str(c.get("role") or "none") for c in calls], dtype=object)
-        self.endpoint = np.array([str(c.get("endpoint") or "default") for c in calls],
-                                 dtype=object)
+        self.endpoint = np.array([str(c.get("endpoint") or "default") for c in calls], dtype=object)
         self.session_id = np.array([c.get("session_id") for c in calls], dtype=object)
-        self.turn = np.array([-1 if (t := c.get("turn")) is None else int(t) for c in calls],
-                             dtype=np.int64)
+        self.turn = np.array(
+            [-1 if (t := c.get("turn")) is None else int(t) for c in calls], dtype=np.int64
+        )
         self.ok = np.array([c.get("status", "ok") == "ok" for c in calls], dtype=bool)
-        self.error_kind = np.array([c.get("error_kind") or "unknown" for c in calls],
-                                   dtype=object)
+        self.error_kind = np.array([c.get("error_kind") or "unknown" for c in calls], dtype=object)
         self.estimated = np.array([bool(c.get("tokens_estimated")) for c in calls], dtype=bool)
         self.ttft = col("ttft_s")
         self.e2e = col("e2e_s")
@@ -189,15 +188,18 @@ def _by_turn(a: CallArrays, m: np.ndarray) -> list[dict[str, Any]]:
         sel[idx[order[lo:hi]]] = True
         ok = sel & a.ok
         tok = _tokens(a, sel)
-        rows.append({
-            "turn": int(t),
-            "calls": int(sel.sum()),
-            "ttft_s": _brief(a.ttft[ok]),
-            "e2e_s": _brief(a.e2e[ok], (50, 90)),
-            "prompt_tokens_mean": _num(np.nanmean(a.prompt[sel])) if
-            np.isfinite(a.prompt[sel]).any() else None,
-            "cached_share": tok["cached_share"],
-        })
+        rows.append(
+            {
+                "turn": int(t),
+                "calls": int(sel.sum()),
+                "ttft_s": _brief(a.ttft[ok]),
+                "e2e_s": _brief(a.e2e[ok], (50, 90)),
+                "prompt_tokens_mean": _num(np.nanmean(a.prompt[sel]))
+                if np.isfinite(a.prompt[sel]).any()
+                else None,
+                "cached_share": tok["cached_share"],
+            }
+        )
     return rows
 
 
@@ -231,7 +233,8 @@ def _per_call_values(a: CallArrays, metric: str, stat: str) -> tuple[np.ndarray,
     """
     if metric == "itl":
         raw = {"p50": a.itl_p50, "p90": a.itl_p90, "p99": a.itl_p99, "mean": a.itl_mean}.get(
-            stat, a.itl_max)
+            stat, a.itl_max
+        )
         raw = np.where(a.itl_count > 0, raw, NAN)
     else:
         raw = {"ttft": a.ttft, "e2e": a.e2e, "tpot": a.tpot}[metric]
@@ -256,8 +259,12 @@ def _stat(values: np.ndarray, stat: str) -> float | None:
 
 
 def _slo_block(
-    slo: Mapping[str, float], a: CallArrays, m_calls: np.ndarray,
-    sessions: list[dict[str, Any]], success: np.ndarray, window_s: float | None,
+    slo: Mapping[str, float],
+    a: CallArrays,
+    m_calls: np.ndarray,
+    sessions: list[dict[str, Any]],
+    success: np.ndarray,
+    window_s: float | None,
 ) -> dict[str, Any]:
     roles = set(a.role[m_calls].tolist())
     slo_role = "agent" if "agent" in roles or not roles else None
@@ -323,7 +330,8 @@ def _episode_group(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "episodes": n,
         "tasks": len(trials),
         "trials_per_task": {"min": min(trials.values()), "max": max(trials.values())}
-        if trials else None,
+        if trials
+        else None,
         "successes": succ,
         "success_rate": _ratio(succ, n),
         "mean_reward": float(np.mean(rewards)) if rewards else None,
@@ -345,15 +353,17 @@ def session_end(s: Mapping[str, Any]) -> float:
 
 
 def _episodes(
-    sessions: list[dict[str, Any]], window_s: float | None, a: CallArrays, m: np.ndarray,
+    sessions: list[dict[str, Any]],
+    window_s: float | None,
+    a: CallArrays,
+    m: np.ndarray,
 ) -> dict[str, Any]:
     out = _episode_group(sessions)
     by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in sessions:
         by_domain[str(s.get("domain") or "none")].append(s)
     out["by_domain"] = {d: _episode_group(v) for d, v in sorted(by_domain.items())}
-    out["terminations"] = dict(Counter(str(s.get("termination")) for s in sessions)
-                               .most_common())
+    out["terminations"] = dict(Counter(str(s.get("termination")) for s in sessions).most_common())
     out["with_error"] = sum(1 for s in sessions if s.get("error"))
     totals = np.array([_dur(s, "total_s") for s in sessions])
     out["duration_s"] = _desc(totals)
@@ -385,9 +395,7 @@ def _episodes(
 # ---- window -------------------------------------------------------------------------------
 
 
-def _window(
-    sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray
-) -> dict[str, Any]:
+def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
     if sessions:
         starts = np.array([float(s.get("started_at") or 0.0) for s in sessions])
         ends = np.array([session_end(s) for s in sessions])
@@ -397,11 +405,15 @@ def _window(
         ends = starts + np.nan_to_num(a.total_s[m])
         source = "calls"
     else:
-        return {"start": None, "end": None, "duration_s": None, "active_s": None,
-                "source": None}
+        return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
     start, end = float(starts.min()), float(ends.max())
-    return {"start": start, "end": end, "duration_s": max(0.0, end - start),
-            "active_s": _union_length(starts, ends), "source": source}
+    return {
+        "start": start,
+        "end": end,
+        "duration_s": max(0.0, end - start),
+        "active_s": _union_length(starts, ends),
+        "source": source,
+    }
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -456,8 +468,11 @@ def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]
     if isinstance(spec, Mapping):
         items = [(str(k), v) for k, v in spec.items()]
     else:
-        terms = spec.split(",") if isinstance(spec, str) else [
-            t for part in spec for t in part.split(",")]
+        terms = (
+            spec.split(",")
+            if isinstance(spec, str)
+            else [t for part in spec for t in part.split(",")]
+        )
         items = []
         for term in terms:
             if not term.strip():
@@ -501,8 +516,9 @@ def load_measured(out_dir: Path | str) -> MeasuredRun:
     # A directory with calls but no episode records at all (calls made outside the episode
     # runner) is a calls-only run: every call counts.
     m = no_session | in_done if all_sessions else np.ones(a.n, dtype=bool)
-    return MeasuredRun(a, all_calls, m, in_warm, ~(m | in_warm), sessions,
-                       len(all_sessions) - len(sessions))
+    return MeasuredRun(
+        a, all_calls, m, in_warm, ~(m | in_warm), sessions, len(all_sessions) - len(sessions)
+    )
 
 
 def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
@@ -526,8 +542,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     roles = sorted(set(a.role[m].tolist()))
     endpoints = sorted(set(a.endpoint[m].tolist()))
     calls["by_role"] = {r: _call_block(a, m & (a.role == r), window_s) for r in roles}
-    calls["by_endpoint"] = {e: _call_block(a, m & (a.endpoint == e), window_s)
-                            for e in endpoints}
+    calls["by_endpoint"] = {e: _call_block(a, m & (a.endpoint == e), window_s) for e in endpoints}
     combos = sorted({(r, e) for r, e in zip(a.role[m], a.endpoint[m], strict=True)})
     calls["by_role_endpoint"] = {
         f"{r}@{e}": _call_block(a, m & (a.role == r) & (a.endpoint == e), window_s)
@@ -539,10 +554,14 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "calls_failed": int(failed.sum()),
         "error_rate": _ratio(float(failed.sum()), float(m.sum())),
         "by_kind": dict(Counter(a.error_kind[failed].tolist()).most_common()),
-        "by_role": {r: dict(Counter(a.error_kind[failed & (a.role == r)].tolist())
-                            .most_common()) for r in roles if (failed & (a.role == r)).any()},
-        "retried_calls": int(sum(1 for i in np.flatnonzero(m)
-                                 if (all_calls[i].get("attempts") or 1) > 1)),
+        "by_role": {
+            r: dict(Counter(a.error_kind[failed & (a.role == r)].tolist()).most_common())
+            for r in roles
+            if (failed & (a.role == r)).any()
+        },
+        "retried_calls": int(
+            sum(1 for i in np.flatnonzero(m) if (all_calls[i].get("attempts") or 1) > 1)
+        ),
     }
 
     success = np.array([_success(s) for s in sessions], dtype=bool)
@@ -562,17 +581,24 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "calls": calls,
         "turns": {r: _by_turn(a, m & (a.role == r)) for r in roles},
         "distributions": {
-            r: {"ttft_s": _quantile_grid(a.ttft[m & a.ok & (a.role == r)]),
-                "e2e_s": _quantile_grid(a.e2e[m & a.ok & (a.role == r)])}
+            r: {
+                "ttft_s": _quantile_grid(a.ttft[m & a.ok & (a.role == r)]),
+                "e2e_s": _quantile_grid(a.e2e[m & a.ok & (a.role == r)]),
+            }
             for r in roles
         },
         "episodes": _episodes(sessions, window_s, a, m) if sessions else None,
         "slo": _slo_block(slo, a, m, sessions, success, window_s) if slo else None,
         "errors": errors,
         "scheduling": {
-            "sched_delay_s": _desc(np.array(
-                [NAN if s.get("sched_delay_s") is None else float(s["sched_delay_s"])
-                 for s in sessions]))
+            "sched_delay_s": _desc(
+                np.array(
+                    [
+                        NAN if s.get("sched_delay_s") is None else float(s["sched_delay_s"])
+                        for s in sessions
+                    ]
+                )
+            )
         },
         "server": _server(out_dir, window),
     }

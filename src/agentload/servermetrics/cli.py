@@ -42,8 +42,9 @@ async def _fetch(url: str, timeout_s: float) -> dict[str, Any]:
     return {"t": time.time(), "ok": True, **parse_metrics(text)}
 
 
-async def _watch(url: str, interval_s: float, count: int, timeout_s: float,
-                 json_out: bool, console: Console) -> None:
+async def _watch(
+    url: str, interval_s: float, count: int, timeout_s: float, json_out: bool, console: Console
+) -> None:
     samples: list[dict[str, Any]] = []
     n = 0
     while count <= 0 or n < count:
@@ -69,19 +70,25 @@ async def _watch(url: str, interval_s: float, count: int, timeout_s: float,
             await asyncio.sleep(interval_s)
     if not json_out and len(samples) >= 2:
         whole = summarize_endpoint(samples)
-        console.print(f"over {samples[-1]['t'] - samples[0]['t']:.1f} s: prefix-cache hit rate "
-                      f"{_fmt(whole['prefix_cache_hit_rate'])}, running max "
-                      f"{_fmt(whole['running']['max'])}, waiting max "
-                      f"{_fmt(whole['waiting']['max'])}", highlight=False)
+        console.print(
+            f"over {samples[-1]['t'] - samples[0]['t']:.1f} s: prefix-cache hit rate "
+            f"{_fmt(whole['prefix_cache_hit_rate'])}, running max "
+            f"{_fmt(whole['running']['max'])}, waiting max "
+            f"{_fmt(whole['waiting']['max'])}",
+            highlight=False,
+        )
 
 
 @app.command("metrics")
 def metrics_command(
     url: Annotated[str, typer.Argument(help="Prometheus URL, e.g. http://127.0.0.1:8000/metrics")],
-    watch: Annotated[float | None, typer.Option(
-        "--watch", "-w", help="Scrape every SECONDS and print what changed.")] = None,
-    count: Annotated[int, typer.Option(
-        "--count", help="With --watch: stop after N scrapes (0 = until Ctrl-C).")] = 0,
+    watch: Annotated[
+        float | None,
+        typer.Option("--watch", "-w", help="Scrape every SECONDS and print what changed."),
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", help="With --watch: stop after N scrapes (0 = until Ctrl-C).")
+    ] = 0,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds per scrape.")] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON sample per line.")] = False,
 ) -> None:

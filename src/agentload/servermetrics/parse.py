@@ -24,35 +24,51 @@ FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "running": (SUM, ("vllm:num_requests_running", "sglang:num_running_reqs")),
     "waiting": (SUM, ("vllm:num_requests_waiting", "sglang:num_queue_reqs")),
     # 0..1 share of KV-cache blocks (vLLM) or tokens (SGLang) in use.
-    "kv_usage": (MEAN, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                        "sglang:token_usage")),
-    "prefix_queries": (SUM, ("vllm:prefix_cache_queries_total",
-                             "vllm:gpu_prefix_cache_queries_total")),
+    "kv_usage": (
+        MEAN,
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    ),
+    "prefix_queries": (
+        SUM,
+        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    ),
     "prefix_hits": (SUM, ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
     # SGLang reports its radix-cache hit rate only as a gauge.
     "cache_hit_rate": (MEAN, ("sglang:cache_hit_rate",)),
     "prompt_tokens": (SUM, ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")),
     "cached_tokens": (SUM, ("vllm:prompt_tokens_cached_total", "sglang:cached_tokens_total")),
-    "generation_tokens": (SUM, ("vllm:generation_tokens_total",
-                                "sglang:generation_tokens_total")),
+    "generation_tokens": (SUM, ("vllm:generation_tokens_total", "sglang:generation_tokens_total")),
     "preemptions": (SUM, ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")),
     "requests_finished": (SUM, ("vllm:request_success_total", "sglang:num_requests_total")),
-    "ttft_sum": (SUM, ("vllm:time_to_first_token_seconds_sum",
-                       "sglang:time_to_first_token_seconds_sum")),
-    "ttft_count": (SUM, ("vllm:time_to_first_token_seconds_count",
-                         "sglang:time_to_first_token_seconds_count")),
-    "e2e_sum": (SUM, ("vllm:e2e_request_latency_seconds_sum",
-                      "sglang:e2e_request_latency_seconds_sum")),
-    "e2e_count": (SUM, ("vllm:e2e_request_latency_seconds_count",
-                        "sglang:e2e_request_latency_seconds_count")),
-    "queue_sum": (SUM, ("vllm:request_queue_time_seconds_sum",
-                        "sglang:queue_time_seconds_sum")),
-    "queue_count": (SUM, ("vllm:request_queue_time_seconds_count",
-                          "sglang:queue_time_seconds_count")),
-    "itl_sum": (SUM, ("vllm:inter_token_latency_seconds_sum",
-                      "sglang:inter_token_latency_seconds_sum")),
-    "itl_count": (SUM, ("vllm:inter_token_latency_seconds_count",
-                        "sglang:inter_token_latency_seconds_count")),
+    "ttft_sum": (
+        SUM,
+        ("vllm:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_sum"),
+    ),
+    "ttft_count": (
+        SUM,
+        ("vllm:time_to_first_token_seconds_count", "sglang:time_to_first_token_seconds_count"),
+    ),
+    "e2e_sum": (
+        SUM,
+        ("vllm:e2e_request_latency_seconds_sum", "sglang:e2e_request_latency_seconds_sum"),
+    ),
+    "e2e_count": (
+        SUM,
+        ("vllm:e2e_request_latency_seconds_count", "sglang:e2e_request_latency_seconds_count"),
+    ),
+    "queue_sum": (SUM, ("vllm:request_queue_time_seconds_sum", "sglang:queue_time_seconds_sum")),
+    "queue_count": (
+        SUM,
+        ("vllm:request_queue_time_seconds_count", "sglang:queue_time_seconds_count"),
+    ),
+    "itl_sum": (
+        SUM,
+        ("vllm:inter_token_latency_seconds_sum", "sglang:inter_token_latency_seconds_sum"),
+    ),
+    "itl_count": (
+        SUM,
+        ("vllm:inter_token_latency_seconds_count", "sglang:inter_token_latency_seconds_count"),
+    ),
 }
 
 GAUGES = ("running", "waiting", "kv_usage", "cache_hit_rate")

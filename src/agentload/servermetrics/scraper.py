@@ -21,7 +21,10 @@ class _Sink(Protocol):
 
 
 async def fetch_metrics(
-    url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 5.0,
+    url: str,
+    *,
+    session: aiohttp.ClientSession | None = None,
+    timeout_s: float = 5.0,
     headers: Mapping[str, str] | None = None,
 ) -> str:
     """The text of one GET of a /metrics URL (raises on HTTP or network errors)."""
@@ -78,11 +81,16 @@ class MetricsScraper:
             self._session = aiohttp.ClientSession()
         t = time.time()
         t0 = time.perf_counter()
-        sample: dict[str, Any] = {"schema": SAMPLE_SCHEMA, "t": t, "endpoint": self.endpoint,
-                                  "url": self.url}
+        sample: dict[str, Any] = {
+            "schema": SAMPLE_SCHEMA,
+            "t": t,
+            "endpoint": self.endpoint,
+            "url": self.url,
+        }
         try:
-            text = await fetch_metrics(self.url, session=self._session,
-                                       timeout_s=self.timeout_s, headers=self.headers)
+            text = await fetch_metrics(
+                self.url, session=self._session, timeout_s=self.timeout_s, headers=self.headers
+            )
             sample.update(parse_metrics(text))
             sample["ok"] = True
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:

@@ -73,11 +73,15 @@ def summarize_endpoint(
     engine = next((s.get("engine") for s in ok if s.get("engine")), "unknown")
 
     if deltas.get("prefix_queries"):
-        hit_rate, source = _ratio(deltas.get("prefix_hits"), deltas["prefix_queries"]), \
-            "prefix_cache_hits / prefix_cache_queries"
+        hit_rate, source = (
+            _ratio(deltas.get("prefix_hits"), deltas["prefix_queries"]),
+            "prefix_cache_hits / prefix_cache_queries",
+        )
     elif deltas.get("prompt_tokens") and "cached_tokens" in deltas:
-        hit_rate, source = _ratio(deltas["cached_tokens"], deltas["prompt_tokens"]), \
-            "cached_tokens / prompt_tokens"
+        hit_rate, source = (
+            _ratio(deltas["cached_tokens"], deltas["prompt_tokens"]),
+            "cached_tokens / prompt_tokens",
+        )
     elif any(s.get("cache_hit_rate") is not None for s in inside):
         hit_rate, source = _gauge(inside, "cache_hit_rate")["mean"], "cache_hit_rate gauge mean"
     else:

@@ -8,8 +8,11 @@ from agentload.sim.command import sim_command
 
 
 def main() -> None:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
-                      context_settings={"help_option_names": ["-h", "--help"]})
+    app = typer.Typer(
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
     app.command()(sim_command)
     app()
 

@@ -57,15 +57,16 @@ class SimServer(_Addresses):
         self._runner: web.AppRunner | None = None
         self.port: int = self.config.port
 
-
     async def start(self) -> SimServer:
         self.sim = SimApp(self.config)
         self.sim.start_engine()
-        self._runner = web.AppRunner(self.sim.app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            self.sim.app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=4096,
-                           reuse_address=True)
+        site = web.TCPSite(
+            self._runner, self.config.host, self.config.port, backlog=4096, reuse_address=True
+        )
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
@@ -83,8 +84,12 @@ class SimServer(_Addresses):
     async def __aenter__(self) -> SimServer:
         return await self.start()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.stop()
 
 
@@ -93,8 +98,11 @@ async def serve_forever(config: SimConfig, ready_line: bool = True) -> None:
     server = SimServer(config)
     await server.start()
     if ready_line:
-        print(f"agentload sim listening on {server.url} (model {config.model!r}, "
-              f"profile {server.sim.profile.name if server.sim else '?'})", flush=True)
+        print(
+            f"agentload sim listening on {server.url} (model {config.model!r}, "
+            f"profile {server.sim.profile.name if server.sim else '?'})",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -137,13 +145,19 @@ def _free_port(host: str) -> int:
 class SimProcess(_Addresses):
     """A simulator in its own process (its own core), for benchmarks and ``agentload run``::
 
-        with SimProcess(SimConfig(port=0)) as sim:
-            ... sim.base_url ...
+    with SimProcess(SimConfig(port=0)) as sim:
+        ... sim.base_url ...
     """
 
-    def __init__(self, config: SimConfig | None = None, *, startup_timeout_s: float = 30.0,
-                 log_path: str | None = None, own_session: bool = False,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        *,
+        startup_timeout_s: float = 30.0,
+        log_path: str | None = None,
+        own_session: bool = False,
+        **overrides: Any,
+    ) -> None:
         base = config or SimConfig(port=0)
         self.config = base.model_copy(update=overrides) if overrides else base
         self.startup_timeout_s = startup_timeout_s
@@ -154,7 +168,6 @@ class SimProcess(_Addresses):
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = self.config.port
         self._log: Any = None
-
 
     def start(self) -> SimProcess:
         if self.port == 0:
@@ -167,7 +180,10 @@ class SimProcess(_Addresses):
         else:
             out = subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=self.own_session,
             preexec_fn=_die_with_parent if self.own_session else None,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -176,8 +192,10 @@ class SimProcess(_Addresses):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 where = f" (log: {self.log_path})" if self.log_path else ""
-                raise RuntimeError(f"agentload sim exited with status {self.proc.returncode} "
-                                   f"during startup{where}: {' '.join(cmd)}")
+                raise RuntimeError(
+                    f"agentload sim exited with status {self.proc.returncode} "
+                    f"during startup{where}: {' '.join(cmd)}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=1.0) as resp:
                     if resp.status == 200:
@@ -185,8 +203,9 @@ class SimProcess(_Addresses):
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise TimeoutError(f"agentload sim did not answer /health within "
-                           f"{self.startup_timeout_s} s")
+        raise TimeoutError(
+            f"agentload sim did not answer /health within {self.startup_timeout_s} s"
+        )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -204,6 +223,10 @@ class SimProcess(_Addresses):
     def __enter__(self) -> SimProcess:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

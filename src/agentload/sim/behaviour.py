@@ -255,8 +255,10 @@ def example_from_schema(schema: Any, rng: random.Random, depth: int = 0) -> Any:
     if typ == "array":
         lo = int(schema.get("minItems", 1))
         hi = max(lo, min(int(schema.get("maxItems", lo + 2)), lo + 2))
-        return [example_from_schema(schema.get("items", {}), rng, depth + 1)
-                for _ in range(rng.randint(lo, hi))]
+        return [
+            example_from_schema(schema.get("items", {}), rng, depth + 1)
+            for _ in range(rng.randint(lo, hi))
+        ]
     if typ in ("integer", "number"):
         return _example_number(schema, rng, integer=typ == "integer")
     if typ == "boolean":
@@ -316,8 +318,12 @@ class GenericBehaviour:
         rng = request.rng
         plan = ResponsePlan()
         if request.thinking:
-            n = lognormal_tokens(cfg.mean_reasoning_tokens, cfg.output_tokens_sigma, rng,
-                                 max(1, request.max_tokens // 2))
+            n = lognormal_tokens(
+                cfg.mean_reasoning_tokens,
+                cfg.output_tokens_sigma,
+                rng,
+                max(1, request.max_tokens // 2),
+            )
             plan.reasoning = lorem_text(n, rng)
         allowed = request.tools_allowed()
         call = bool(allowed) and (
@@ -325,8 +331,11 @@ class GenericBehaviour:
         )
         if call:
             count = 1
-            if request.parallel_tool_calls and not isinstance(request.tool_choice, dict) \
-                    and rng.random() < cfg.parallel_tool_call_probability:
+            if (
+                request.parallel_tool_calls
+                and not isinstance(request.tool_choice, dict)
+                and rng.random() < cfg.parallel_tool_call_probability
+            ):
                 count = rng.randint(2, 3)
             for _ in range(count):
                 tool = rng.choice(allowed)
@@ -335,8 +344,9 @@ class GenericBehaviour:
                     ToolCallPlan(_tool_name(tool), json.dumps(args, separators=(", ", ": ")))
                 )
             return plan
-        n = lognormal_tokens(cfg.mean_output_tokens, cfg.output_tokens_sigma, rng,
-                             max(1, request.max_tokens))
+        n = lognormal_tokens(
+            cfg.mean_output_tokens, cfg.output_tokens_sigma, rng, max(1, request.max_tokens)
+        )
         plan.content = lorem_text(n, rng)
         return plan
 

@@ -71,8 +71,13 @@ class SimConfig(BaseModel):
         """The profile with this config's engine-limit overrides applied."""
         base = self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
         updates: dict[str, Any] = {}
-        for key in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size",
-                    "max_model_len"):
+        for key in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "kv_blocks",
+            "block_size",
+            "max_model_len",
+        ):
             value = getattr(self, key)
             if value is not None:
                 updates[key] = value
@@ -82,8 +87,10 @@ class SimConfig(BaseModel):
         """Command-line arguments that reproduce this configuration for ``agentload sim``."""
         args = ["--host", self.host, "--port", str(self.port), "--model", self.model]
         if isinstance(self.profile, Profile):
-            raise ValueError("a SimConfig with an inline Profile cannot be passed to a subprocess; "
-                             "write the profile to a file and name the file")
+            raise ValueError(
+                "a SimConfig with an inline Profile cannot be passed to a subprocess; "
+                "write the profile to a file and name the file"
+            )
         args += ["--profile", self.profile]
         for key, flag in (
             ("max_num_seqs", "--max-num-seqs"),
@@ -100,18 +107,30 @@ class SimConfig(BaseModel):
         if not self.prefix_caching:
             args.append("--no-prefix-caching")
         args += [
-            "--speedup", repr(self.speedup),
-            "--seed", str(self.seed),
-            "--mean-output-tokens", repr(self.mean_output_tokens),
-            "--output-tokens-sigma", repr(self.output_tokens_sigma),
-            "--mean-reasoning-tokens", repr(self.mean_reasoning_tokens),
-            "--tool-call-probability", repr(self.tool_call_probability),
-            "--parallel-tool-call-probability", repr(self.parallel_tool_call_probability),
-            "--fault-rate", repr(self.fault_rate),
-            "--fault-kinds", ",".join(self.fault_kinds),
-            "--fault-stall-s", repr(self.fault_stall_s),
-            "--fault-after-tokens", str(self.fault_after_tokens),
-            "--log-interval", repr(self.log_interval_s),
+            "--speedup",
+            repr(self.speedup),
+            "--seed",
+            str(self.seed),
+            "--mean-output-tokens",
+            repr(self.mean_output_tokens),
+            "--output-tokens-sigma",
+            repr(self.output_tokens_sigma),
+            "--mean-reasoning-tokens",
+            repr(self.mean_reasoning_tokens),
+            "--tool-call-probability",
+            repr(self.tool_call_probability),
+            "--parallel-tool-call-probability",
+            repr(self.parallel_tool_call_probability),
+            "--fault-rate",
+            repr(self.fault_rate),
+            "--fault-kinds",
+            ",".join(self.fault_kinds),
+            "--fault-stall-s",
+            repr(self.fault_stall_s),
+            "--fault-after-tokens",
+            str(self.fault_after_tokens),
+            "--log-interval",
+            repr(self.log_interval_s),
         ]
         for key, value in self.behaviour_options.items():
             text = value if isinstance(value, str) else orjson.dumps(value).decode()

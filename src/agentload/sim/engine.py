@@ -205,8 +205,15 @@ class BlockPool:
 class Engine:
     """The step loop. Call :meth:`add` to submit, run :meth:`run` as one task."""
 
-    def __init__(self, profile: Profile, metrics: SimMetrics, *, speedup: float = 1.0,
-                 prefix_caching: bool = True, log_interval_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        metrics: SimMetrics,
+        *,
+        speedup: float = 1.0,
+        prefix_caching: bool = True,
+        log_interval_s: float = 10.0,
+    ) -> None:
         self.p = profile
         self.bs = profile.block_size
         self.metrics = metrics
@@ -364,9 +371,13 @@ class Engine:
                 prefill_pairs += n * start + n * (n + 1) / 2
         dt = 0.0
         if scheduled:
-            dt = (p.step_overhead_s + p.prefill_token_s * prefill_tokens
-                  + p.decode_seq_s * decode_seqs + p.prefill_attention_s * prefill_pairs
-                  + p.decode_context_token_s * decode_ctx)
+            dt = (
+                p.step_overhead_s
+                + p.prefill_token_s * prefill_tokens
+                + p.decode_seq_s * decode_seqs
+                + p.prefill_attention_s * prefill_pairs
+                + p.decode_context_token_s * decode_ctx
+            )
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
 
@@ -572,9 +583,15 @@ class Engine:
         log.info(
             "sim: running=%d waiting=%d kv=%.1f%% gen_tokens=%d preemptions=%d "
             "emission lag p50=%.2fms p99=%.2fms max=%.2fms late_steps=%d",
-            len(self.running), len(self.waiting), 100 * self.pool.usage(),
-            m.generation_tokens, m.preemptions, 1e3 * m.fine_lag.quantile(0.5),
-            1e3 * m.fine_lag.quantile(0.99), 1e3 * m.fine_lag.max, m.step_overrun,
+            len(self.running),
+            len(self.waiting),
+            100 * self.pool.usage(),
+            m.generation_tokens,
+            m.preemptions,
+            1e3 * m.fine_lag.quantile(0.5),
+            1e3 * m.fine_lag.quantile(0.99),
+            1e3 * m.fine_lag.max,
+            m.step_overrun,
         )
 
     def shutdown(self) -> None:

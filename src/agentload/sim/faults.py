@@ -30,24 +30,44 @@ def predict_fault(seed: int, counter: int, rate: float, kinds: Sequence[str]) ->
     return kinds[int.from_bytes(digest[4:], "big") % len(kinds)]
 
 
-def choose_fault(seed: int, counter: int, rate: float, kinds: Sequence[str],
-                 header: str | None) -> str | None:
+def choose_fault(
+    seed: int, counter: int, rate: float, kinds: Sequence[str], header: str | None
+) -> str | None:
     if header:
         value = header.strip().lower()
         if value == "none":
             return None
         if value not in ALL_FAULTS:
-            raise ValueError(f"{FAULT_HEADER}: unknown fault {header!r}; one of "
-                             f"{', '.join(ALL_FAULTS)} or none")
+            raise ValueError(
+                f"{FAULT_HEADER}: unknown fault {header!r}; one of {', '.join(ALL_FAULTS)} or none"
+            )
         return value
     return predict_fault(seed, counter, rate, kinds)
 
 
 HTTP_FAULT_BODIES = {
-    500: {"error": {"message": "Internal server error (injected by agentload sim)",
-                    "type": "InternalServerError", "param": None, "code": 500}},
-    429: {"error": {"message": "Too many requests (injected by agentload sim)",
-                    "type": "RateLimitError", "param": None, "code": 429}},
-    503: {"error": {"message": "Service unavailable (injected by agentload sim)",
-                    "type": "ServiceUnavailableError", "param": None, "code": 503}},
+    500: {
+        "error": {
+            "message": "Internal server error (injected by agentload sim)",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    },
+    429: {
+        "error": {
+            "message": "Too many requests (injected by agentload sim)",
+            "type": "RateLimitError",
+            "param": None,
+            "code": 429,
+        }
+    },
+    503: {
+        "error": {
+            "message": "Service unavailable (injected by agentload sim)",
+            "type": "ServiceUnavailableError",
+            "param": None,
+            "code": 503,
+        }
+    },
 }

@@ -22,20 +22,108 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 # Bucket boundaries as in vLLM 0.32's exposition (see docs/simulator.md).
-TOKEN_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0,
-                 5000.0, 10000.0, 20000.0)
-ITERATION_TOKEN_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
-                           4096.0, 8192.0, 16384.0)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_TIME_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-                        50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TOKEN_BUCKETS = (
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    50.0,
+    100.0,
+    200.0,
+    500.0,
+    1000.0,
+    2000.0,
+    5000.0,
+    10000.0,
+    20000.0,
+)
+ITERATION_TOKEN_BUCKETS = (
+    1.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+    2048.0,
+    4096.0,
+    8192.0,
+    16384.0,
+)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_TIME_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 PREEMPTION_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
 N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
-LAG_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
-               0.5, 1.0)
+LAG_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
@@ -135,10 +223,13 @@ class FineLag:
         """Tokens and lag percentiles since the last :meth:`mark`."""
         counts = [a - b for a, b in zip(self.counts, self._base, strict=True)]
         n = self.n - self._base_n
-        return {"tokens": n, "p50": self._quantile(counts, n, 0.5, self.window_max),
-                "p99": self._quantile(counts, n, 0.99, self.window_max),
-                "p999": self._quantile(counts, n, 0.999, self.window_max),
-                "max": self.window_max}
+        return {
+            "tokens": n,
+            "p50": self._quantile(counts, n, 0.5, self.window_max),
+            "p99": self._quantile(counts, n, 0.99, self.window_max),
+            "p999": self._quantile(counts, n, 0.999, self.window_max),
+            "max": self.window_max,
+        }
 
     def buckets(self, bounds: Sequence[float]) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -157,8 +248,9 @@ class FineLag:
 class SimMetrics(Collector):
     """All counters, gauges and histograms of one simulator."""
 
-    def __init__(self, model_name: str, *, block_size: int, kv_blocks: int,
-                 prefix_caching: bool) -> None:
+    def __init__(
+        self, model_name: str, *, block_size: int, kv_blocks: int, prefix_caching: bool
+    ) -> None:
         self.model_name = model_name
         self.block_size = block_size
         self.kv_blocks = kv_blocks
@@ -227,95 +319,182 @@ class SimMetrics(Collector):
         def hist(name: str, doc: str, h: Hist) -> HistogramMetricFamily:
             m = HistogramMetricFamily(name, doc, labels=labels)
             m.add_metric(base, h.cumulative(), h.sum)
-            m.samples.append(Sample(f"{name}_created", dict(zip(labels, base, strict=True)),
-                                    created))
+            m.samples.append(
+                Sample(f"{name}_created", dict(zip(labels, base, strict=True)), created)
+            )
             return m
 
-        yield gauge("vllm:num_requests_running", "Number of requests in model execution "
-                    "batches.", self.num_running)
-        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                    self.num_waiting)
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                    self.kv_usage)
-        yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number "
-                      "of queried tokens.", self.prefix_queries)
-        yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of "
-                      "cached tokens.", self.prefix_hits)
-        yield counter("vllm:num_preemptions", "Cumulative number of preemption from the "
-                      "engine.", self.preemptions)
-        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                      self.prompt_tokens)
-        src = CounterMetricFamily("vllm:prompt_tokens_by_source",
-                                  "Number of prompt tokens by source.",
-                                  labels=[*labels, "source"])
+        yield gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            self.num_running,
+        )
+        yield gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            self.num_waiting,
+        )
+        yield gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage
+        )
+        yield counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            self.prefix_queries,
+        )
+        yield counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            self.prefix_hits,
+        )
+        yield counter(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            self.preemptions,
+        )
+        yield counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens
+        )
+        src = CounterMetricFamily(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            labels=[*labels, "source"],
+        )
         src.add_metric([*base, "local_compute"], self.prompt_tokens_computed, created=created)
         src.add_metric([*base, "local_cache_hit"], self.prefix_hits, created=created)
         yield src
-        yield counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + "
-                      "external).", self.prefix_hits)
-        yield counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                      self.generation_tokens)
-        success = CounterMetricFamily("vllm:request_success", "Count of successfully "
-                                      "processed requests.", labels=[*labels, "finished_reason"])
+        yield counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            self.prefix_hits,
+        )
+        yield counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            self.generation_tokens,
+        )
+        success = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=[*labels, "finished_reason"],
+        )
         for reason, value in self.success.items():
             success.add_metric([*base, reason], value, created=created)
         yield success
-        yield hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-                   self.request_prompt_tokens)
-        yield hist("vllm:request_generation_tokens", "Number of generation tokens processed.",
-                   self.request_generation_tokens)
-        yield hist("vllm:iteration_tokens_total", "Histogram of number of tokens per "
-                   "engine_step.", self.iteration_tokens)
-        yield hist("vllm:request_max_num_generation_tokens", "Histogram of maximum number of "
-                   "requested generation tokens.", self.request_max_tokens)
-        yield hist("vllm:request_params_n", "Histogram of the n request parameter.",
-                   self.request_params_n)
-        yield hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request "
-                   "parameter.", self.request_max_tokens)
-        yield hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in "
-                   "seconds.", self.ttft)
-        yield hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in "
-                   "seconds.", self.itl)
-        yield hist("vllm:request_time_per_output_token_seconds", "Histogram of "
-                   "time_per_output_token_seconds per request.", self.tpot)
-        yield hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in "
-                   "seconds.", self.e2e)
-        yield hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING "
-                   "phase for request.", self.queue_time)
-        yield hist("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING "
-                   "phase for request.", self.inference_time)
-        yield hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL "
-                   "phase for request.", self.prefill_time)
-        yield hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE "
-                   "phase for request.", self.decode_time)
-        yield hist("vllm:request_num_preemptions", "Histogram of the number of times a "
-                   "request was preempted.", self.request_preemptions)
-        yield hist("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens "
-                   "computed during prefill (excluding cached tokens).",
-                   self.request_prefill_kv_computed)
-        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine "
-                                 "CacheConfig", labels=["block_size", "enable_prefix_caching",
-                                                        "engine", "num_gpu_blocks"])
-        info.add_metric([str(self.block_size), str(self.prefix_caching), "0",
-                         str(self.kv_blocks)], 1.0)
+        yield hist(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            self.request_prompt_tokens,
+        )
+        yield hist(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            self.request_generation_tokens,
+        )
+        yield hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            self.iteration_tokens,
+        )
+        yield hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            self.request_max_tokens,
+        )
+        yield hist(
+            "vllm:request_params_n", "Histogram of the n request parameter.", self.request_params_n
+        )
+        yield hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            self.request_max_tokens,
+        )
+        yield hist(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            self.ttft,
+        )
+        yield hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            self.itl,
+        )
+        yield hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            self.tpot,
+        )
+        yield hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            self.e2e,
+        )
+        yield hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            self.queue_time,
+        )
+        yield hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            self.inference_time,
+        )
+        yield hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            self.prefill_time,
+        )
+        yield hist(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            self.decode_time,
+        )
+        yield hist(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            self.request_preemptions,
+        )
+        yield hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            self.request_prefill_kv_computed,
+        )
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=["block_size", "enable_prefix_caching", "engine", "num_gpu_blocks"],
+        )
+        info.add_metric(
+            [str(self.block_size), str(self.prefix_caching), "0", str(self.kv_blocks)], 1.0
+        )
         yield info
-        http = CounterMetricFamily("http_requests", "Total number of requests by method, "
-                                   "status and handler.", labels=["handler", "method", "status"])
+        http = CounterMetricFamily(
+            "http_requests",
+            "Total number of requests by method, status and handler.",
+            labels=["handler", "method", "status"],
+        )
         for (handler, status, method), value in sorted(self.http_requests.items()):
             http.add_metric([handler, method, status], value, created=created)
         yield http
         lag = HistogramMetricFamily(
-            "agentload_sim:emission_lag_seconds", "Distance between the time the timing model "
+            "agentload_sim:emission_lag_seconds",
+            "Distance between the time the timing model "
             "assigned to a token and the time the simulator wrote it. Tail values above a few ms "
-            "mean the simulator, not the system under test, is the limit.", labels=labels)
+            "mean the simulator, not the system under test, is the limit.",
+            labels=labels,
+        )
         lag.add_metric(base, self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
         yield lag
-        overrun = CounterMetricFamily("agentload_sim:late_steps", "Engine steps emitted more "
-                                      "than 2 ms after their deadline.", labels=labels)
+        overrun = CounterMetricFamily(
+            "agentload_sim:late_steps",
+            "Engine steps emitted more than 2 ms after their deadline.",
+            labels=labels,
+        )
         overrun.add_metric(base, self.step_overrun, created=created)
         yield overrun
-        faults = CounterMetricFamily("agentload_sim:faults_injected", "Faults injected, by "
-                                     "kind.", labels=[*labels, "kind"])
+        faults = CounterMetricFamily(
+            "agentload_sim:faults_injected", "Faults injected, by kind.", labels=[*labels, "kind"]
+        )
         for kind, value in sorted(self.faults.items()):
             faults.add_metric([*base, kind], value, created=created)
         yield faults

@@ -217,14 +217,23 @@ def episode_plan(task_id: str, session_id: str, sim_seed: int, skill: float) -> 
     elif mistake == "omitted_output":
         omitted = rng.choice(task.required_outputs)
     verify = frozenset(
-        i for i, a in enumerate(actions)
+        i
+        for i, a in enumerate(actions)
         if (t := domain.tool(a.name)) and t.writes and rng.random() < 0.9
     )
     outputs = tuple(o for o in task.required_outputs if o != omitted)
     return EpisodePlan(
-        task=task, domain=domain, success=success, mistake=mistake, actions=tuple(actions),
-        omitted=omitted, ask_together=rng.random() < 0.3, verify=verify, outputs=outputs,
-        checkin=rng.random() < 0.7, clarify=rng.random() < 0.8,
+        task=task,
+        domain=domain,
+        success=success,
+        mistake=mistake,
+        actions=tuple(actions),
+        omitted=omitted,
+        ask_together=rng.random() < 0.3,
+        verify=verify,
+        outputs=outputs,
+        checkin=rng.random() < 0.7,
+        clarify=rng.random() < 0.8,
         canon=tuple(_canon(a.arguments) for a in actions),
     )
 
@@ -415,8 +424,12 @@ class AgentPlayer:
             if check is not None:
                 return Step(calls=[check], kind="tools")
         p = self.pending()
-        if (plan.checkin and view.last_role == "tool" and not self.details_asked()
-                and not any(plan.is_write(c.name) for c in view.trailing_calls)):
+        if (
+            plan.checkin
+            and view.last_role == "tool"
+            and not self.details_asked()
+            and not any(plan.is_write(c.name) for c in view.trailing_calls)
+        ):
             return Step(texts=[W.CHECKIN, W.DETAILS_ASK], kind="details")
         if p < len(plan.actions):
             return self.next_action(p)
@@ -424,9 +437,12 @@ class AgentPlayer:
         if extras and not any(plan.is_write(a.name) for a in plan.actions):
             # Nothing to write: the remaining facts are what the answer depends on.
             return self.ask(extras if plan.ask_together else extras[:2], view.n_assistant == 0)
-        if (plan.clarify and not view.final_given
-                and not any(plan.is_write(a.name) for a in plan.actions)
-                and not any(W.CLARIFY in t for t in view.assistant_texts)):
+        if (
+            plan.clarify
+            and not view.final_given
+            and not any(plan.is_write(a.name) for a in plan.actions)
+            and not any(W.CLARIFY in t for t in view.assistant_texts)
+        ):
             return Step(texts=[W.CLARIFY], kind="clarify", tail=[W.CLARIFY_QUESTION])
         if view.last_role == "user" and view.final_given:
             if "?" in view.last_user:
@@ -439,16 +455,27 @@ class AgentPlayer:
         for call in reversed(self.view.trailing_calls):
             if not call.ok or not plan.is_write(call.name) or not isinstance(call.arguments, dict):
                 continue
-            idx = next((i for i, a in enumerate(plan.actions)
-                        if a.name == call.name and _canon(a.arguments) == call.canon), None)
+            idx = next(
+                (
+                    i
+                    for i, a in enumerate(plan.actions)
+                    if a.name == call.name and _canon(a.arguments) == call.canon
+                ),
+                None,
+            )
             if idx is None or idx not in plan.verify:
                 return None
             for tool in plan.domain.tools:
                 required = tool.parameters.get("required") or []
-                if (not tool.writes and tool.name.startswith("get_") and required
-                        and all(isinstance(call.arguments.get(r), str) for r in required)):
+                if (
+                    not tool.writes
+                    and tool.name.startswith("get_")
+                    and required
+                    and all(isinstance(call.arguments.get(r), str) for r in required)
+                ):
                     return type(plan.actions[0])(
-                        tool.name, {r: call.arguments[r] for r in required})
+                        tool.name, {r: call.arguments[r] for r in required}
+                    )
             return None
         return None
 
@@ -467,7 +494,7 @@ class AgentPlayer:
             missing = self.missing_keys(action)
         else:
             run = [action]
-            for nxt in plan.actions[p + 1:]:
+            for nxt in plan.actions[p + 1 :]:
                 if plan.is_write(nxt.name):
                     break
                 run.append(nxt)
@@ -482,8 +509,8 @@ class AgentPlayer:
             return Step(texts=[W.DETAILS_ASK], kind="details", lead=lead)
         if not is_write:
             batch = [action]
-            for nxt in plan.actions[p + 1:]:
-                if (plan.is_write(nxt.name) or self.missing_keys(nxt) or self.unresolved(nxt)):
+            for nxt in plan.actions[p + 1 :]:
+                if plan.is_write(nxt.name) or self.missing_keys(nxt) or self.unresolved(nxt):
                     break
                 batch.append(nxt)
             return Step(calls=batch, kind="tools")
@@ -493,7 +520,7 @@ class AgentPlayer:
             if extras:
                 keys = extras if plan.ask_together else extras[:2]
                 return self.ask(keys, first)
-        if (view.last_role == "user" and W.is_confirm_request(view.prev_assistant_text)):
+        if view.last_role == "user" and W.is_confirm_request(view.prev_assistant_text):
             if W.is_yes(view.last_user):
                 return Step(calls=[action], kind="tools")
             if W.is_no(view.last_user):
@@ -517,8 +544,9 @@ class AgentPlayer:
         task = plan.task
         texts: list[str] = []
         if task.refusal_reason:
-            texts.append(f"I have reviewed your request, but I am unable to do this: "
-                         f"{task.refusal_reason}.")
+            texts.append(
+                f"I have reviewed your request, but I am unable to do this: {task.refusal_reason}."
+            )
             texts.append("This is a firm rule of our policy, and I cannot make an exception.")
         else:
             done = self.done_sentence()
@@ -536,8 +564,11 @@ class AgentPlayer:
 
     def followup(self) -> Step:
         reason = self.plan.task.refusal_reason
-        first = (f"I understand, but I'm afraid I really cannot: {reason}." if reason
-                 else self.rng.choice(W.FOLLOWUP_ANSWERS))
+        first = (
+            f"I understand, but I'm afraid I really cannot: {reason}."
+            if reason
+            else self.rng.choice(W.FOLLOWUP_ANSWERS)
+        )
         texts = [first, *filter(None, [self.done_sentence()]), *self.output_sentences()]
         return Step(texts=texts, kind="followup", tail=[W.ANYTHING_ELSE])
 
@@ -552,12 +583,16 @@ def _reasoning(step: Step, plan: EpisodePlan, rng: random.Random) -> str:
     if step.calls:
         what = "call " + ", ".join(a.name for a in step.calls)
     else:
-        what = {"ask": "ask the customer for what I still need",
-                "details": "ask the customer to describe the request",
-                "confirm": "summarise the change and ask for explicit confirmation",
-                "final": "report the outcome to the customer"}.get(step.kind, "reply briefly")
-    core = [f"The customer's request falls under the {plan.domain.name} policy.",
-            f"Next I should {what}."]
+        what = {
+            "ask": "ask the customer for what I still need",
+            "details": "ask the customer to describe the request",
+            "confirm": "summarise the change and ask for explicit confirmation",
+            "final": "report the outcome to the customer",
+        }.get(step.kind, "reply briefly")
+    core = [
+        f"The customer's request falls under the {plan.domain.name} policy.",
+        f"Next I should {what}.",
+    ]
     extra = list(W.REASONING_FILLER)
     rng.shuffle(extra)
     return " ".join(core + extra[: rng.randint(1, 3)])
@@ -572,15 +607,25 @@ class SkilledAgent:
 
     def respond(self, request: RequestView) -> ResponsePlan:
         try:
-            plan = episode_plan(request.task or "", request.session_id or "",
-                                self.config.seed, agent_skill(request.options))
+            plan = episode_plan(
+                request.task or "",
+                request.session_id or "",
+                self.config.seed,
+                agent_skill(request.options),
+            )
         except KeyError:
             return self.generic.respond(request)
         mode = text_mode(request)
         messages = from_text_actions(request.messages) if mode else request.messages
         view = read_agent_view(messages)
-        rng = stable_rng("agent-call", self.config.seed, request.session_id or "",
-                         plan.task.id, len(request.messages), view.n_assistant)
+        rng = stable_rng(
+            "agent-call",
+            self.config.seed,
+            request.session_id or "",
+            plan.task.id,
+            len(request.messages),
+            view.n_assistant,
+        )
         step = AgentPlayer(plan, view, rng).decide()
         out = ResponsePlan()
         if request.thinking:
@@ -606,11 +651,18 @@ class SkilledAgent:
 
     @staticmethod
     def _text(step: Step, plan: EpisodePlan, rng: random.Random) -> str:
-        return W.padded(step.texts, rng, _target_tokens(rng, step.kind), lead=step.lead,
-                        tail=step.tail, avoid=plan.omitted)
+        return W.padded(
+            step.texts,
+            rng,
+            _target_tokens(rng, step.kind),
+            lead=step.lead,
+            tail=step.tail,
+            avoid=plan.omitted,
+        )
 
-    def _text_action(self, step: Step, plan: EpisodePlan, rng: random.Random, mode: str,
-                     out: ResponsePlan) -> ResponsePlan:
+    def _text_action(
+        self, step: Step, plan: EpisodePlan, rng: random.Random, mode: str, out: ResponsePlan
+    ) -> ResponsePlan:
         """One action in the react / act text format (no parallel calls there)."""
         from agentload.agents.actions import RESPOND, format_action
 
@@ -661,13 +713,27 @@ def from_text_actions(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str
                 continue
             cid = f"action_{len(out)}"
             open_ids = [cid]
-            out.append({"role": "assistant", "content": None, "tool_calls": [{
-                "id": cid, "type": "function",
-                "function": {"name": act.name, "arguments": json.dumps(act.arguments)},
-            }]})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": act.name, "arguments": json.dumps(act.arguments)},
+                        }
+                    ],
+                }
+            )
         elif role == "user" and text.startswith("Observation:") and open_ids:
-            out.append({"role": "tool", "tool_call_id": open_ids.pop(),
-                        "content": text[len("Observation:"):].strip()})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": open_ids.pop(),
+                    "content": text[len("Observation:") :].strip(),
+                }
+            )
         else:
             out.append(msg)
     return out
@@ -692,8 +758,9 @@ class UserProfile:
 def user_profile(task_id: str, session_id: str, sim_seed: int) -> UserProfile:
     rng = stable_rng("user-profile", sim_seed, session_id, task_id)
     followups = rng.choices((0, 1, 2), weights=(0.1, 0.45, 0.45))[0]
-    return UserProfile(followups=followups, one_at_a_time=rng.random() < 0.4,
-                       pushes_back=rng.random() < 0.7)
+    return UserProfile(
+        followups=followups, one_at_a_time=rng.random() < 0.4, pushes_back=rng.random() < 0.7
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -766,8 +833,9 @@ class CooperativeUser:
             if keys:
                 if profile.one_at_a_time:
                     keys = keys[:1]
-                parts = [f"my {W.label(k)} is {W.first_person(scenario.known_info[k])}"
-                         for k in keys]
+                parts = [
+                    f"my {W.label(k)} is {W.first_person(scenario.known_info[k])}" for k in keys
+                ]
                 return "Sure, " + W.join_words(parts) + "."
             if W.DETAILS_REQUEST_RE.search(said):
                 return W.restated(scenario.instructions)

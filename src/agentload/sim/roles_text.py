@@ -171,12 +171,19 @@ _SECOND_TO_FIRST = (
     (re.compile(r"\byours\b", re.IGNORECASE), "mine"),
     (re.compile(r"\byour\b"), "my"),
     (re.compile(r"\bYour\b"), "My"),
-    (re.compile(r"(^|[.!?]\s+|\bthen:?\s+|\bbecause\s+|\bif\s+|\band\s+|\bso\s+|,\s+)you\b"),
-     r"\1I"),
-    (re.compile(r"\byou(?=(?:\s+(?:also|only|just|still|now|already|no longer|really))?\s+"
-                r"(?:want|wanted|need|needed|have|had|will|would|can|could|do|did|expect|"
-                r"moved|booked|bought|checked|paid|ordered|received|got|prefer|plan|think|"
-                r"know|asked|used|changed|are|were)\b)"), "I"),
+    (
+        re.compile(r"(^|[.!?]\s+|\bthen:?\s+|\bbecause\s+|\bif\s+|\band\s+|\bso\s+|,\s+)you\b"),
+        r"\1I",
+    ),
+    (
+        re.compile(
+            r"\byou(?=(?:\s+(?:also|only|just|still|now|already|no longer|really))?\s+"
+            r"(?:want|wanted|need|needed|have|had|will|would|can|could|do|did|expect|"
+            r"moved|booked|bought|checked|paid|ordered|received|got|prefer|plan|think|"
+            r"know|asked|used|changed|are|were)\b)"
+        ),
+        "I",
+    ),
     (re.compile(r"\bYou\b"), "I"),
     (re.compile(r"\byou\b"), "me"),
 )
@@ -199,7 +206,8 @@ def sentences(text: str) -> list[str]:
 def restated(instructions: str) -> str:
     """The instructions, first person, without the lines that only steer the simulation."""
     keep = [
-        s for s in sentences(instructions)
+        s
+        for s in sentences(instructions)
         if not re.search(r"\bagent\b|^bring up\b|^if |^when ", s, re.IGNORECASE)
     ]
     return first_person(" ".join(keep)) or first_person(instructions)

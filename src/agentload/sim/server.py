@@ -39,18 +39,23 @@ _DONE = b"data: [DONE]\n\n"
 
 
 def _finish_suffix(reason: str) -> bytes:
-    return (b',"logprobs":null,"finish_reason":"' + reason.encode()
-            + b'","stop_reason":null,"token_ids":null}]}\n\n')
+    return (
+        b',"logprobs":null,"finish_reason":"'
+        + reason.encode()
+        + b'","stop_reason":null,"token_ids":null}]}\n\n'
+    )
 
 
-def error_body(message: str, status: int, etype: str = "BadRequestError",
-               param: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, status: int, etype: str = "BadRequestError", param: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": etype, "param": param, "code": status}}
 
 
 class RequestError(Exception):
-    def __init__(self, status: int, message: str, etype: str = "BadRequestError",
-                 param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, etype: str = "BadRequestError", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body = error_body(message, status, etype, param)
@@ -86,8 +91,9 @@ def plan_items(
 class _Out:
     """Common state of one request's output."""
 
-    def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
-                 fault: str | None) -> None:
+    def __init__(
+        self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str], fault: str | None
+    ) -> None:
         self.sim = sim
         self.rid = rid
         self.items = items
@@ -121,9 +127,20 @@ class _Out:
 class StreamOut(_Out):
     """Server-sent events written straight to the transport as the engine emits tokens."""
 
-    def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
-                 fault: str | None, transport: asyncio.Transport, *, chat: bool,
-                 include_usage: bool, created: int, continuous_usage: bool = False) -> None:
+    def __init__(
+        self,
+        sim: SimApp,
+        rid: str,
+        items: list[Item],
+        tool_ids: list[str],
+        fault: str | None,
+        transport: asyncio.Transport,
+        *,
+        chat: bool,
+        include_usage: bool,
+        created: int,
+        continuous_usage: bool = False,
+    ) -> None:
         super().__init__(sim, rid, items, tool_ids, fault)
         self.continuous_usage = continuous_usage
         self.transport = transport
@@ -131,14 +148,24 @@ class StreamOut(_Out):
         self.include_usage = include_usage
         model = orjson.dumps(sim.config.model)
         if chat:
-            self.head = (b'data: {"id":"' + rid.encode()
-                         + b'","object":"chat.completion.chunk","created":'
-                         + str(created).encode() + b',"model":' + model)
+            self.head = (
+                b'data: {"id":"'
+                + rid.encode()
+                + b'","object":"chat.completion.chunk","created":'
+                + str(created).encode()
+                + b',"model":'
+                + model
+            )
             self.prefix = self.head + b',"choices":[{"index":0,"delta":'
         else:
-            self.head = (b'data: {"id":"' + rid.encode()
-                         + b'","object":"text_completion","created":'
-                         + str(created).encode() + b',"model":' + model)
+            self.head = (
+                b'data: {"id":"'
+                + rid.encode()
+                + b'","object":"text_completion","created":'
+                + str(created).encode()
+                + b',"model":'
+                + model
+            )
             self.prefix = self.head + b',"choices":[{"index":0,"text":'
         self.held: list[bytes] | None = None
         self.fault_at = -1
@@ -155,12 +182,23 @@ class StreamOut(_Out):
         if kind == REASONING:
             return orjson.dumps({"reasoning_content": text})
         if kind == TOOL_HEADER:
-            return orjson.dumps({"content": None, "tool_calls": [{
-                "id": self.tool_ids[idx], "type": "function", "index": idx,
-                "function": {"name": text}}]})
+            return orjson.dumps(
+                {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": self.tool_ids[idx],
+                            "type": "function",
+                            "index": idx,
+                            "function": {"name": text},
+                        }
+                    ],
+                }
+            )
         if kind == TOOL_ARGS:
-            return orjson.dumps({"content": None, "tool_calls": [
-                {"index": idx, "function": {"arguments": text}}]})
+            return orjson.dumps(
+                {"content": None, "tool_calls": [{"index": idx, "function": {"arguments": text}}]}
+            )
         return None
 
     def _write(self, data: bytes, seq: Seq) -> None:
@@ -183,8 +221,10 @@ class StreamOut(_Out):
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
         parts: list[bytes] = []
         if index == 0 and self.chat:
-            parts.append(self.prefix + b'{"role":"assistant","content":""},"logprobs":null,'
-                         b'"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n')
+            parts.append(
+                self.prefix + b'{"role":"assistant","content":""},"logprobs":null,'
+                b'"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n'
+            )
         items = self.items
         if index < len(items):
             delta = self._delta(items[index]) if self.chat else orjson.dumps(items[index][1])
@@ -193,13 +233,16 @@ class StreamOut(_Out):
         else:
             delta = None  # the end-of-sequence token
         fault_now = self.fault_at >= 0 and (
-            index == self.fault_at or (finish is not None and index < self.fault_at))
+            index == self.fault_at or (finish is not None and index < self.fault_at)
+        )
         cut = fault_now and self.fault in ("reset", "truncate", "error_event")
         if finish is not None and not cut:
             name = self.finish_name(finish)
             if not self.chat:
-                parts.append(self.prefix + (delta or b'""') + b',"logprobs":null,'
-                             b'"finish_reason":"' + name.encode() + b'","stop_reason":null}]}\n\n')
+                parts.append(
+                    self.prefix + (delta or b'""') + b',"logprobs":null,'
+                    b'"finish_reason":"' + name.encode() + b'","stop_reason":null}]}\n\n'
+                )
             elif delta is not None and not self.has_tools:
                 parts.append(self.prefix + delta + _finish_suffix(name))
             else:
@@ -208,21 +251,35 @@ class StreamOut(_Out):
                 empty = b'{"content":""}' if name == "stop" else b"{}"
                 parts.append(self.prefix + empty + _finish_suffix(name))
             if self.include_usage:
-                parts.append(self.head + b',"choices":[],"usage":' + orjson.dumps(self.usage(seq))
-                             + b',"system_fingerprint":"' + FINGERPRINT.encode() + b'"}\n\n')
+                parts.append(
+                    self.head
+                    + b',"choices":[],"usage":'
+                    + orjson.dumps(self.usage(seq))
+                    + b',"system_fingerprint":"'
+                    + FINGERPRINT.encode()
+                    + b'"}\n\n'
+                )
             parts.append(_DONE)
         elif delta is not None:
             if self.chat:
                 parts.append(self.prefix + delta + _NULL_DELTA_SUFFIX)
             else:
-                parts.append(self.prefix + delta + b',"logprobs":null,"finish_reason":null,'
-                             b'"stop_reason":null}]}\n\n')
+                parts.append(
+                    self.prefix + delta + b',"logprobs":null,"finish_reason":null,'
+                    b'"stop_reason":null}]}\n\n'
+                )
         if self.continuous_usage and parts:
-            usage = orjson.dumps({"prompt_tokens": seq.prompt_len,
-                                  "total_tokens": seq.prompt_len + seq.num_output,
-                                  "completion_tokens": seq.num_output})
-            parts = [p[:-3] + b',"usage":' + usage + b"}\n\n"
-                     if p.endswith(b"}]}\n\n") else p for p in parts]
+            usage = orjson.dumps(
+                {
+                    "prompt_tokens": seq.prompt_len,
+                    "total_tokens": seq.prompt_len + seq.num_output,
+                    "completion_tokens": seq.num_output,
+                }
+            )
+            parts = [
+                p[:-3] + b',"usage":' + usage + b"}\n\n" if p.endswith(b"}]}\n\n") else p
+                for p in parts
+            ]
         if fault_now:
             self._fault(seq, parts, now)
             return
@@ -239,8 +296,7 @@ class StreamOut(_Out):
             self.held = []
             if parts:
                 self.held.append(b"".join(parts))
-            asyncio.get_running_loop().call_later(self.sim.config.fault_stall_s, self._release,
-                                                  seq)
+            asyncio.get_running_loop().call_later(self.sim.config.fault_stall_s, self._release, seq)
             return
         if fault == "malformed":
             self._write(self.head + b',"choices":[{"index":0,"delta":{"content":"\n\n', seq)
@@ -251,9 +307,12 @@ class StreamOut(_Out):
                 self._resolve("done")
             return
         if fault == "error_event":
-            self._write(b'data: {"error":{"object":"error","message":"Internal server error '
-                        b'(injected by agentload sim)","type":"InternalServerError","param":null,'
-                        b'"code":500}}\n\n' + _DONE, seq)
+            self._write(
+                b'data: {"error":{"object":"error","message":"Internal server error '
+                b'(injected by agentload sim)","type":"InternalServerError","param":null,'
+                b'"code":500}}\n\n' + _DONE,
+                seq,
+            )
         self.sim.engine.abort(seq)
         if fault == "reset":
             sock = self.transport.get_extra_info("socket")
@@ -277,8 +336,17 @@ class StreamOut(_Out):
 class CollectOut(_Out):
     """A non-streamed response, built when the last token leaves."""
 
-    def __init__(self, sim: SimApp, rid: str, items: list[Item], tool_ids: list[str],
-                 fault: str | None, *, chat: bool, created: int) -> None:
+    def __init__(
+        self,
+        sim: SimApp,
+        rid: str,
+        items: list[Item],
+        tool_ids: list[str],
+        fault: str | None,
+        *,
+        chat: bool,
+        created: int,
+    ) -> None:
         super().__init__(sim, rid, items, tool_ids, fault)
         self.chat = chat
         self.created = created
@@ -296,33 +364,66 @@ class CollectOut(_Out):
         name = self.finish_name(finish)
         if not self.chat:
             body: dict[str, Any] = {
-                "id": self.rid, "object": "text_completion", "created": self.created,
+                "id": self.rid,
+                "object": "text_completion",
+                "created": self.created,
                 "model": self.sim.config.model,
-                "choices": [{"index": 0, "text": content, "logprobs": None,
-                             "finish_reason": name, "stop_reason": None,
-                             "prompt_logprobs": None}],
-                "usage": self.usage(seq), "kv_transfer_params": None,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": content,
+                        "logprobs": None,
+                        "finish_reason": name,
+                        "stop_reason": None,
+                        "prompt_logprobs": None,
+                    }
+                ],
+                "usage": self.usage(seq),
+                "kv_transfer_params": None,
             }
         else:
             calls: list[dict[str, Any]] = []
             for k, text, idx in items:
                 if k == TOOL_HEADER:
-                    calls.append({"id": self.tool_ids[idx], "type": "function",
-                                  "function": {"name": text, "arguments": ""}})
+                    calls.append(
+                        {
+                            "id": self.tool_ids[idx],
+                            "type": "function",
+                            "function": {"name": text, "arguments": ""},
+                        }
+                    )
                 elif k == TOOL_ARGS and calls:
                     calls[-1]["function"]["arguments"] += text
             message = {
-                "role": "assistant", "content": content or (None if calls else ""),
-                "refusal": None, "annotations": None, "audio": None, "function_call": None,
-                "tool_calls": calls, "reasoning_content": reasoning or None,
+                "role": "assistant",
+                "content": content or (None if calls else ""),
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": calls,
+                "reasoning_content": reasoning or None,
             }
             body = {
-                "id": self.rid, "object": "chat.completion", "created": self.created,
+                "id": self.rid,
+                "object": "chat.completion",
+                "created": self.created,
                 "model": self.sim.config.model,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
-                             "finish_reason": name, "stop_reason": None, "token_ids": None}],
-                "service_tier": None, "system_fingerprint": FINGERPRINT,
-                "usage": self.usage(seq), "prompt_logprobs": None, "prompt_token_ids": None,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": name,
+                        "stop_reason": None,
+                        "token_ids": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": FINGERPRINT,
+                "usage": self.usage(seq),
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
                 "kv_transfer_params": None,
             }
         self.body = orjson.dumps(body)
@@ -344,12 +445,19 @@ class SimApp:
         self.config = config
         self.profile = config.resolved_profile()
         self.tokenizer = make_tokenizer(config.tokenizer)
-        self.metrics = SimMetrics(config.model, block_size=self.profile.block_size,
-                                  kv_blocks=self.profile.kv_blocks,
-                                  prefix_caching=config.prefix_caching)
-        self.engine = Engine(self.profile, self.metrics, speedup=config.speedup,
-                             prefix_caching=config.prefix_caching,
-                             log_interval_s=config.log_interval_s)
+        self.metrics = SimMetrics(
+            config.model,
+            block_size=self.profile.block_size,
+            kv_blocks=self.profile.kv_blocks,
+            prefix_caching=config.prefix_caching,
+        )
+        self.engine = Engine(
+            self.profile,
+            self.metrics,
+            speedup=config.speedup,
+            prefix_caching=config.prefix_caching,
+            log_interval_s=config.log_interval_s,
+        )
         self.behaviours = BehaviourSet(config)
         self.counter = 0
         self.created = int(time.time())
@@ -397,8 +505,11 @@ class SimApp:
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         key = self.config.api_key
-        if (key and request.path.startswith("/v1")
-                and request.headers.get("Authorization", "") != f"Bearer {key}"):
+        if (
+            key
+            and request.path.startswith("/v1")
+            and request.headers.get("Authorization", "") != f"Bearer {key}"
+        ):
             self.metrics.count_http(request.path, 401)
             return json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
@@ -409,37 +520,70 @@ class SimApp:
 
     async def models(self, request: web.Request) -> web.Response:
         m = self.config.model
-        return json_response({"object": "list", "data": [{
-            "id": m, "object": "model", "created": self.created, "owned_by": "vllm",
-            "root": m, "parent": None, "max_model_len": self.profile.max_model_len,
-            "permission": [{
-                "id": f"modelperm-{m}", "object": "model_permission", "created": self.created,
-                "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                "organization": "*", "group": None, "is_blocking": False}],
-        }]})
+        return json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": m,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "vllm",
+                        "root": m,
+                        "parent": None,
+                        "max_model_len": self.profile.max_model_len,
+                        "permission": [
+                            {
+                                "id": f"modelperm-{m}",
+                                "object": "model_permission",
+                                "created": self.created,
+                                "allow_create_engine": False,
+                                "allow_sampling": True,
+                                "allow_logprobs": True,
+                                "allow_search_indices": False,
+                                "allow_view": True,
+                                "allow_fine_tuning": False,
+                                "organization": "*",
+                                "group": None,
+                                "is_blocking": False,
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(
+            body=self.metrics.render(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
 
     async def stats_handler(self, request: web.Request) -> web.Response:
         """The simulator's own figures as JSON; ``?reset=1`` restarts the lag window."""
         m = self.metrics
         body = {
-            "running": len(self.engine.running), "waiting": len(self.engine.waiting),
-            "steps": self.engine.steps, "generation_tokens": m.generation_tokens,
+            "running": len(self.engine.running),
+            "waiting": len(self.engine.waiting),
+            "steps": self.engine.steps,
+            "generation_tokens": m.generation_tokens,
             "emitted_tokens_total": m.fine_lag.n,
-            "late_steps": m.step_overrun, "preemptions": m.preemptions,
+            "late_steps": m.step_overrun,
+            "preemptions": m.preemptions,
             "kv_cache_usage": self.engine.pool.usage(),
-            "monotonic_s": time.monotonic(), "process_cpu_s": time.process_time(),
+            "monotonic_s": time.monotonic(),
+            "process_cpu_s": time.process_time(),
         }
         window = m.fine_lag.window()
-        body.update({
-            "emitted_tokens": window["tokens"], "emission_lag_p50_s": window["p50"],
-            "emission_lag_p99_s": window["p99"], "emission_lag_p999_s": window["p999"],
-            "emission_lag_max_s": window["max"],
-        })
+        body.update(
+            {
+                "emitted_tokens": window["tokens"],
+                "emission_lag_p50_s": window["p50"],
+                "emission_lag_p99_s": window["p99"],
+                "emission_lag_p999_s": window["p999"],
+                "emission_lag_max_s": window["max"],
+            }
+        )
         if request.query.get("reset"):
             m.fine_lag.mark()
             m.step_overrun = 0
@@ -465,37 +609,51 @@ class SimApp:
     def _validate_common(self, body: dict[str, Any]) -> None:
         model = body.get("model")
         if model is not None and model != self.config.model:
-            raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError",
-                               "model")
+            raise RequestError(
+                404, f"The model `{model}` does not exist.", "NotFoundError", "model"
+            )
         n = body.get("n", 1)
         if n is not None and n != 1:
-            raise RequestError(400, f"n={n} is not supported: the agentload simulator "
-                               "generates one choice per request (n must be 1).", param="n")
+            raise RequestError(
+                400,
+                f"n={n} is not supported: the agentload simulator "
+                "generates one choice per request (n must be 1).",
+                param="n",
+            )
         if body.get("use_beam_search") or (body.get("best_of") or 1) > 1:
-            raise RequestError(400, "best_of and beam search are not supported by the "
-                               "agentload simulator.", param="best_of")
+            raise RequestError(
+                400,
+                "best_of and beam search are not supported by the agentload simulator.",
+                param="best_of",
+            )
 
     def _max_tokens(self, body: dict[str, Any], prompt_len: int) -> int:
         max_len = self.profile.max_model_len
         if prompt_len >= max_len:
             raise RequestError(
-                400, f"This model's maximum context length is {max_len} tokens. However, your "
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, your "
                 f"request has {prompt_len} input tokens. Please reduce the length of the input "
-                "messages.")
+                "messages.",
+            )
         requested = body.get("max_completion_tokens")
         if requested is None:
             requested = body.get("max_tokens")
         if requested is None:
             return max_len - prompt_len
         if not isinstance(requested, int) or requested < 1:
-            raise RequestError(400, f"max_tokens must be at least 1, got {requested}.",
-                               param="max_tokens")
+            raise RequestError(
+                400, f"max_tokens must be at least 1, got {requested}.", param="max_tokens"
+            )
         if requested > max_len - prompt_len:
             raise RequestError(
-                400, f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This "
+                400,
+                f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This "
                 f"model's maximum context length is {max_len} tokens and your request has "
                 f"{prompt_len} input tokens ({requested} > {max_len} - {prompt_len}). "
-                f"(parameter=max_tokens, value={requested})", param="max_tokens")
+                f"(parameter=max_tokens, value={requested})",
+                param="max_tokens",
+            )
         return requested
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -512,13 +670,21 @@ class SimApp:
         try:
             max_tokens = self._max_tokens(body, prompt_len)
             if prompt_len + max_tokens > self.engine.capacity_tokens():
-                raise RequestError(400, f"The request needs {prompt_len + max_tokens} tokens of "
-                                   f"KV cache but the simulated engine holds only "
-                                   f"{self.engine.capacity_tokens()}.")
+                raise RequestError(
+                    400,
+                    f"The request needs {prompt_len + max_tokens} tokens of "
+                    f"KV cache but the simulated engine holds only "
+                    f"{self.engine.capacity_tokens()}.",
+                )
             counter = self.counter
             self.counter += 1
-            fault = choose_fault(self.config.seed, counter, self.config.fault_rate,
-                                 self.config.fault_kinds, request.headers.get(FAULT_HEADER))
+            fault = choose_fault(
+                self.config.seed,
+                counter,
+                self.config.fault_rate,
+                self.config.fault_kinds,
+                request.headers.get(FAULT_HEADER),
+            )
         except (RequestError, ValueError) as exc:
             err = exc if isinstance(exc, RequestError) else RequestError(400, str(exc))
             self.metrics.count_http(handler, err.status)
@@ -529,19 +695,31 @@ class SimApp:
             status = HTTP_FAULTS[fault]
             self.metrics.count_http(handler, status)
             headers = {"Retry-After": "1"} if status in (429, 503) else None
-            return web.Response(body=orjson.dumps(HTTP_FAULT_BODIES[status]), status=status,
-                                content_type="application/json", headers=headers)
+            return web.Response(
+                body=orjson.dumps(HTTP_FAULT_BODIES[status]),
+                status=status,
+                content_type="application/json",
+                headers=headers,
+            )
 
         temperature = body.get("temperature")
         if body.get("seed") is not None or temperature == 0:
-            rng = random.Random(_stable_digest(str(self.config.seed), str(body.get("seed")),
-                                               *parts))
+            rng = random.Random(
+                _stable_digest(str(self.config.seed), str(body.get("seed")), *parts)
+            )
         else:
             rng = random.Random(_stable_digest(str(self.config.seed), str(counter)))
         view = RequestView(
-            body=body, messages=list(body.get("messages") or []), tools=tools,
-            tool_choice=tool_choice, max_tokens=max_tokens, rng=rng, headers=request.headers,
-            settings=self.config, thinking=thinking, prompt_tokens=prompt_len,
+            body=body,
+            messages=list(body.get("messages") or []),
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            rng=rng,
+            headers=request.headers,
+            settings=self.config,
+            thinking=thinking,
+            prompt_tokens=prompt_len,
             endpoint="chat" if chat else "completions",
             parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
         )
@@ -551,14 +729,23 @@ class SimApp:
         except Exception as exc:
             log.exception("behaviour for role %r failed", role)
             self.metrics.count_http(handler, 500)
-            return json_response(error_body(f"The simulator's behaviour for role {role!r} "
-                                            f"failed: {type(exc).__name__}: {exc}", 500,
-                                            "InternalServerError"), status=500)
+            return json_response(
+                error_body(
+                    f"The simulator's behaviour for role {role!r} "
+                    f"failed: {type(exc).__name__}: {exc}",
+                    500,
+                    "InternalServerError",
+                ),
+                status=500,
+            )
         if not chat:
             plan = ResponsePlan(content=(plan.content or ""))
         items, tool_ids = plan_items(plan, thinking, rng)
-        rid = (f"chatcmpl-{_ID_RNG.getrandbits(64):016x}" if chat
-               else f"cmpl-{_ID_RNG.getrandbits(64):016x}")
+        rid = (
+            f"chatcmpl-{_ID_RNG.getrandbits(64):016x}"
+            if chat
+            else f"cmpl-{_ID_RNG.getrandbits(64):016x}"
+        )
         created = int(time.time())
         ignore_eos = bool(body.get("ignore_eos"))
         m = self.metrics
@@ -568,8 +755,7 @@ class SimApp:
         out: StreamOut | CollectOut
         resp: web.StreamResponse | None = None
         if stream:
-            resp = web.StreamResponse(
-                headers={"Content-Type": "text/event-stream; charset=utf-8"})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
             resp.enable_chunked_encoding()
             try:
                 writer = await resp.prepare(request)
@@ -582,16 +768,35 @@ class SimApp:
             if transport is None or transport.is_closing():
                 return resp
             opts = body.get("stream_options") or {}
-            out = StreamOut(self, rid, items, tool_ids, fault, transport, chat=chat,
-                            include_usage=bool(opts.get("include_usage")), created=created,
-                            continuous_usage=bool(opts.get("include_usage")
-                                                  and opts.get("continuous_usage_stats")))
+            out = StreamOut(
+                self,
+                rid,
+                items,
+                tool_ids,
+                fault,
+                transport,
+                chat=chat,
+                include_usage=bool(opts.get("include_usage")),
+                created=created,
+                continuous_usage=bool(
+                    opts.get("include_usage") and opts.get("continuous_usage_stats")
+                ),
+            )
         else:
             out = CollectOut(self, rid, items, tool_ids, fault, chat=chat, created=created)
-        seq = Seq(rid, prompt_len, hashes, max_tokens, len(items), out,
-                  ignore_eos=ignore_eos, arrival_t=arrival)
-        delay = (self.profile.request_overhead_s
-                 + self.profile.frontend_token_s * prompt_len) / self.config.speedup
+        seq = Seq(
+            rid,
+            prompt_len,
+            hashes,
+            max_tokens,
+            len(items),
+            out,
+            ignore_eos=ignore_eos,
+            arrival_t=arrival,
+        )
+        delay = (
+            self.profile.request_overhead_s + self.profile.frontend_token_s * prompt_len
+        ) / self.config.speedup
         if delay > 0:
             await asyncio.sleep(delay)
         self.active.add(out)
@@ -612,8 +817,9 @@ class SimApp:
                 sock = request.transport.get_extra_info("socket")
                 if sock is not None:
                     with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                        struct.pack("ii", 1, 0))
+                        sock.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
                 request.transport.abort()
             return web.Response(status=200)
         assert isinstance(out, CollectOut)
@@ -625,19 +831,25 @@ class SimApp:
         elif fault == "error_event":
             return json_response(HTTP_FAULT_BODIES[500], status=500)
         if outcome == "aborted":
-            return json_response(error_body("The request was aborted.", 500,
-                                            "InternalServerError"), status=500)
+            return json_response(
+                error_body("The request was aborted.", 500, "InternalServerError"), status=500
+            )
         return web.Response(body=body_bytes, content_type="application/json")
 
-    def _prepare(self, body: dict[str, Any], chat: bool) -> tuple[
-            list[str], int, list[int], list[dict[str, Any]], Any, bool]:
+    def _prepare(
+        self, body: dict[str, Any], chat: bool
+    ) -> tuple[list[str], int, list[int], list[dict[str, Any]], Any, bool]:
         bs = self.profile.block_size
         if chat:
             messages = body.get("messages")
-            if not isinstance(messages, list) or not messages or not all(
-                    isinstance(m, dict) for m in messages):
-                raise RequestError(400, "messages must be a non-empty list of message objects.",
-                                   param="messages")
+            if (
+                not isinstance(messages, list)
+                or not messages
+                or not all(isinstance(m, dict) for m in messages)
+            ):
+                raise RequestError(
+                    400, "messages must be a non-empty list of message objects.", param="messages"
+                )
             tools = body.get("tools") or []
             if not isinstance(tools, list):
                 raise RequestError(400, "tools must be a list.", param="tools")
@@ -645,19 +857,24 @@ class SimApp:
             if tool_choice is None:
                 tool_choice = "auto" if tools else "none"
             if tool_choice not in ("none", "auto", "required") and not isinstance(
-                    tool_choice, dict):
-                raise RequestError(400, f"Invalid tool_choice {tool_choice!r}.",
-                                   param="tool_choice")
+                tool_choice, dict
+            ):
+                raise RequestError(
+                    400, f"Invalid tool_choice {tool_choice!r}.", param="tool_choice"
+                )
             if tool_choice != "none" and tool_choice != "auto" and not tools:
-                raise RequestError(400, "When using `tool_choice`, `tools` must be set.",
-                                   param="tool_choice")
+                raise RequestError(
+                    400, "When using `tool_choice`, `tools` must be set.", param="tool_choice"
+                )
             if isinstance(tool_choice, dict):
                 wanted = (tool_choice.get("function") or {}).get("name")
-                names = [(t.get("function") or {}).get("name") for t in tools
-                         if isinstance(t, dict)]
+                names = [
+                    (t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)
+                ]
                 if wanted not in names:
-                    raise RequestError(400, f"Tool '{wanted}' has not been passed in `tools`.",
-                                       param="tool_choice")
+                    raise RequestError(
+                        400, f"Tool '{wanted}' has not been passed in `tools`.", param="tool_choice"
+                    )
             kwargs = body.get("chat_template_kwargs") or {}
             thinking = bool(kwargs.get("enable_thinking") or kwargs.get("thinking"))
             parts = render_chat_parts(messages, tools, thinking=thinking)

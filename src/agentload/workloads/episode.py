@@ -191,14 +191,16 @@ class _Episode:
         self.task = self.domain.get_task(spec.task_id)
         # Tasks are written against one database; the episode seed drives sampling only.
         self.db_seed = int(getattr(self.task, "db_seed", 0))
-        self.agent = make_agent(options.agent, self.domain, self.task,
-                                keep_reasoning=options.keep_reasoning)
+        self.agent = make_agent(
+            options.agent, self.domain, self.task, keep_reasoning=options.keep_reasoning
+        )
         self.user = make_user(options.user, self.task, max_turns=options.max_user_turns)
         self.clients = clients
         for role, needed in (("agent", self.agent.uses_llm), ("user", self.user.uses_llm)):
             if needed and clients.get(role) is None:
-                raise ValueError(f"agent {options.agent!r} / user {options.user!r} needs "
-                                 f"clients[{role!r}]")
+                raise ValueError(
+                    f"agent {options.agent!r} / user {options.user!r} needs clients[{role!r}]"
+                )
         self.taps = {role: _tap(c) for role, c in clients.items() if c is not None}
         self.headers = {
             role: {
@@ -210,7 +212,8 @@ class _Episode:
         }
         self.extra_body = (
             {"chat_template_kwargs": options.chat_template_kwargs}
-            if options.chat_template_kwargs else None
+            if options.chat_template_kwargs
+            else None
         )
         self.env: Environment | None = None
         self.transfer_tool = transfer_tool_name(self.domain)
@@ -285,8 +288,9 @@ class _Episode:
         self.user_turns += 1
         if not ut.text.strip():
             why = ut.result.record.finish_reason if ut.result is not None else None
-            raise _Stop("protocol_error",
-                        "user: empty message" + (f" (finish_reason {why})" if why else ""))
+            raise _Stop(
+                "protocol_error", "user: empty message" + (f" (finish_reason {why})" if why else "")
+            )
         return ut.text
 
     async def run(self) -> None:
@@ -307,8 +311,9 @@ class _Episode:
                 self.counts["parse_errors"] += 1
                 self.errors += 1
                 if retried:
-                    raise _Stop("protocol_error", f"agent: unparsable action twice: "
-                                f"{turn.parse_error}")
+                    raise _Stop(
+                        "protocol_error", f"agent: unparsable action twice: {turn.parse_error}"
+                    )
                 self._check_errors()
                 agent.add_parse_retry(turn.parse_error)
                 retried = True
@@ -316,8 +321,11 @@ class _Episode:
             retried = False
             if turn.empty:
                 why = turn.result.record.finish_reason if turn.result is not None else None
-                raise _Stop("protocol_error", "agent: empty message (no text, no tool call"
-                            + (f"; finish_reason {why})" if why else ")"))
+                raise _Stop(
+                    "protocol_error",
+                    "agent: empty message (no text, no tool call"
+                    + (f"; finish_reason {why})" if why else ")"),
+                )
             if turn.tool_calls:
                 if turn.text.strip():
                     self.counts["text_and_tool_messages"] += 1
@@ -440,7 +448,11 @@ def grade_environment(
 
 
 def _finish(
-    ep: _Episode, termination: str, error: str | None, started_at: float, start_ns: int,
+    ep: _Episode,
+    termination: str,
+    error: str | None,
+    started_at: float,
+    start_ns: int,
     end_ns: int,
 ) -> EpisodeResult:
     spec, task, domain = ep.spec, ep.task, ep.domain
@@ -450,8 +462,13 @@ def _finish(
         reward = float(g.reward)
     except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
         log.exception("grading %s failed", spec.task_id)
-        grade_dict = {"reward": 0.0, "db_match": False, "outputs_ok": False,
-                      "missing_outputs": list(task.required_outputs), "error": repr(e)}
+        grade_dict = {
+            "reward": 0.0,
+            "db_match": False,
+            "outputs_ok": False,
+            "missing_outputs": list(task.required_outputs),
+            "error": repr(e),
+        }
         reward = 0.0
     counts = ep.counts
     llm_s = user_s = 0.0
