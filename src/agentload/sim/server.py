@@ -173,6 +173,17 @@ class StreamOut(_Out):
             self.fault_at = sim.config.fault_after_tokens
         elif fault == "stall_first_token":
             self.fault_at = 0
+        # The event of every middle token, built now, at admission, so that a step's
+        # emission loop only looks bytes up (each µs per token here is 0.25 ms per step of a
+        # 256-sequence batch, and moves tokens away from their assigned time).
+        self.ready: list[bytes | None] | None = None
+        if chat and not continuous_usage:
+            prefix = self.prefix
+            self.ready = [
+                None if (d := self._delta(item)) is None else prefix + d + _NULL_DELTA_SUFFIX
+                for item in items
+            ]
+            self.filler = prefix + orjson.dumps({"content": " the"}) + _NULL_DELTA_SUFFIX
 
     # -- bytes -----------------------------------------------------------------------------
     def _delta(self, item: Item) -> bytes | None:
@@ -219,6 +230,16 @@ class StreamOut(_Out):
             gathered[self] = [data]
 
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
+        ready = self.ready
+        if ready is not None and finish is None and index > 0 and index != self.fault_at:
+            if index < len(ready):
+                data = ready[index]
+                if data is not None:
+                    self._write(data, seq)
+                return
+            if seq.ignore_eos and index >= seq.plan_len:
+                self._write(self.filler, seq)
+                return
         parts: list[bytes] = []
         if index == 0 and self.chat:
             parts.append(
