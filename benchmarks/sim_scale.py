@@ -169,6 +169,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--json", help="also write the summary to this file")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin sim and client to cores")
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -191,6 +192,10 @@ def main() -> None:
         config = SimConfig(port=0, model=MODEL, profile=profile, log_interval_s=5.0)
         log_path = os.environ.get("SIM_SCALE_LOG") or os.path.join(tmp, "sim.log")
         with SimProcess(config, log_path=log_path) as sim:
+            pin = (os.cpu_count() or 1) >= 2 and not args.no_pin
+            if pin and sim.proc is not None:
+                # Simulator on core 0, load client on core 1: neither preempts the other.
+                os.sched_setaffinity(sim.proc.pid, {0})
             step_s = args.step_overhead_s + args.decode_seq_s * args.max_num_seqs
             client = subprocess.Popen(
                 [
@@ -211,6 +216,8 @@ def main() -> None:
                 stdout=subprocess.PIPE,
                 text=True,
             )
+            if pin:
+                os.sched_setaffinity(client.pid, {1})
             time.sleep(args.warmup)
             before = _get(f"{sim.url}/sim/stats?reset=1")
             time.sleep(args.duration)
