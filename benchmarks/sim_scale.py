@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -38,8 +39,8 @@ class _Stream(asyncio.Protocol):
     chunked terminator after ``[DONE]``): no parsing, no per-event objects.
     """
 
-    def __init__(self, request: bytes, stats: dict[str, int], stop_at: float) -> None:
-        self.request = request
+    def __init__(self, requests: list[bytes], stats: dict[str, int], stop_at: float) -> None:
+        self.requests = requests
         self.stats = stats
         self.stop_at = stop_at
         self.tail = b""
@@ -57,7 +58,7 @@ class _Stream(asyncio.Protocol):
         self.tail = b""
         self.stats["open"] += 1
         self.stats["max_open"] = max(self.stats["max_open"], self.stats["open"])
-        self.transport.write(self.request)
+        self.transport.write(random.choice(self.requests))
 
     def data_received(self, data: bytes) -> None:
         stats = self.stats
@@ -94,25 +95,34 @@ class _Stream(asyncio.Protocol):
 
 
 async def _client(
-    url: str, concurrency: int, warmup: float, duration: float, max_tokens: int
+    url: str, concurrency: int, warmup: float, duration: float, max_tokens: int, spread: float
 ) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    body = json.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": "Stream, please."}],
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    ).encode()
-    request = (
-        f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+    # Output lengths uniform in max_tokens × [1 - spread, 1 + spread], as real outputs vary;
+    # with spread 0 every sequence of a batch ends in the same step and the simulator admits
+    # a whole batch of new requests at once every max_tokens steps.
+    lo, hi = max(1, round(max_tokens * (1 - spread))), max(1, round(max_tokens * (1 + spread)))
+    requests = []
+    for n in sorted({lo + (hi - lo) * k // 40 for k in range(41)}):
+        body = json.dumps(
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Stream, please."}],
+                "max_tokens": n,
+                "ignore_eos": True,
+                "stream": True,
+            }
+        ).encode()
+        requests.append(
+            (
+                f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
     stats = {"events": 0, "done": 0, "errors": 0, "open": 0, "max_open": 0}
     loop = asyncio.get_running_loop()
     t_start = time.monotonic()
@@ -120,7 +130,7 @@ async def _client(
     t_end = t_measure + duration
     protocols: list[_Stream] = []
     for _ in range(concurrency):
-        _, proto = await loop.create_connection(lambda: _Stream(request, stats, t_end), host, port)
+        _, proto = await loop.create_connection(lambda: _Stream(requests, stats, t_end), host, port)
         protocols.append(proto)
     await asyncio.sleep(max(0.0, t_measure - time.monotonic()))
     events0, t0, open_min = stats["events"], time.monotonic(), stats["open"]
@@ -149,7 +159,11 @@ def _run_client(args: argparse.Namespace) -> None:
         runner: Any = uvloop.run
     except ImportError:
         runner = asyncio.run
-    res = runner(_client(args.url, args.concurrency, args.warmup, args.duration, args.max_tokens))
+    res = runner(
+        _client(
+            args.url, args.concurrency, args.warmup, args.duration, args.max_tokens, args.spread
+        )
+    )
     print(json.dumps(res), flush=True)
 
 
@@ -165,7 +179,13 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--step-overhead-s", type=float, default=0.010)
     ap.add_argument("--decode-seq-s", type=float, default=1.0e-5)
-    ap.add_argument("--max-tokens", type=int, default=400)
+    ap.add_argument("--max-tokens", type=int, default=400, help="mean output length")
+    ap.add_argument(
+        "--spread",
+        type=float,
+        default=0.5,
+        help="output lengths uniform in max_tokens x [1-spread, 1+spread]",
+    )
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--json", help="also write the summary to this file")
@@ -212,6 +232,8 @@ def main() -> None:
                     str(args.duration),
                     "--max-tokens",
                     str(args.max_tokens),
+                    "--spread",
+                    str(args.spread),
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
