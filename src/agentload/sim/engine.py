@@ -32,6 +32,8 @@ log = logging.getLogger("agentload.sim")
 
 LATE_STEP_S = 0.002
 MAX_LEAD_S = 0.005
+# The last part of the wait before a step is spent spinning (see Engine.run).
+SPIN_S = 0.001
 # Longest run of zero-time steps between two visits to the event loop (instant profile).
 BURST_S = 0.01
 
@@ -545,11 +547,12 @@ class Engine:
             target = deadline - lead
             delay = target - clock()
             if delay > 0:
-                await asyncio.sleep(delay)
-                remaining = target - clock()
-                while remaining > 0.0002:
-                    await asyncio.sleep(remaining)
-                    remaining = target - clock()
+                if delay > SPIN_S:
+                    await asyncio.sleep(delay - SPIN_S)
+                # The loop's timers have millisecond resolution: end the wait by spinning, so
+                # the step starts on time rather than up to a millisecond late.
+                while clock() < target:
+                    pass
             else:
                 await asyncio.sleep(0)
             if self._stopped:
