@@ -400,6 +400,7 @@ class Engine:
         finished_any = False
         clock = time.monotonic
         t_first = clock()
+        emitted: list[tuple[Seq, int, float]] = []
         for seq, n in scheduled:
             if seq.aborted or seq.finished:
                 continue
@@ -423,6 +424,15 @@ class Engine:
             if not seq.ignore_eos and seq.num_output == seq.plan_len + 1:
                 finish = "stop"
             now = clock()
+            if finish is not None:
+                seq.finished = True
+                seq.finish_reason = finish
+                finished_any = True
+            # Write first, account afterwards: every µs spent per token before the last
+            # write of the step moves the step's later tokens away from their assigned time.
+            seq.out.token(seq, idx, finish, now)
+            emitted.append((seq, idx, now))
+        for seq, idx, now in emitted:
             lag = now - deadline
             if lag < 0:
                 lag = -lag
@@ -439,13 +449,8 @@ class Engine:
                 itl_sum += gap
                 itl_n += 1
             seq.last_token_t = now
-            if finish is not None:
-                seq.finished = True
-                seq.finish_reason = finish
-                finished_any = True
-            seq.out.token(seq, idx, finish, now)
         if produced:
-            per_token = (clock() - t_first) / produced
+            per_token = (emitted[-1][2] - t_first) / produced
             self.emit_cost = 0.8 * self.emit_cost + 0.2 * per_token
         fine.n += produced
         fine.sum += lag_sum
