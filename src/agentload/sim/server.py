@@ -38,6 +38,11 @@ _NULL_DELTA_SUFFIX = b',"logprobs":null,"finish_reason":null,"token_ids":null}]}
 _DONE = b"data: [DONE]\n\n"
 
 
+def _frame(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 def _finish_suffix(reason: str) -> bytes:
     return (
         b',"logprobs":null,"finish_reason":"'
@@ -179,11 +184,14 @@ class StreamOut(_Out):
         self.ready: list[bytes | None] | None = None
         if chat and not continuous_usage:
             prefix = self.prefix
+            # Stored with their HTTP chunk framing, ready for the transport.
             self.ready = [
-                None if (d := self._delta(item)) is None else prefix + d + _NULL_DELTA_SUFFIX
+                None
+                if (d := self._delta(item)) is None
+                else _frame(prefix + d + _NULL_DELTA_SUFFIX)
                 for item in items
             ]
-            self.filler = prefix + orjson.dumps({"content": " the"}) + _NULL_DELTA_SUFFIX
+            self.filler = _frame(prefix + orjson.dumps({"content": " the"}) + _NULL_DELTA_SUFFIX)
 
     # -- bytes -----------------------------------------------------------------------------
     def _delta(self, item: Item) -> bytes | None:
@@ -212,6 +220,14 @@ class StreamOut(_Out):
             )
         return None
 
+    def _write_framed(self, framed: bytes, seq: Seq) -> None:
+        """_write for an event already framed as an HTTP chunk (the emission fast path)."""
+        t = self.transport
+        if self.held is None and self.sim.gathered is None and not t.is_closing():
+            t.write(framed)
+        else:
+            self._write(framed[framed.index(b"\r\n") + 2 : -2], seq)
+
     def _write(self, data: bytes, seq: Seq) -> None:
         if self.held is not None:
             self.held.append(data)
@@ -235,10 +251,10 @@ class StreamOut(_Out):
             if index < len(ready):
                 data = ready[index]
                 if data is not None:
-                    self._write(data, seq)
+                    self._write_framed(data, seq)
                 return
             if seq.ignore_eos and index >= seq.plan_len:
-                self._write(self.filler, seq)
+                self._write_framed(self.filler, seq)
                 return
         parts: list[bytes] = []
         if index == 0 and self.chat:
