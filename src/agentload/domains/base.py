@@ -409,6 +409,60 @@ def grade(
     return grade_db_hash(domain, task, env.db_hash(), agent_replies, seed)
 
 
+def trajectory_actions(trajectory: Mapping[str, Any]) -> tuple[list[Action], list[str]]:
+    """The tool calls an agent made and the replies it sent the user, read back from a stored
+    trajectory (`trajectories.jsonl`): native tool calls, or for text agents (react / act)
+    the JSON action in each assistant message. Arguments that are not JSON objects are kept
+    as their text, so replaying them fails exactly as it did live."""
+    text_actions = trajectory.get("action_format") == "text"
+    actions: list[Action] = []
+    replies: list[str] = []
+    for msg in trajectory.get("messages") or ():
+        if not isinstance(msg, Mapping) or msg.get("role") != "assistant":
+            continue
+        content = msg.get("content")
+        calls = msg.get("tool_calls") or []
+        if text_actions:
+            from agentload.agents.actions import ActionParseError, parse_action
+
+            try:
+                parsed = parse_action(content if isinstance(content, str) else None)
+            except ActionParseError:
+                continue
+            if parsed.is_respond:
+                replies.append(parsed.respond_text())
+            else:
+                actions.append(Action(parsed.name, dict(parsed.arguments)))
+            continue
+        for call in calls:
+            fn = (call.get("function") or {}) if isinstance(call, Mapping) else {}
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = orjson.loads(args)
+                except orjson.JSONDecodeError:
+                    pass
+            actions.append(Action(str(fn.get("name", "")), args if args is not None else {}))
+        if not calls and isinstance(content, str):
+            replies.append(content)
+    return actions, replies
+
+
+def grade_trajectory(trajectory: Mapping[str, Any], domain: Domain | None = None) -> Grade:
+    """Grade a stored trajectory offline: replay its tool calls on a fresh database of the
+    task's domain and check its replies (deterministic; the same Grade as the live one)."""
+    task_id = trajectory.get("task_id")
+    if not isinstance(task_id, str) or "/" not in task_id:
+        raise ValueError(f"trajectory has no task id: {task_id!r}")
+    if domain is None:
+        from agentload.domains import get_domain
+
+        domain = get_domain(task_id.split("/", 1)[0])
+    task = domain.get_task(task_id)
+    actions, replies = trajectory_actions(trajectory)
+    return grade(domain, task, actions, replies, int(trajectory.get("db_seed", 0)))
+
+
 def grade_db_hash(
     domain: Domain, task: Task, actual: str, agent_replies: Sequence[str], seed: int = 0
 ) -> Grade:

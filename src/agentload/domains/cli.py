@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 import orjson
 import typer
@@ -12,7 +13,14 @@ from rich.table import Table
 
 from agentload.cli import app
 from agentload.domains import domain_names, get_domain, get_task
-from agentload.domains.base import GRADER_VERSION, TASK_CATEGORIES, Domain, Environment, check_tasks
+from agentload.domains.base import (
+    GRADER_VERSION,
+    TASK_CATEGORIES,
+    Domain,
+    Environment,
+    check_tasks,
+    grade_trajectory,
+)
 
 tasks_app = typer.Typer(
     help="List, show and check the built-in domains' tasks.",
@@ -151,4 +159,75 @@ def tasks_check(
         )
     if problems:
         typer.echo(f"{problems} problem(s)")
+        raise typer.Exit(1)
+
+
+@tasks_app.command("grade")
+def tasks_grade(
+    path: Path = typer.Argument(..., help="A trajectories.jsonl file (or a results folder)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per trajectory."),
+) -> None:
+    """Re-grade stored trajectories offline by replaying their tool calls.
+
+    Exit 1 when a trajectory's stored reward differs from the replay's (or one cannot be
+    graded), 2 for a file that cannot be read.
+    """
+    if path.is_dir():
+        path = path / "trajectories.jsonl"
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise typer.BadParameter(f"cannot read {path}: {e.strerror or e}") from None
+    rows = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            t = orjson.loads(line)
+            g = grade_trajectory(t)
+        except (orjson.JSONDecodeError, ValueError, KeyError) as e:
+            rows.append({"line": n, "error": f"{path}:{n}: {e}", "match": False})
+            continue
+        stored = t.get("reward")
+        rows.append(
+            {
+                "line": n,
+                "session_id": t.get("session_id"),
+                "task_id": t.get("task_id"),
+                "stored_reward": stored,
+                "reward": g.reward,
+                "match": stored == g.reward,
+                "db_match": g.db_match,
+                "missing_outputs": g.missing_outputs,
+            }
+        )
+    bad = [r for r in rows if not r["match"]]
+    if as_json:
+        out = sys.stdout.buffer
+        for r in rows:
+            out.write(orjson.dumps(r) + b"\n")
+        out.flush()
+    else:
+        table = Table(title=f"agentload tasks grade: {path}")
+        for col in ("line", "task", "stored", "replayed", "db", "missing outputs"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            if "error" in r:
+                table.add_row(str(r["line"]), "[red]error[/]", "", "", "", r["error"])
+                continue
+            mark = "" if r["match"] else "[red]≠[/] "
+            table.add_row(
+                str(r["line"]),
+                str(r["task_id"]),
+                str(r["stored_reward"]),
+                mark + str(r["reward"]),
+                "ok" if r["db_match"] else "differs",
+                ", ".join(r["missing_outputs"]),
+            )
+        Console().print(table)
+        typer.echo(
+            f"{len(rows) - len(bad)} of {len(rows)} trajectories re-grade to their stored reward"
+        )
+    if bad:
+        typer.echo(f"{len(bad)} of {len(rows)} differ or failed", err=as_json)
         raise typer.Exit(1)

@@ -524,6 +524,7 @@ def _finish(
         "task_id": spec.task_id,
         "trial": spec.trial,
         "seed": spec.seed,
+        "db_seed": ep.db_seed,
         "messages": messages,
         "tools": ep.agent.tools or [],
         # "native": tools sent as `tools`; "text": described in the system prompt (react, act)
