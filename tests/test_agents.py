@@ -41,11 +41,11 @@ DOMAINS = available_domains()
 
 def test_parse_react_action() -> None:
     a = parse_action(
-        'Thought: I need the user.\nAction: {"name": "get_user_details", '
+        'Thought: I need the user.\nAction: {"name": "get_customer_profile", '
         '"arguments": {"user_id": "u1"}}'
     )
     assert (a.name, a.arguments, a.thought) == (
-        "get_user_details",
+        "get_customer_profile",
         {"user_id": "u1"},
         "I need the user.",
     )

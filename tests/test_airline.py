@@ -73,12 +73,12 @@ def test_policy_and_schemas(airline: Domain) -> None:
         assert params["type"] == "object" and params["additionalProperties"] is False
         assert s["function"]["description"]
     assert {t.name for t in airline.tools if t.writes} == {
-        "book_reservation",
-        "cancel_reservation",
-        "update_reservation_flights",
-        "update_reservation_passengers",
-        "update_reservation_baggages",
-        "send_certificate",
+        "create_booking",
+        "cancel_booking",
+        "change_booking_flights",
+        "change_booking_passengers",
+        "set_booking_bags",
+        "issue_travel_certificate",
     }
 
 
@@ -167,13 +167,13 @@ def test_failed_writes_leave_db_untouched(env: Environment) -> None:
     )
     before = env.db_hash()
     bad = [
-        ("cancel_reservation", {"reservation_id": "NOPE00"}),
+        ("cancel_booking", {"reservation_id": "NOPE00"}),
         (
-            "update_reservation_passengers",
+            "change_booking_passengers",
             {"reservation_id": r["reservation_id"], "passengers": r["passengers"] * 2},
         ),
         (
-            "update_reservation_baggages",
+            "set_booking_bags",
             {
                 "reservation_id": r["reservation_id"],
                 "total_baggages": 1,
@@ -182,7 +182,7 @@ def test_failed_writes_leave_db_untouched(env: Environment) -> None:
             },
         ),
         (
-            "update_reservation_baggages",
+            "set_booking_bags",
             {
                 "reservation_id": r["reservation_id"],
                 "total_baggages": 9,
@@ -191,7 +191,7 @@ def test_failed_writes_leave_db_untouched(env: Environment) -> None:
             },
         ),
         (
-            "update_reservation_flights",
+            "change_booking_flights",
             {
                 "reservation_id": r["reservation_id"],
                 "cabin": r["cabin"],
@@ -199,8 +199,8 @@ def test_failed_writes_leave_db_untouched(env: Environment) -> None:
                 "payment_method_id": next(iter(user["payment_methods"])),
             },
         ),
-        ("send_certificate", {"user_id": "nobody", "amount": 100}),
-        ("book_reservation", {"user_id": r["user_id"]}),
+        ("issue_travel_certificate", {"user_id": "nobody", "amount": 100}),
+        ("create_booking", {"user_id": r["user_id"]}),
     ]
     for name, args in bad:
         result = env.execute(name, args)
@@ -213,14 +213,14 @@ def test_cancel_refunds_and_frees_seats(env: Environment) -> None:
     seg = r["flights"][0]
     inst = env.db["flights"][seg["flight_number"]]["dates"][seg["date"]]
     seats = inst["available_seats"][r["cabin"]]
-    out = _json(env.execute("cancel_reservation", {"reservation_id": r["reservation_id"]}).content)
+    out = _json(env.execute("cancel_booking", {"reservation_id": r["reservation_id"]}).content)
     assert out["status"] == "cancelled"  # type: ignore[index]
     paid = r["payment_history"][0]["amount"]
     assert out["payment_history"][-1]["amount"] == -paid  # type: ignore[index]
     inst_now = env.db["flights"][seg["flight_number"]]["dates"][seg["date"]]
     assert inst_now["available_seats"][r["cabin"]] == seats + len(r["passengers"])
     assert inst["available_seats"][r["cabin"]] == seats  # the shared record is untouched
-    again = env.execute("cancel_reservation", {"reservation_id": r["reservation_id"]})
+    again = env.execute("cancel_booking", {"reservation_id": r["reservation_id"]})
     assert not again.ok and "cancelled" in again.content
 
 
@@ -238,7 +238,7 @@ def test_booking_charges_gift_card_and_ids_are_deterministic(airline: Domain) ->
         gift = next(m for m in user["payment_methods"].values() if m["source"] == "gift_card")
         offers = _json(
             env.execute(
-                "search_direct_flight",
+                "find_nonstop_flights",
                 {"origin": "ORD", "destination": "DEN", "date": "2025-06-20"},
             ).content
         )
@@ -247,7 +247,7 @@ def test_booking_charges_gift_card_and_ids_are_deterministic(airline: Domain) ->
         o = min(offers, key=lambda o: o["prices"]["basic_economy"])  # type: ignore[union-attr]
         me = {"first_name": "Test", "last_name": "Person", "dob": "1990-01-01"}
         res = env.execute(
-            "book_reservation",
+            "create_booking",
             {
                 "user_id": user["user_id"],
                 "origin": "ORD",
@@ -289,7 +289,7 @@ def test_update_flights_keeps_price_of_kept_segments(env: Environment) -> None:
     )
     legs = [{"flight_number": s["flight_number"], "date": s["date"]} for s in r["flights"]]
     same = env.execute(
-        "update_reservation_flights",
+        "change_booking_flights",
         {
             "reservation_id": r["reservation_id"],
             "cabin": r["cabin"],
@@ -300,7 +300,7 @@ def test_update_flights_keeps_price_of_kept_segments(env: Environment) -> None:
     assert same.ok, same.content
     assert len(_json(same.content)["payment_history"]) == 1  # type: ignore[index]  # no charge
     bad_route = env.execute(
-        "update_reservation_flights",
+        "change_booking_flights",
         {
             "reservation_id": r["reservation_id"],
             "cabin": r["cabin"],
@@ -312,25 +312,26 @@ def test_update_flights_keeps_price_of_kept_segments(env: Environment) -> None:
 
 
 def test_read_tools(env: Environment) -> None:
-    assert _json(env.execute("list_all_airports", {}).content)["JFK"] == "New York"  # type: ignore[index]
+    assert _json(env.execute("list_airports", {}).content)["JFK"] == "New York"  # type: ignore[index]
     assert env.execute("calculate", {"expression": "(320 + 185) * 2 + 50"}).content == "1060"
     assert env.execute("calculate", {"expression": "10 / 4"}).content == "2.5"
     assert not env.execute("calculate", {"expression": "__import__('os')"}).ok
     assert not env.execute("calculate", {"expression": "1/0"}).ok
     onestop = _json(
         env.execute(
-            "search_onestop_flight", {"origin": "BOS", "destination": "SEA", "date": "2025-06-20"}
+            "find_connecting_flights", {"origin": "BOS", "destination": "SEA", "date": "2025-06-20"}
         ).content
     )
     for first, second in onestop:  # type: ignore[misc]
         assert first["destination"] == second["origin"]
         assert first["origin"] == "BOS" and second["destination"] == "SEA"
     flown = env.execute(
-        "get_flight_status", {"flight_number": next(iter(env.db["flights"])), "date": "2025-06-02"}
+        "check_flight_status",
+        {"flight_number": next(iter(env.db["flights"])), "date": "2025-06-02"},
     )
     assert _json(flown.content)["status"] in ("landed", "cancelled")  # type: ignore[index]
     assert not env.execute(
-        "search_direct_flight", {"origin": "XXX", "destination": "JFK", "date": "2025-06-20"}
+        "find_nonstop_flights", {"origin": "XXX", "destination": "JFK", "date": "2025-06-20"}
     ).ok
 
 

@@ -358,7 +358,7 @@ class ScriptServer:
         return [r["body"] for r in self.requests if r["headers"].get("X-Agentload-Role") == role]
 
 
-USER_ID_TOOL = ("get_user_details", '{"user_id": "nobody_1"}')
+USER_ID_TOOL = ("get_customer_profile", '{"user_id": "nobody_1"}')
 
 
 async def scripted(
@@ -419,7 +419,7 @@ async def test_same_task_and_trial_sends_the_same_seed() -> None:
 
 async def test_agent_transfer() -> None:
     res, _ = await scripted(
-        [Reply(tools=[("transfer_to_human_agents", '{"summary": "wants a human"}')])],
+        [Reply(tools=[("handoff_to_human", '{"summary": "wants a human"}')])],
         EpisodeOptions(user="scripted"),
     )
     s = res.session
@@ -438,7 +438,7 @@ async def test_unknown_tool_and_bad_arguments_get_error_results() -> None:
     res, _ = await scripted(
         [
             Reply(tools=[("fly_me_home", "{}")]),
-            Reply(tools=[("get_user_details", '{"user_id":')]),
+            Reply(tools=[("get_customer_profile", '{"user_id":')]),
             Reply(tools=[USER_ID_TOOL]),
             Reply("All done."),
         ],
@@ -451,7 +451,7 @@ async def test_unknown_tool_and_bad_arguments_get_error_results() -> None:
     assert s["counts"]["tool_calls"] == 3
     tool_msgs = [m["content"] for m in res.trajectory["messages"] if m["role"] == "tool"]
     assert tool_msgs[0].startswith("Error: unknown tool 'fly_me_home'")
-    assert tool_msgs[1].startswith("Error: arguments of get_user_details are not valid JSON")
+    assert tool_msgs[1].startswith("Error: arguments of get_customer_profile are not valid JSON")
     assert tool_msgs[2].startswith("Error:")
 
 
@@ -471,7 +471,7 @@ async def test_parallel_calls_and_text_beside_tools() -> None:
                 "Let me look.",
                 tools=[
                     USER_ID_TOOL,
-                    ("get_flight_status", '{"flight_number": "SK269", "date": "2025-06-16"}'),
+                    ("check_flight_status", '{"flight_number": "SK269", "date": "2025-06-16"}'),
                 ],
             ),
             Reply("Your flight is delayed to 10:50."),
@@ -518,7 +518,7 @@ async def test_react_tool_action_and_observation() -> None:
     res, server = await scripted(
         [
             Reply(
-                'Action: {"name": "get_flight_status", "arguments": '
+                'Action: {"name": "check_flight_status", "arguments": '
                 '{"flight_number": "SK269", "date": "2025-06-16"}}'
             ),
             Reply('Action: {"name": "respond", "arguments": {"content": "Delayed to 10:50."}}'),
@@ -557,7 +557,7 @@ async def test_a_thousand_episodes_in_flight() -> None:
     import time
 
     flight = Reply(
-        tools=[("get_flight_status", '{"flight_number": "SK269", "date": "2025-06-16"}')]
+        tools=[("check_flight_status", '{"flight_number": "SK269", "date": "2025-06-16"}')]
     )
     answer = Reply("Your flight SK269 is delayed to 10:50.")
     server = ScriptServer(

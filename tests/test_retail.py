@@ -75,7 +75,7 @@ def _vary(action: Action) -> dict | None:
     if "zip" in args:
         return {**args, "zip": "00001"}
     order = db["orders"][args["order_id"]]
-    if action.name == "return_delivered_order_items":
+    if action.name == "request_return":
         extra = [i["item_id"] for i in order["items"] if i["item_id"] not in args["item_ids"]]
         if extra:
             return {**args, "item_ids": [*args["item_ids"], extra[0]]}
@@ -125,7 +125,7 @@ def test_refusal_tasks_punish_the_forbidden_write() -> None:
     and scores 0 when the tool cannot tell (an order of another account)."""
     task = next(t for t in TASKS if t.refusal_reason == "another account")
     order_id = task.scenario.known_info["order_id"]
-    cancel = Action("cancel_pending_order", {"order_id": order_id, "reason": "no longer needed"})
+    cancel = Action("cancel_order", {"order_id": order_id, "reason": "no longer needed"})
     g = grade(DOMAIN, task, [*task.gold_actions, cancel], _said(task))
     assert not g.db_match and g.reward == 0.0
 
@@ -142,9 +142,9 @@ def test_scenarios_let_the_user_answer() -> None:
             if oid:
                 assert oid in known and oid in t.scenario.instructions, (t.id, oid)
                 assert oid not in t.scenario.opening, t.id
-            if a.name == "find_user_id_by_email":
+            if a.name == "lookup_customer_by_email":
                 assert a.arguments["email"] == k["email"]
-            if a.name == "find_user_id_by_name_zip":
+            if a.name == "lookup_customer_by_name_and_zip":
                 assert a.arguments["zip"] == k["zip"]
         if any(a.name.endswith("payment") or a.name.endswith("_items") for a in _writes(t)):
             assert any(key in k for key in ("payment_method", "refund_to")), t.id
@@ -156,8 +156,8 @@ def test_scenarios_let_the_user_answer() -> None:
 def test_tool_schemas_are_valid() -> None:
     names = [t.name for t in DOMAIN.tools]
     assert 14 <= len(names) <= 16 and len(set(names)) == len(names)
-    assert "transfer_to_human_agents" in names
-    assert {"cancel_pending_order", "return_delivered_order_items"} <= WRITES
+    assert "handoff_to_human" in names
+    assert {"cancel_order", "request_return"} <= WRITES
     for tool in DOMAIN.tools:
         jsonschema.Draft202012Validator.check_schema(tool.parameters)
         p = tool.parameters
@@ -209,7 +209,7 @@ def test_bad_arguments_give_errors_and_change_nothing(tool) -> None:
         wrong_type = _valid_args(tool.name)
         wrong_type[key] = 42 if props[key]["type"] != "integer" else "x"
         bad_calls.append(wrong_type)
-    if tool.parameters["required"] and tool.name not in ("calculate", "transfer_to_human_agents"):
+    if tool.parameters["required"] and tool.name not in ("calculate", "handoff_to_human"):
         bad_calls.append(_valid_args(tool.name))  # unknown ids
     for args in bad_calls:
         r = env.execute(tool.name, args)
@@ -233,20 +233,20 @@ def test_rule_violations_give_errors_and_change_nothing() -> None:
         "zip": "83701",
     }
     calls = [
-        ("cancel_pending_order", {"order_id": ids["delivered"], "reason": "no longer needed"}),
-        ("cancel_pending_order", {"order_id": ids["cancelled"], "reason": "no longer needed"}),
-        ("modify_pending_order_address", {"order_id": ids["processed"], **addr}),
-        ("modify_pending_order_address", {"order_id": ids["pending"], **addr, "city": "  "}),
+        ("cancel_order", {"order_id": ids["delivered"], "reason": "no longer needed"}),
+        ("cancel_order", {"order_id": ids["cancelled"], "reason": "no longer needed"}),
+        ("change_order_address", {"order_id": ids["processed"], **addr}),
+        ("change_order_address", {"order_id": ids["pending"], **addr, "city": "  "}),
         (
-            "modify_pending_order_payment",
+            "change_order_payment",
             {"order_id": ids["pending"], "payment_method_id": pending["payment_method_id"]},
         ),
         (
-            "modify_pending_order_payment",
+            "change_order_payment",
             {"order_id": ids["pending"], "payment_method_id": "paypal_0000000"},
         ),
         (
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": ids["pending"],
                 "item_ids": [pending["items"][0]["item_id"]],
@@ -254,7 +254,7 @@ def test_rule_violations_give_errors_and_change_nothing() -> None:
             },
         ),
         (
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": ids["delivered"],
                 "item_ids": ["0000000000"],
@@ -262,7 +262,7 @@ def test_rule_violations_give_errors_and_change_nothing() -> None:
             },
         ),
         (
-            "modify_pending_order_items",
+            "change_order_items",
             {
                 "order_id": ids["pending"],
                 "item_ids": [pending["items"][0]["item_id"]],
@@ -271,7 +271,7 @@ def test_rule_violations_give_errors_and_change_nothing() -> None:
             },
         ),
         (
-            "modify_pending_order_items",
+            "change_order_items",
             {
                 "order_id": ids["pending"],
                 "item_ids": [pending["items"][0]["item_id"]],
@@ -280,7 +280,7 @@ def test_rule_violations_give_errors_and_change_nothing() -> None:
             },
         ),
         (
-            "exchange_delivered_order_items",
+            "request_exchange",
             {
                 "order_id": ids["processed"],
                 "item_ids": ["1"],
@@ -288,7 +288,7 @@ def test_rule_violations_give_errors_and_change_nothing() -> None:
                 "payment_method_id": "x",
             },
         ),
-        ("modify_user_address", {"user_id": "nobody_0000", **addr}),
+        ("change_default_address", {"user_id": "nobody_0000", **addr}),
         ("calculate", {"expression": "__import__('os')"}),
         ("calculate", {"expression": "1 / 0"}),
     ]
@@ -312,20 +312,18 @@ def test_write_semantics() -> None:
     )
     uid, pm = order["user_id"], order["payment_method_id"]
     before = db["users"][uid]["payment_methods"][pm]["balance"]
-    r = env.execute(
-        "cancel_pending_order", {"order_id": order["order_id"], "reason": "ordered by mistake"}
-    )
+    r = env.execute("cancel_order", {"order_id": order["order_id"], "reason": "ordered by mistake"})
     assert r.ok, r
     after = env.db["users"][uid]["payment_methods"][pm]["balance"]
     total = sum(i["price"] for i in order["items"])
     assert after == pytest.approx(before + total, abs=0.006)
     assert env.db["orders"][order["order_id"]]["status"] == "cancelled"
     again = env.execute(
-        "cancel_pending_order", {"order_id": order["order_id"], "reason": "ordered by mistake"}
+        "cancel_order", {"order_id": order["order_id"], "reason": "ordered by mistake"}
     )
     assert "not pending" in again.content
     assert env.execute("calculate", {"expression": "(10.5 + 2.25) * 2"}).content == "25.50"
-    found = env.execute("find_user_id_by_email", {"email": db["users"][uid]["email"].upper()})
+    found = env.execute("lookup_customer_by_email", {"email": db["users"][uid]["email"].upper()})
     assert found.ok and found.content == uid
 
 

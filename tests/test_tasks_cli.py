@@ -40,7 +40,7 @@ def test_tasks_show_and_errors() -> None:
     r = runner.invoke(app, ["tasks", "show", "airline/025"])
     assert r.exit_code == 0, r.output
     task = orjson.loads(r.stdout)
-    assert task["id"] == "airline/025" and task["gold_actions"][-1]["name"] == "book_reservation"
+    assert task["id"] == "airline/025" and task["gold_actions"][-1]["name"] == "create_booking"
 
     r = runner.invoke(app, ["tasks", "show", "airline/999"])
     assert r.exit_code == 2 and "unknown task 'airline/999'" in r.output
@@ -53,4 +53,4 @@ def test_tasks_show_and_errors() -> None:
 def test_tasks_check_airline() -> None:
     r = runner.invoke(app, ["tasks", "check", "-d", "airline"])
     assert r.exit_code == 0, r.output
-    assert "airline: 58 tasks checked, data airline-1, grader 1" in r.output
+    assert "airline: 58 tasks checked, data airline-2, grader 1" in r.output

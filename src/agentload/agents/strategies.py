@@ -55,7 +55,7 @@ def transfer_tool_name(domain: Domain) -> str | None:
     if isinstance(name, str):
         return name
     for tool in domain.tools:
-        if tool.name.startswith("transfer_to_human"):
+        if tool.name.startswith(("handoff_to_human", "transfer_to_human")):
             return tool.name
     return None
 

@@ -16,7 +16,7 @@ __all__ = ["DOMAIN", "AirlineDomain"]
 class AirlineDomain(Domain):
     name = "airline"
     # Bump on any change to the generated data, the tools' effects or the tasks.
-    data_version = "airline-1"
+    data_version = "airline-2"
     # Write tools copy a record before changing it (see tools.py), so episodes share one base.
     copy_on_write = True
 

@@ -160,15 +160,15 @@ def A(name: str, **arguments: object) -> Action:
 
 def _lookup(res: dict) -> list[Action]:
     return [
-        A("get_user_details", user_id=res["user_id"]),
-        A("get_reservation_details", reservation_id=res["reservation_id"]),
+        A("get_customer_profile", user_id=res["user_id"]),
+        A("get_booking", reservation_id=res["reservation_id"]),
     ]
 
 
 def _statuses(res: dict) -> list[Action]:
     """What an agent checks before a cancellation: has any flight flown or been cancelled?"""
     return [
-        A("get_flight_status", flight_number=s["flight_number"], date=s["date"])
+        A("check_flight_status", flight_number=s["flight_number"], date=s["date"])
         for s in res["flights"]
     ]
 
@@ -203,7 +203,7 @@ def t_flight_status(b: _Builder, n: int) -> Iterator[None]:
             "its new estimated departure time. You need nothing else.",
             f"Hi, is flight {seg['flight_number']} on {say_date(seg['date'])} on time?",
             {"flight_number": seg["flight_number"], "date": seg["date"]},
-            [A("get_flight_status", flight_number=seg["flight_number"], date=seg["date"])],
+            [A("check_flight_status", flight_number=seg["flight_number"], date=seg["date"])],
             ["delayed", est],
         )
         n -= 1
@@ -249,7 +249,7 @@ def t_gift_balance(b: _Builder, n: int) -> Iterator[None]:
             "profile. Nothing else.",
             "Hi! Can you tell me how much is left on my gift card?",
             {"user_id": u["user_id"]},
-            [A("get_user_details", user_id=u["user_id"])],
+            [A("get_customer_profile", user_id=u["user_id"])],
             [_money(gift["balance"])],
         )
         yield
@@ -277,7 +277,7 @@ def _route_offers(b: _Builder, min_offers: int) -> Iterator[tuple[str, str, str,
     days = _future_days(b)
     for origin, dest in routes:
         day = b.rng.choice(days[1:])
-        offers = T.search_direct_flight(b.db, origin, dest, day)
+        offers = T.find_nonstop_flights(b.db, origin, dest, day)
         if len(offers) >= min_offers:
             yield origin, dest, day, offers
 
@@ -297,7 +297,7 @@ def t_cheapest_flight(b: _Builder, n: int) -> Iterator[None]:
             f"Hi, what's the cheapest nonstop economy flight from {AIRPORTS[origin][0]} to "
             f"{AIRPORTS[dest][0]} on {say_date(day)}?",
             {"origin": origin, "destination": dest, "date": day},
-            [A("search_direct_flight", origin=origin, destination=dest, date=day)],
+            [A("find_nonstop_flights", origin=origin, destination=dest, date=day)],
             [best["flight_number"], _money(best["prices"]["economy"])],
             unknown=["your user id (you are not asked for it)"],
         )
@@ -352,7 +352,7 @@ def t_cancel(kind: str) -> Callable[[_Builder, int], Iterator[None]]:
                 [
                     *_lookup(res),
                     *_statuses(res),
-                    A("cancel_reservation", reservation_id=res["reservation_id"]),
+                    A("cancel_booking", reservation_id=res["reservation_id"]),
                 ],
                 [_money(paid(res))],
             )
@@ -372,7 +372,7 @@ def _add_bags(b: _Builder, res: dict, add: int, pay: dict) -> tuple[Action, int]
     """The gold bag update adding `add` bags (allowance from res's cabin), and its fee."""
     total, nonfree, cost = _bags_plan(b, res, add)
     action = A(
-        "update_reservation_baggages",
+        "set_booking_bags",
         reservation_id=res["reservation_id"],
         total_baggages=total,
         nonfree_baggages=nonfree,
@@ -436,7 +436,7 @@ def t_fix_passenger(b: _Builder, n: int) -> Iterator[None]:
             [
                 *_lookup(res),
                 A(
-                    "update_reservation_passengers",
+                    "change_booking_passengers",
                     reservation_id=res["reservation_id"],
                     passengers=pax,
                 ),
@@ -462,7 +462,7 @@ def _booking(b: _Builder, user: dict, pay: dict, insurance: bool, bags: int):
             "dob": user["dob"],
         }
         action = A(
-            "book_reservation",
+            "create_booking",
             user_id=user["user_id"],
             origin=origin,
             destination=dest,
@@ -481,7 +481,7 @@ def _booking(b: _Builder, user: dict, pay: dict, insurance: bool, bags: int):
             f"{'want' if insurance else 'do not want'} travel insurance. You will check "
             f"{bags} bag{'s' if bags != 1 else ''}. Pay with {card_words(pay)}."
         )
-        search = A("search_direct_flight", origin=origin, destination=dest, date=day)
+        search = A("find_nonstop_flights", origin=origin, destination=dest, date=day)
         return words, [search, action], total
     raise AssertionError("no route fits a booking")
 
@@ -503,7 +503,7 @@ def t_book(b: _Builder, n: int) -> Iterator[None]:
             words + " You want to know the total price and the new reservation id.",
             "Hi, I'd like to book a flight.",
             {"user_id": user["user_id"], "date_of_birth": user["dob"]},
-            [A("get_user_details", user_id=user["user_id"]), *gold],
+            [A("get_customer_profile", user_id=user["user_id"]), *gold],
             [_money(total)],
         )
         yield
@@ -521,14 +521,14 @@ def _upgrade_ok(b: _Builder, r: dict) -> bool:
 
 def _upgrade(b: _Builder, res: dict, pay: dict) -> tuple[list[Action], int]:
     searches = [
-        A("search_direct_flight", origin=s["origin"], destination=s["destination"], date=s["date"])
+        A("find_nonstop_flights", origin=s["origin"], destination=s["destination"], date=s["date"])
         for s in res["flights"]
     ]
     diff = sum(_inst(b.db, s)["prices"]["business"] - s["price"] for s in res["flights"]) * len(
         res["passengers"]
     )
     action = A(
-        "update_reservation_flights",
+        "change_booking_flights",
         reservation_id=res["reservation_id"],
         cabin="business",
         flights=_legs(res["flights"]),
@@ -596,13 +596,13 @@ def t_change_date(b: _Builder, n: int) -> Iterator[None]:
             [
                 *_lookup(res),
                 A(
-                    "search_direct_flight",
+                    "find_nonstop_flights",
                     origin=seg["origin"],
                     destination=seg["destination"],
                     date=day,
                 ),
                 A(
-                    "update_reservation_flights",
+                    "change_booking_flights",
                     reservation_id=res["reservation_id"],
                     cabin=res["cabin"],
                     flights=[{"flight_number": seg["flight_number"], "date": day}],
@@ -625,8 +625,8 @@ def _compensation(b: _Builder, res: dict) -> tuple[list[Action], int]:
     seg = airline_cancelled(b.db, res)[0]
     amount = 100 * len(res["passengers"])
     return [
-        A("get_flight_status", flight_number=seg["flight_number"], date=seg["date"]),
-        A("send_certificate", user_id=res["user_id"], amount=amount),
+        A("check_flight_status", flight_number=seg["flight_number"], date=seg["date"]),
+        A("issue_travel_certificate", user_id=res["user_id"], amount=amount),
     ], amount
 
 
@@ -668,7 +668,7 @@ def t_cancel_and_compensate(b: _Builder, n: int) -> Iterator[None]:
             [
                 *_lookup(res),
                 *_statuses(res),
-                A("cancel_reservation", reservation_id=res["reservation_id"]),
+                A("cancel_booking", reservation_id=res["reservation_id"]),
                 gold[-1],
             ],
             [_money(paid(res)), _money(amount)],
@@ -685,12 +685,12 @@ def t_bags_two(b: _Builder, n: int) -> Iterator[None]:
     for r1, r2 in pairs[:n]:
         user = b.db["users"][r1["user_id"]]
         pay = card(user)
-        gold = [A("get_user_details", user_id=user["user_id"])]
+        gold = [A("get_customer_profile", user_id=user["user_id"])]
         cost = 0
         for r in (r1, r2):
             bags, c = _add_bags(b, r, 2, pay)
             cost += c
-            gold += [A("get_reservation_details", reservation_id=r["reservation_id"]), bags]
+            gold += [A("get_booking", reservation_id=r["reservation_id"]), bags]
         b.claim(r1["reservation_id"], r2["reservation_id"], user["user_id"])
         b.add(
             "multi_write",
@@ -722,7 +722,7 @@ def t_cancel_and_book(b: _Builder, n: int) -> Iterator[None]:
             [
                 *_lookup(res),
                 *_statuses(res),
-                A("cancel_reservation", reservation_id=res["reservation_id"]),
+                A("cancel_booking", reservation_id=res["reservation_id"]),
                 *gold,
             ],
             [_money(paid(res)), _money(total)],
@@ -745,7 +745,7 @@ def t_fix_and_bags(b: _Builder, n: int) -> Iterator[None]:
             _known(res, payment=card_words(pay)),
             [
                 *_lookup(res),
-                A("update_reservation_passengers", reservation_id=rid, passengers=pax),
+                A("change_booking_passengers", reservation_id=rid, passengers=pax),
                 bags,
             ],
             [_money(cost)],

@@ -184,15 +184,15 @@ def _passengers(passengers: list[dict]) -> list[dict]:
 # --- read tools ------------------------------------------------------------------------------
 
 
-def get_user_details(db: dict, user_id: str) -> dict:
+def get_customer_profile(db: dict, user_id: str) -> dict:
     return _user(db, user_id)
 
 
-def get_reservation_details(db: dict, reservation_id: str) -> dict:
+def get_booking(db: dict, reservation_id: str) -> dict:
     return _reservation(db, reservation_id)
 
 
-def get_flight_status(db: dict, flight_number: str, date: str) -> dict:
+def check_flight_status(db: dict, flight_number: str, date: str) -> dict:
     flight, inst = _instance(db, flight_number, date)
     out = {
         "flight_number": flight_number,
@@ -238,7 +238,7 @@ def _check_airports(db: dict, *codes: str) -> None:
             raise ToolError(f"unknown airport code {c}")
 
 
-def search_direct_flight(db: dict, origin: str, destination: str, date: str) -> list[dict]:
+def find_nonstop_flights(db: dict, origin: str, destination: str, date: str) -> list[dict]:
     _check_airports(db, origin, destination)
     return [
         _offer(f, date, inst)
@@ -247,7 +247,7 @@ def search_direct_flight(db: dict, origin: str, destination: str, date: str) -> 
     ]
 
 
-def search_onestop_flight(db: dict, origin: str, destination: str, date: str) -> list[list[dict]]:
+def find_connecting_flights(db: dict, origin: str, destination: str, date: str) -> list[list[dict]]:
     _check_airports(db, origin, destination)
     out = []
     for f1, i1 in _bookable_from(db, origin, date):
@@ -260,7 +260,7 @@ def search_onestop_flight(db: dict, origin: str, destination: str, date: str) ->
     return out
 
 
-def list_all_airports(db: dict) -> dict:
+def list_airports(db: dict) -> dict:
     return {code: a["city"] for code, a in db["airports"].items()}
 
 
@@ -268,14 +268,14 @@ def calculate(db: dict, expression: str) -> str:
     return f"{round(evaluate_arithmetic(expression), 2):g}"
 
 
-def transfer_to_human_agents(db: dict, summary: str) -> str:
+def handoff_to_human(db: dict, summary: str) -> str:
     return "Transfer successful: a human agent will continue this conversation."
 
 
 # --- write tools -----------------------------------------------------------------------------
 
 
-def book_reservation(
+def create_booking(
     db: dict,
     user_id: str,
     origin: str,
@@ -332,7 +332,7 @@ def book_reservation(
     return res
 
 
-def cancel_reservation(db: dict, reservation_id: str) -> dict:
+def cancel_booking(db: dict, reservation_id: str) -> dict:
     res = _reservation(db, reservation_id, active=True)
     user = db["users"][res["user_id"]]
     net: dict[str, int] = {}
@@ -351,7 +351,7 @@ def cancel_reservation(db: dict, reservation_id: str) -> dict:
     return res
 
 
-def update_reservation_flights(
+def change_booking_flights(
     db: dict, reservation_id: str, cabin: str, flights: list[dict], payment_method_id: str
 ) -> dict:
     res = _reservation(db, reservation_id, active=True)
@@ -378,7 +378,7 @@ def update_reservation_flights(
     return res
 
 
-def update_reservation_passengers(db: dict, reservation_id: str, passengers: list[dict]) -> dict:
+def change_booking_passengers(db: dict, reservation_id: str, passengers: list[dict]) -> dict:
     res = _reservation(db, reservation_id, active=True)
     if len(passengers) != len(res["passengers"]):
         raise ToolError(
@@ -391,7 +391,7 @@ def update_reservation_passengers(db: dict, reservation_id: str, passengers: lis
     return res
 
 
-def update_reservation_baggages(
+def set_booking_bags(
     db: dict,
     reservation_id: str,
     total_baggages: int,
@@ -413,7 +413,7 @@ def update_reservation_baggages(
     return res
 
 
-def send_certificate(db: dict, user_id: str, amount: int) -> str:
+def issue_travel_certificate(db: dict, user_id: str, amount: int) -> str:
     _user(db, user_id)
     amount = int(amount)
     n = db["meta"]["certificates_issued"] + 1
@@ -468,51 +468,51 @@ def _desc(schema: dict, text: str) -> dict:
 
 TOOLS: list[Tool] = [
     Tool(
-        "get_user_details",
+        "get_customer_profile",
         "Get a customer's profile: name, contact details, membership level, payment methods "
         "(with gift card balances and certificate amounts), saved passengers and reservation ids.",
         _params(user_id=_desc(_STR, "the user id, e.g. ava_lopez_1234")),
         False,
-        get_user_details,
+        get_customer_profile,
     ),
     Tool(
-        "get_reservation_details",
+        "get_booking",
         "Get a reservation: itinerary with the price paid per passenger for each flight, "
         "passengers, cabin, baggage, insurance, payment history and status.",
         _params(reservation_id=_desc(_STR, "six characters, e.g. 8JQ4ZK")),
         False,
-        get_reservation_details,
+        get_booking,
     ),
     Tool(
-        "get_flight_status",
+        "check_flight_status",
         "Get the status of a flight on a date: scheduled, delayed (with the estimated "
         "departure), cancelled, departed or landed.",
         _params(flight_number=_desc(_STR, "e.g. SK123"), date=_DATE),
         False,
-        get_flight_status,
+        check_flight_status,
     ),
     Tool(
-        "search_direct_flight",
+        "find_nonstop_flights",
         "Search nonstop flights between two airports on a date that can still be booked, with "
         "seats left and the current price per passenger for each cabin.",
         _params(origin=_AIRPORT, destination=_AIRPORT, date=_DATE),
         False,
-        search_direct_flight,
+        find_nonstop_flights,
     ),
     Tool(
-        "search_onestop_flight",
+        "find_connecting_flights",
         "Search itineraries with exactly one connection (same day, at least 60 minutes) between "
         "two airports on a date. Each result is a pair of flights.",
         _params(origin=_AIRPORT, destination=_AIRPORT, date=_DATE),
         False,
-        search_onestop_flight,
+        find_connecting_flights,
     ),
     Tool(
-        "list_all_airports",
+        "list_airports",
         "List the airports Skyline Air serves: IATA code and city.",
         _params(),
         False,
-        list_all_airports,
+        list_airports,
     ),
     Tool(
         "calculate",
@@ -523,15 +523,15 @@ TOOLS: list[Tool] = [
         calculate,
     ),
     Tool(
-        "transfer_to_human_agents",
+        "handoff_to_human",
         "Hand the conversation to a human agent, with a summary of the customer's issue. Only "
         "when the request cannot be handled within the policy by the available tools.",
         _params(summary=_STR),
         False,
-        transfer_to_human_agents,
+        handoff_to_human,
     ),
     Tool(
-        "book_reservation",
+        "create_booking",
         "Book a new reservation for a customer and charge one payment method from their "
         "profile: flight prices times passengers, plus travel insurance and non-free bags.",
         _params(
@@ -548,18 +548,18 @@ TOOLS: list[Tool] = [
             insurance={"type": "boolean"},
         ),
         True,
-        book_reservation,
+        create_booking,
     ),
     Tool(
-        "cancel_reservation",
+        "cancel_booking",
         "Cancel a whole reservation and refund the original payment methods (certificates are "
         "not refunded).",
         _params(reservation_id=_STR),
         True,
-        cancel_reservation,
+        cancel_booking,
     ),
     Tool(
-        "update_reservation_flights",
+        "change_booking_flights",
         "Change the flights and/or cabin of a reservation. Give the complete new itinerary, "
         "including flights that do not change. The fare difference for all passengers is "
         "charged to, or refunded to, the given credit card or gift card.",
@@ -570,20 +570,20 @@ TOOLS: list[Tool] = [
             payment_method_id=_desc(_STR, "a credit card or gift card from the profile"),
         ),
         True,
-        update_reservation_flights,
+        change_booking_flights,
     ),
     Tool(
-        "update_reservation_passengers",
+        "change_booking_passengers",
         "Replace the passenger details of a reservation; the number of passengers must stay "
         "the same.",
         _params(
             reservation_id=_STR, passengers={"type": "array", "items": _PASSENGER, "minItems": 1}
         ),
         True,
-        update_reservation_passengers,
+        change_booking_passengers,
     ),
     Tool(
-        "update_reservation_baggages",
+        "set_booking_bags",
         "Set the number of checked bags of a reservation. Non-free bags added are charged "
         f"{BAG_FEE} dollars each to the given credit card or gift card.",
         _params(
@@ -593,14 +593,14 @@ TOOLS: list[Tool] = [
             payment_method_id=_STR,
         ),
         True,
-        update_reservation_baggages,
+        set_booking_bags,
     ),
     Tool(
-        "send_certificate",
+        "issue_travel_certificate",
         "Add a travel certificate of the given amount in dollars to a customer's profile, as "
         "compensation allowed by the policy.",
         _params(user_id=_STR, amount={"type": "integer", "minimum": 1, "maximum": 1000}),
         True,
-        send_certificate,
+        issue_travel_certificate,
     ),
 ]

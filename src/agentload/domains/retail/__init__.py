@@ -21,7 +21,7 @@ __all__ = ["DOMAIN", "REASON_KEYWORDS", "TRANSFER_TOOL", "RetailDomain", "make_d
 
 class RetailDomain(Domain):
     name = "retail"
-    data_version = "retail-1"
+    data_version = "retail-2"
     policy = POLICY
     # Write tools replace a record by a private copy (`own`) before changing it, so episodes
     # share the records of one parsed base database and hashing reuses their bytes.

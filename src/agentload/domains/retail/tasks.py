@@ -145,18 +145,18 @@ class _Gen:
         known = {"name": f"{n['first_name']} {n['last_name']}"}
         if self.rng.random() < 0.5:
             known["email"] = user["email"]
-            first = Action("find_user_id_by_email", {"email": user["email"]})
+            first = Action("lookup_customer_by_email", {"email": user["email"]})
         else:
             known["zip"] = user["address"]["zip"]
             first = Action(
-                "find_user_id_by_name_zip",
+                "lookup_customer_by_name_and_zip",
                 {
                     "first_name": n["first_name"],
                     "last_name": n["last_name"],
                     "zip": user["address"]["zip"],
                 },
             )
-        return known, [first, Action("get_user_details", {"user_id": user["user_id"]})]
+        return known, [first, Action("get_customer_profile", {"user_id": user["user_id"]})]
 
     def new_address(self, user: dict) -> dict[str, str]:
         while True:
@@ -186,7 +186,7 @@ def t_status_tracking(g: _Gen) -> _Draft | None:
     order = g.rng.choice(g.orders(user, "processed", "delivered"))
     known, gold = g.auth(user)
     known["order_id"] = order["order_id"]
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     tracking = tuple(f["tracking_id"] for f in order["fulfillments"])
     return _Draft(
         "read_only",
@@ -235,7 +235,7 @@ def t_gift_card_balance(g: _Gen) -> _Draft | None:
 
 
 def _product_read(g: _Gen, product_id: str) -> list[Action]:
-    return [_read("list_product_types"), _read("get_product_details", product_id=product_id)]
+    return [_read("list_products"), _read("get_product", product_id=product_id)]
 
 
 def t_variant_price(g: _Gen) -> _Draft | None:
@@ -293,7 +293,7 @@ def t_refund_estimate(g: _Gen) -> _Draft | None:
         f"the {g.item_desc(a['item_id'], a['product_id'])} and the "
         f"{g.item_desc(b['item_id'], b['product_id'])}"
     )
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     return _Draft(
         "read_only",
         f"You are considering returning two items of order {order['order_id']}: "
@@ -372,8 +372,8 @@ def t_cancel(g: _Gen) -> _Draft | None:
     known, gold = g.auth(user)
     known["order_id"] = order["order_id"]
     known["reason"] = _REASON_TEXT[reason]
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
-    gold.append(Action("cancel_pending_order", {"order_id": order["order_id"], "reason": reason}))
+    gold.append(_read("get_order", order_id=order["order_id"]))
+    gold.append(Action("cancel_order", {"order_id": order["order_id"], "reason": reason}))
     return _Draft(
         "single_write",
         f"You want to cancel your order {order['order_id']} because {_REASON_TEXT[reason]}."
@@ -400,10 +400,8 @@ def t_order_address(g: _Gen) -> _Draft | None:
     known, gold = g.auth(user)
     known["order_id"] = order["order_id"]
     known["new_address"] = _addr_text(addr)
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
-    gold.append(
-        Action("modify_pending_order_address", {"order_id": order["order_id"], **_addr_args(addr)})
-    )
+    gold.append(_read("get_order", order_id=order["order_id"]))
+    gold.append(Action("change_order_address", {"order_id": order["order_id"], **_addr_args(addr)}))
     return _Draft(
         "single_write",
         f"You want order {order['order_id']} shipped to {_addr_text(addr)} instead"
@@ -443,10 +441,10 @@ def t_order_payment(g: _Gen) -> _Draft | None:
     known, gold = g.auth(user)
     known["order_id"] = order["order_id"]
     known["payment_method"] = g.pm_desc(pm)
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     gold.append(
         Action(
-            "modify_pending_order_payment",
+            "change_order_payment",
             {"order_id": order["order_id"], "payment_method_id": pm["id"]},
         )
     )
@@ -473,7 +471,7 @@ def t_user_address(g: _Gen) -> _Draft | None:
     addr = g.new_address(user)
     known, gold = g.auth(user)
     known["new_address"] = _addr_text(addr)
-    gold.append(Action("modify_user_address", {"user_id": user["user_id"], **_addr_args(addr)}))
+    gold.append(Action("change_default_address", {"user_id": user["user_id"], **_addr_args(addr)}))
     return _Draft(
         "single_write",
         f"You moved and want your default address on file changed to {_addr_text(addr)}"
@@ -513,10 +511,10 @@ def _return_draft(g: _Gen, to_gift_card: bool) -> _Draft | None:
     known["order_id"] = order["order_id"]
     known["items_to_return"] = "; ".join(g.item_desc(i["item_id"], i["product_id"]) for i in items)
     known["refund_to"] = g.pm_desc(pm) if to_gift_card else "the original payment method"
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     gold.append(
         Action(
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": order["order_id"],
                 "item_ids": [i["item_id"] for i in items],
@@ -594,10 +592,10 @@ def _swap_draft(g: _Gen, exchange: bool) -> tuple[_Draft, dict, dict] | None:
     known["wanted_variant"] = new_opts
     known["payment_method"] = g.pm_desc(pm)
     gold += [
-        _read("get_order_details", order_id=order["order_id"]),
-        _read("get_product_details", product_id=item["product_id"]),
+        _read("get_order", order_id=order["order_id"]),
+        _read("get_product", product_id=item["product_id"]),
     ]
-    name = "exchange_delivered_order_items" if exchange else "modify_pending_order_items"
+    name = "request_exchange" if exchange else "change_order_items"
     gold.append(
         Action(
             name,
@@ -691,10 +689,10 @@ def _swap_two(g: _Gen, exchange: bool) -> _Draft | None:
     known["order_id"] = order["order_id"]
     known["changes"] = "; ".join(wants)
     known["payment_method"] = g.pm_desc(pm)
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     for pid in dict.fromkeys(it["product_id"] for it, _ in swaps):
-        gold.append(_read("get_product_details", product_id=pid))
-    name = "exchange_delivered_order_items" if exchange else "modify_pending_order_items"
+        gold.append(_read("get_product", product_id=pid))
+    name = "request_exchange" if exchange else "change_order_items"
     gold.append(
         Action(
             name,
@@ -760,7 +758,7 @@ def t_order_total(g: _Gen) -> _Draft | None:
     pm = user["payment_methods"][order["payment_method_id"]]
     known, gold = g.auth(user)
     known["order_id"] = order["order_id"]
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     return _Draft(
         "read_only",
         f"You want to know how much you paid in total for order {order['order_id']}, and "
@@ -796,10 +794,10 @@ def t_cancel_and_readdress(g: _Gen) -> _Draft | None:
         new_address=_addr_text(addr),
     )
     gold += [
-        _read("get_order_details", order_id=a["order_id"]),
-        Action("cancel_pending_order", {"order_id": a["order_id"], "reason": reason}),
-        _read("get_order_details", order_id=b["order_id"]),
-        Action("modify_pending_order_address", {"order_id": b["order_id"], **_addr_args(addr)}),
+        _read("get_order", order_id=a["order_id"]),
+        Action("cancel_order", {"order_id": a["order_id"], "reason": reason}),
+        _read("get_order", order_id=b["order_id"]),
+        Action("change_order_address", {"order_id": b["order_id"], **_addr_args(addr)}),
     ]
     return _Draft(
         "multi_write",
@@ -840,19 +838,19 @@ def t_return_and_exchange(g: _Gen) -> _Draft | None:
         payment_method=g.pm_desc(pm),
     )
     gold += [
-        _read("get_order_details", order_id=a["order_id"]),
+        _read("get_order", order_id=a["order_id"]),
         Action(
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": a["order_id"],
                 "item_ids": [i["item_id"] for i in ret],
                 "payment_method_id": a["payment_method_id"],
             },
         ),
-        _read("get_order_details", order_id=b["order_id"]),
-        _read("get_product_details", product_id=item["product_id"]),
+        _read("get_order", order_id=b["order_id"]),
+        _read("get_product", product_id=item["product_id"]),
         Action(
-            "exchange_delivered_order_items",
+            "request_exchange",
             {
                 "order_id": b["order_id"],
                 "item_ids": [item["item_id"]],
@@ -884,9 +882,9 @@ def t_move_house(g: _Gen) -> _Draft | None:
     known, gold = g.auth(user)
     known.update(order_id=order["order_id"], new_address=_addr_text(addr))
     gold += [
-        Action("modify_user_address", {"user_id": user["user_id"], **_addr_args(addr)}),
-        _read("get_order_details", order_id=order["order_id"]),
-        Action("modify_pending_order_address", {"order_id": order["order_id"], **_addr_args(addr)}),
+        Action("change_default_address", {"user_id": user["user_id"], **_addr_args(addr)}),
+        _read("get_order", order_id=order["order_id"]),
+        Action("change_order_address", {"order_id": order["order_id"], **_addr_args(addr)}),
     ]
     return _Draft(
         "multi_write",
@@ -914,7 +912,7 @@ def t_items_and_address(g: _Gen) -> _Draft | None:
         "address stays the same." + _CONFIRM
     )
     draft.gold.append(
-        Action("modify_pending_order_address", {"order_id": order["order_id"], **_addr_args(addr)})
+        Action("change_order_address", {"order_id": order["order_id"], **_addr_args(addr)})
     )
     return draft
 
@@ -932,8 +930,8 @@ def t_cancel_two(g: _Gen) -> _Draft | None:
     )
     for o in (a, b):
         gold += [
-            _read("get_order_details", order_id=o["order_id"]),
-            Action("cancel_pending_order", {"order_id": o["order_id"], "reason": reason}),
+            _read("get_order", order_id=o["order_id"]),
+            Action("cancel_order", {"order_id": o["order_id"], "reason": reason}),
         ]
     return _Draft(
         "multi_write",
@@ -963,16 +961,16 @@ def t_return_and_readdress(g: _Gen) -> _Draft | None:
         new_address=_addr_text(addr),
     )
     gold += [
-        _read("get_order_details", order_id=order["order_id"]),
+        _read("get_order", order_id=order["order_id"]),
         Action(
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": order["order_id"],
                 "item_ids": [i["item_id"] for i in items],
                 "payment_method_id": order["payment_method_id"],
             },
         ),
-        Action("modify_user_address", {"user_id": user["user_id"], **_addr_args(addr)}),
+        Action("change_default_address", {"user_id": user["user_id"], **_addr_args(addr)}),
     ]
     return _Draft(
         "multi_write",
@@ -1002,7 +1000,7 @@ def _refusal(
     known, gold = g.auth(user)
     known["order_id"] = order["order_id"]
     known.update(extra_known or {})
-    gold.append(_read("get_order_details", order_id=order["order_id"]))
+    gold.append(_read("get_order", order_id=order["order_id"]))
     return _Draft(
         "refusal",
         instructions + _ACCEPT_REFUSAL,
@@ -1028,9 +1026,7 @@ def t_cancel_delivered(g: _Gen) -> _Draft | None:
         "not pending",
         f"You want to cancel order {order['order_id']} because you no longer need it.",
         "Hi, I want to cancel an order please.",
-        Action(
-            "cancel_pending_order", {"order_id": order["order_id"], "reason": "no longer needed"}
-        ),
+        Action("cancel_order", {"order_id": order["order_id"], "reason": "no longer needed"}),
         {"reason": "you no longer need it"},
     )
 
@@ -1048,7 +1044,7 @@ def t_readdress_processed(g: _Gen) -> _Draft | None:
         "not pending",
         f"You want order {order['order_id']} delivered to {_addr_text(addr)} instead.",
         "Hello, I need to change the delivery address of an order.",
-        Action("modify_pending_order_address", {"order_id": order["order_id"], **_addr_args(addr)}),
+        Action("change_order_address", {"order_id": order["order_id"], **_addr_args(addr)}),
         {"new_address": _addr_text(addr)},
     )
 
@@ -1068,7 +1064,7 @@ def t_return_processed(g: _Gen) -> _Draft | None:
         f"{order['order_id']}, refunded to the original payment method.",
         "Hi, I'd like to return an item.",
         Action(
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": order["order_id"],
                 "item_ids": [item["item_id"]],
@@ -1108,7 +1104,7 @@ def t_return_wrong_method(g: _Gen) -> _Draft | None:
         f"{order['order_id']}, and you want the refund on {g.pm_desc(pm)} and nowhere else.",
         "Hello, I want to send an item back and get my money on a different card.",
         Action(
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": order["order_id"],
                 "item_ids": [item["item_id"]],
@@ -1140,7 +1136,7 @@ def t_return_late(g: _Gen) -> _Draft | None:
         f"{order['order_id']}, refunded to the original payment method.",
         "Hi, I'd like to return something I bought a while ago.",
         Action(
-            "return_delivered_order_items",
+            "request_return",
             {
                 "order_id": order["order_id"],
                 "item_ids": [item["item_id"]],
@@ -1178,7 +1174,7 @@ def t_modify_twice(g: _Gen) -> _Draft | None:
         f"{new_opts}, paying any difference with {g.pm_desc(pm)}.",
         "Hi, I need to change an item on my order again.",
         Action(
-            "modify_pending_order_items",
+            "change_order_items",
             {
                 "order_id": order["order_id"],
                 "item_ids": [item["item_id"]],
@@ -1214,7 +1210,7 @@ def t_exchange_other_product(g: _Gen) -> _Draft | None:
         f"({_opts(other['variants'][new_id]['options'])}) instead.",
         f"Hello, can I swap something I received for a {other['name'].lower()}?",
         Action(
-            "exchange_delivered_order_items",
+            "request_exchange",
             {
                 "order_id": order["order_id"],
                 "item_ids": [item["item_id"]],
@@ -1275,7 +1271,7 @@ def t_gift_card_short(g: _Gen) -> _Draft | None:
         "of the method you used.",
         "Hello, I'd like to use my gift card for an order.",
         Action(
-            "modify_pending_order_payment",
+            "change_order_payment",
             {"order_id": order["order_id"], "payment_method_id": gc["id"]},
         ),
         {"payment_method": "your gift card"},
@@ -1314,7 +1310,7 @@ def t_exchange_out_of_stock(g: _Gen) -> _Draft | None:
         "variant.",
         "Hi, I'd like to exchange an item for a different option.",
         Action(
-            "exchange_delivered_order_items",
+            "request_exchange",
             {
                 "order_id": order["order_id"],
                 "item_ids": [item["item_id"]],

@@ -182,7 +182,7 @@ def _order_view(db: dict, order: dict) -> dict:
 # --- read tools ------------------------------------------------------------------------
 
 
-def find_user_id_by_email(db: dict, email: str) -> str:
+def lookup_customer_by_email(db: dict, email: str) -> str:
     wanted = email.strip().lower()
     for uid, user in db["users"].items():
         if user["email"] == wanted:
@@ -190,7 +190,7 @@ def find_user_id_by_email(db: dict, email: str) -> str:
     raise ToolError(f"no user with email {email!r}")
 
 
-def find_user_id_by_name_zip(db: dict, first_name: str, last_name: str, zip: str) -> str:
+def lookup_customer_by_name_and_zip(db: dict, first_name: str, last_name: str, zip: str) -> str:
     f, last, z = first_name.strip().lower(), last_name.strip().lower(), zip.strip()
     for uid, user in db["users"].items():
         n = user["name"]
@@ -203,19 +203,19 @@ def find_user_id_by_name_zip(db: dict, first_name: str, last_name: str, zip: str
     raise ToolError(f"no user named {first_name} {last_name} with zip code {zip!r}")
 
 
-def get_user_details(db: dict, user_id: str) -> dict:
+def get_customer_profile(db: dict, user_id: str) -> dict:
     return _user(db, user_id)
 
 
-def get_order_details(db: dict, order_id: str) -> dict:
+def get_order(db: dict, order_id: str) -> dict:
     return _order_view(db, _order(db, order_id))
 
 
-def get_product_details(db: dict, product_id: str) -> dict:
+def get_product(db: dict, product_id: str) -> dict:
     return _product(db, product_id)
 
 
-def list_product_types(db: dict) -> dict[str, str]:
+def list_products(db: dict) -> dict[str, str]:
     return {
         p["name"]: pid for pid, p in sorted(db["products"].items(), key=lambda kv: kv[1]["name"])
     }
@@ -226,14 +226,14 @@ def calculate(db: dict, expression: str) -> str:
     return f"{round(value, 2):.2f}"
 
 
-def transfer_to_human_agents(db: dict, summary: str) -> str:
+def handoff_to_human(db: dict, summary: str) -> str:
     return "Transfer successful. A human agent will take over this conversation."
 
 
 # --- write tools -----------------------------------------------------------------------
 
 
-def cancel_pending_order(db: dict, order_id: str, reason: str) -> dict:
+def cancel_order(db: dict, order_id: str, reason: str) -> dict:
     order = _order(db, order_id)
     _require_status(order, "pending")
     if reason not in CANCEL_REASONS:
@@ -250,7 +250,7 @@ def cancel_pending_order(db: dict, order_id: str, reason: str) -> dict:
     return _order_view(db, order)
 
 
-def modify_pending_order_address(db: dict, order_id: str, **address: str) -> dict:
+def change_order_address(db: dict, order_id: str, **address: str) -> dict:
     order = _order(db, order_id)
     _require_status(order, "pending")
     addr = _address(address)
@@ -259,7 +259,7 @@ def modify_pending_order_address(db: dict, order_id: str, **address: str) -> dic
     return _order_view(db, order)
 
 
-def modify_pending_order_payment(db: dict, order_id: str, payment_method_id: str) -> dict:
+def change_order_payment(db: dict, order_id: str, payment_method_id: str) -> dict:
     order = _order(db, order_id)
     _require_status(order, "pending")
     pm = _payment_method(db, order, payment_method_id)
@@ -282,7 +282,7 @@ def modify_pending_order_payment(db: dict, order_id: str, payment_method_id: str
     return _order_view(db, order)
 
 
-def modify_pending_order_items(
+def change_order_items(
     db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict:
     order = _order(db, order_id)
@@ -314,7 +314,7 @@ def modify_pending_order_items(
     return _order_view(db, order)
 
 
-def modify_user_address(db: dict, user_id: str, **address: str) -> dict:
+def change_default_address(db: dict, user_id: str, **address: str) -> dict:
     user = _user(db, user_id)
     addr = _address(address)
     user = own(db, "users", user["user_id"])
@@ -322,9 +322,7 @@ def modify_user_address(db: dict, user_id: str, **address: str) -> dict:
     return user
 
 
-def return_delivered_order_items(
-    db: dict, order_id: str, item_ids: list[str], payment_method_id: str
-) -> dict:
+def request_return(db: dict, order_id: str, item_ids: list[str], payment_method_id: str) -> dict:
     order = _order(db, order_id)
     _delivered_within_window(order)
     items = _order_items(order, item_ids)
@@ -344,7 +342,7 @@ def return_delivered_order_items(
     return _order_view(db, order)
 
 
-def exchange_delivered_order_items(
+def request_exchange(
     db: dict, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict:
     order = _order(db, order_id)
@@ -410,14 +408,14 @@ _ADDRESS_PROPS = {
 
 TOOLS: list[Tool] = [
     Tool(
-        "find_user_id_by_email",
+        "lookup_customer_by_email",
         "Find a user's id from their email address. Use it to authenticate the user.",
         _obj({"email": _s("The user's email, such as 'ava.chen12@example.com'.", minLength=1)}),
         False,
-        find_user_id_by_email,
+        lookup_customer_by_email,
     ),
     Tool(
-        "find_user_id_by_name_zip",
+        "lookup_customer_by_name_and_zip",
         "Find a user's id from their first name, last name and the zip code of their default "
         "address. Use it to authenticate a user who cannot give their email.",
         _obj(
@@ -428,38 +426,38 @@ TOOLS: list[Tool] = [
             }
         ),
         False,
-        find_user_id_by_name_zip,
+        lookup_customer_by_name_and_zip,
     ),
     Tool(
-        "get_user_details",
+        "get_customer_profile",
         "Get a user's profile: name, email, default address, payment methods (with gift card "
         "balances) and the ids of their orders.",
         _obj({"user_id": _USER_ID}),
         False,
-        get_user_details,
+        get_customer_profile,
     ),
     Tool(
-        "get_order_details",
+        "get_order",
         "Get an order: status, creation and delivery dates, shipping address, items (item id, "
         "product, options, price), fulfillments with tracking ids, payment method and payment "
         "history, and any cancellation, return or exchange request.",
         _obj({"order_id": _ORDER_ID}),
         False,
-        get_order_details,
+        get_order,
     ),
     Tool(
-        "get_product_details",
+        "get_product",
         "Get a product type and all its variants: item id, options, price and units in stock.",
         _obj({"product_id": _s("The product id, a 10-digit string.", minLength=1)}),
         False,
-        get_product_details,
+        get_product,
     ),
     Tool(
-        "list_product_types",
+        "list_products",
         "List every product type sold, as a map from product name to product id.",
         _obj({}),
         False,
-        list_product_types,
+        list_products,
     ),
     Tool(
         "calculate",
@@ -470,7 +468,7 @@ TOOLS: list[Tool] = [
         calculate,
     ),
     Tool(
-        "cancel_pending_order",
+        "cancel_order",
         "Cancel a pending order. Each payment is refunded to the method that made it; gift card "
         "refunds are immediate. Only after the user has confirmed with 'yes'.",
         _obj(
@@ -480,27 +478,27 @@ TOOLS: list[Tool] = [
             }
         ),
         True,
-        cancel_pending_order,
+        cancel_order,
     ),
     Tool(
-        "modify_pending_order_address",
+        "change_order_address",
         "Change the shipping address of a pending order. Only after the user has confirmed "
         "with 'yes'.",
         _obj({"order_id": _ORDER_ID, **_ADDRESS_PROPS}),
         True,
-        modify_pending_order_address,
+        change_order_address,
     ),
     Tool(
-        "modify_pending_order_payment",
+        "change_order_payment",
         "Pay a pending order with another of the user's payment methods: the order total is "
         "charged to the new method and what was paid is refunded to the old one. A gift card "
         "must hold the whole total. Only after the user has confirmed with 'yes'.",
         _obj({"order_id": _ORDER_ID, "payment_method_id": _PM_ID}),
         True,
-        modify_pending_order_payment,
+        change_order_payment,
     ),
     Tool(
-        "modify_pending_order_items",
+        "change_order_items",
         "Swap items of a pending order for other variants of the same products. Allowed once "
         "per order, so include every item to change in one call. The price difference is "
         "charged to (or refunded to) the given payment method; a gift card must cover a "
@@ -514,27 +512,27 @@ TOOLS: list[Tool] = [
             }
         ),
         True,
-        modify_pending_order_items,
+        change_order_items,
     ),
     Tool(
-        "modify_user_address",
+        "change_default_address",
         "Change a user's default address (existing orders keep theirs). Only after the user "
         "has confirmed with 'yes'.",
         _obj({"user_id": _USER_ID, **_ADDRESS_PROPS}),
         True,
-        modify_user_address,
+        change_default_address,
     ),
     Tool(
-        "return_delivered_order_items",
+        "request_return",
         "Request the return of items of a delivered order, within the return window. The "
         "refund goes to the order's original payment method or to the user's gift card. The "
         "order becomes 'return requested'. Only after the user has confirmed with 'yes'.",
         _obj({"order_id": _ORDER_ID, "item_ids": _ITEM_IDS, "payment_method_id": _PM_ID}),
         True,
-        return_delivered_order_items,
+        request_return,
     ),
     Tool(
-        "exchange_delivered_order_items",
+        "request_exchange",
         "Request the exchange of items of a delivered order, within the return window, for "
         "other in-stock variants of the same products. The price difference is settled with "
         "the given payment method; a gift card must cover a positive difference. The order "
@@ -548,16 +546,16 @@ TOOLS: list[Tool] = [
             }
         ),
         True,
-        exchange_delivered_order_items,
+        request_exchange,
     ),
     Tool(
-        "transfer_to_human_agents",
+        "handoff_to_human",
         "Hand the conversation to a human agent, with a short summary of the user's issue. "
         "Use it only when the policy says so; it ends your part of the conversation.",
         _obj({"summary": _s("What the user needs and what was done so far.", minLength=1)}),
         False,
-        transfer_to_human_agents,
+        handoff_to_human,
     ),
 ]
 
-TRANSFER_TOOL = "transfer_to_human_agents"
+TRANSFER_TOOL = "handoff_to_human"
