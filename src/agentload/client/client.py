@@ -112,6 +112,7 @@ class _Attempt:
 
     __slots__ = (
         "content",
+        "counts",
         "finish_reason",
         "first_token_ns",
         "headers_ns",
@@ -133,6 +134,7 @@ class _Attempt:
         self.tool_slots: dict[int, list[Any]] = {}  # index -> [id, type, name, [arg pieces]]
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.counts: tuple[int | None, ...] = (None, None, None, None)  # checked usage
         self.saw_done = False
 
 
@@ -595,6 +597,8 @@ class ChatClient:
                             raise BadShape("choice without a delta object")
                         fr = ch.get("finish_reason")
                         if fr:
+                            if fr.__class__ is not str:
+                                raise BadShape("finish_reason is not a string")
                             acc.finish_reason = fr
                     elif choices is not None and choices.__class__ is not list:
                         raise BadShape("choices is not a list")
@@ -602,6 +606,8 @@ class ChatClient:
                         _raise_error_event(obj["error"], acc.secrets)
                     u = obj.get("usage")
                     if u is not None:
+                        # Checked on arrival: a later good chunk must not hide a bad one.
+                        acc.counts = usage_counts(u)
                         acc.usage = u
                 except _SHAPE_ERRORS as e:
                     raise CallError(
@@ -644,8 +650,14 @@ class ChatClient:
                 _merge_tool_calls(acc.tool_slots, tcs)
             elif tcs is not None and tcs.__class__ is not list:
                 raise BadShape("message.tool_calls is not a list")
-            acc.finish_reason = ch.get("finish_reason")
-            acc.usage = obj.get("usage")
+            fr = ch.get("finish_reason")
+            if fr is not None and fr.__class__ is not str:
+                raise BadShape("finish_reason is not a string")
+            acc.finish_reason = fr
+            u = obj.get("usage")
+            if u is not None:
+                acc.counts = usage_counts(u)
+                acc.usage = u
         except _SHAPE_ERRORS as e:
             raise CallError(
                 "malformed_stream",
@@ -721,19 +733,13 @@ def _collect(rec: CallRecord, result: CallResult, acc: _Attempt) -> None:
         for i, s in sorted(acc.tool_slots.items())
     ]
     rec.num_tool_calls = len(result.tool_calls)
-    fr = acc.finish_reason
-    if fr is not None and fr.__class__ is not str:
-        raise BadShape(f"finish_reason is not a string: {str(fr)[:40]!r}")
-    rec.finish_reason = fr
-    u = acc.usage
-    if u is not None:
-        counts = usage_counts(u)
-        if u:
-            rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.reasoning_tokens = (
-                counts
-            )
-        else:
-            acc.usage = None  # `usage: {}` says nothing: estimate as if absent
+    rec.finish_reason = acc.finish_reason
+    if acc.usage:
+        rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.reasoning_tokens = (
+            acc.counts
+        )
+    else:
+        acc.usage = None  # `usage: {}` says nothing: estimate as if absent
     result.usage = acc.usage
 
 
