@@ -427,7 +427,7 @@ class ChatClient:
             hdrs["Authorization"] = f"Bearer {key}"
             secrets = (key, *secrets)
         elif self._url_auth is not None:
-            hdrs["Authorization"] = self._url_auth.encode()
+            hdrs["Authorization"] = self._url_auth
 
         policy = ep.retry
         t_first = _now_ns()

@@ -6,13 +6,12 @@ parsing, secret redaction, URL credentials, and checking the server's `usage` nu
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import email.utils
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import aiohttp
-from yarl import URL
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 # The longest wait a `Retry-After` header can impose before the next attempt, in seconds. A
 # server asking for more (or for a date far ahead) gets this; the wait is in the record.
@@ -66,19 +65,23 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def split_userinfo(url: str) -> tuple[str, aiohttp.BasicAuth | None, tuple[str, ...]]:
-    """(url without `user:pass@`, Basic credentials from it or None, the strings to redact).
+def split_userinfo(url: str) -> tuple[str, str | None, tuple[str, ...]]:
+    """(url without `user:pass@`, its `Authorization: Basic` value or None, what to redact).
 
     aiohttp refuses a request whose URL holds credentials when an `Authorization` header is
     also set, so the credentials are taken out of the URL and sent as a header by the
     client, and only when no API key is configured.
     """
-    u = URL(url)
-    if u.raw_user is None and u.raw_password is None:
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
         return url, None, ()
-    auth = aiohttp.BasicAuth(u.user or "", u.password or "")
-    secrets = tuple(s for s in {u.password, u.raw_password} if s and len(s) >= _MIN_SECRET_LEN)
-    return str(u.with_user(None)), auth, secrets
+    raw_user, _, raw_password = userinfo.partition(":")
+    user, password = unquote(raw_user), unquote(raw_password)
+    pair = f"{user}:{password}".encode()
+    auth = "Basic " + base64.b64encode(pair).decode("ascii")
+    secrets = tuple(s for s in {password, raw_password} if len(s) >= _MIN_SECRET_LEN)
+    return urlunsplit(parts._replace(netloc=hostport)), auth, secrets
 
 
 def _count(usage: Mapping[str, Any], key: str, where: str) -> int | None:

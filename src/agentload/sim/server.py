@@ -93,6 +93,21 @@ def plan_items(
     return items, ids
 
 
+def _fault_index(items: list[Item], after: int) -> int:
+    """Index of the token at which a mid-stream fault strikes: after `after` tokens that show
+    on the wire. Hidden tokens (a tool-call parser's `<tool_call>` opening, `</think>`) do not
+    count, so a client always sees `after` tokens first, tool-call answers included."""
+    if after <= 0:
+        return 0
+    seen = 0
+    for i, (kind, _, _) in enumerate(items):
+        if kind != HIDDEN:
+            seen += 1
+            if seen == after:
+                return i + 1
+    return len(items)
+
+
 class _Out:
     """Common state of one request's output."""
 
@@ -175,7 +190,7 @@ class StreamOut(_Out):
         self.held: list[bytes] | None = None
         self.fault_at = -1
         if fault in ("reset", "truncate", "malformed", "stall", "error_event"):
-            self.fault_at = sim.config.fault_after_tokens
+            self.fault_at = _fault_index(items, sim.config.fault_after_tokens)
         elif fault == "stall_first_token":
             self.fault_at = 0
         # The event of every middle token, built now, at admission, so that a step's
