@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agentload.cli import app
+from agentload.cli.app import app
 from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, parse_duration
 from agentload.runner import (
     EXIT_FAILED,
