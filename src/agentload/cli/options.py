@@ -92,7 +92,13 @@ def command_options(*groups: Iterable[Opt]) -> Callable[[Callable[..., Any]], Ca
     opts = [o for g in groups for o in g]
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        params = [o.parameter() for o in opts]
+        # The function's own named parameters (e.g. a typer.Context) come first.
+        own = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        params = own + [o.parameter() for o in opts]
         fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         fn.__annotations__ = {p.name: p.annotation for p in params}
         return fn
