@@ -249,6 +249,7 @@ class RunConfig(BaseModel):
     schema_: str = Field(CONFIG_SCHEMA, alias="schema")
     out: str = Field("results/run", description="Results folder.")
     run_id: str | None = Field(None, description="Default: derived from the start time.")
+    kind: str = Field("episodes", description="Workload kind (a registered name).")
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
         description="Endpoint per role (agent, user, …); none = the embedded simulator.",
@@ -270,6 +271,13 @@ class RunConfig(BaseModel):
         if isinstance(value, Mapping):
             return {str(k): parse_duration(v) for k, v in value.items()}
         return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        from agentload.workloads.base import WORKLOADS
+
+        return WORKLOADS.check(value)
 
     @field_validator("endpoints", mode="before")
     @classmethod

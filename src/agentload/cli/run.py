@@ -26,10 +26,9 @@ from agentload.runner import (
     RunFailed,
     RunOutcome,
     execute_run,
-    execute_sweep,
     load_saved_config,
-    sweep_table,
 )
+from agentload.sweep import execute_sweep, sweep_table
 from agentload.util import run_async
 
 _EXIT_CODES = """\

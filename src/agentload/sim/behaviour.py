@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentload.registry import Registry
 from agentload.sim.tokenizer import split_pieces
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 if TYPE_CHECKING:
     from agentload.sim.config import SimConfig
@@ -73,15 +74,15 @@ class RequestView:
 
     @property
     def role(self) -> str | None:
-        return self.headers.get("X-Agentload-Role")
+        return self.headers.get(ROLE_HEADER)
 
     @property
     def task(self) -> str | None:
-        return self.headers.get("X-Agentload-Task")
+        return self.headers.get(TASK_HEADER)
 
     @property
     def session_id(self) -> str | None:
-        return self.headers.get("X-Session-ID")
+        return self.headers.get(SESSION_HEADER)
 
     @property
     def options(self) -> dict[str, Any]:
