@@ -172,6 +172,14 @@ async def test_control_stream_is_ok(server: ScriptedServer) -> None:
     assert res.content == "ok!" and res.record.prompt_tokens == 10
 
 
+async def test_choice_without_delta_is_tolerated(server: ScriptedServer) -> None:
+    # Some services send choices with only annotations (content-filter results), no delta.
+    note = {"choices": [{"index": 0, "finish_reason": None, "content_filter_results": {}}]}
+    res = await _call(server, _stream(sse(note)))
+    assert res.ok, res.record
+    assert res.content == "ok"
+
+
 async def test_tool_calls_empty_list_is_fine(server: ScriptedServer) -> None:
     # Some servers send `"tool_calls": []` in content deltas: not an error.
     res = await _call(server, _stream(sse(chunk({"content": "!", "tool_calls": []}))))

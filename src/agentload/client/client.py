@@ -594,8 +594,13 @@ class ChatClient:
                                 if acc.first_token_ns is None:
                                     acc.first_token_ns = now
                                     dog.first_token(now)
+                        elif delta is None:
+                            # Choices without a delta occur (content-filter notes); a full
+                            # `message` where the delta belongs would lose the answer.
+                            if "message" in ch:
+                                raise BadShape("a non-streamed message inside a stream")
                         elif delta.__class__ is not dict:
-                            raise BadShape("choice without a delta object")
+                            raise BadShape("delta is not an object")
                         fr = ch.get("finish_reason")
                         if fr:
                             if fr.__class__ is not str:
