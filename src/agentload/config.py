@@ -143,14 +143,14 @@ class WorkloadConfig(BaseModel):
     @field_validator("agent")
     @classmethod
     def _agent(cls, value: str) -> str:
-        from agentload.agents.strategies import AGENTS
+        from agentload.plugins import AGENTS
 
         return AGENTS.check(value)
 
     @field_validator("user")
     @classmethod
     def _user(cls, value: str) -> str:
-        from agentload.agents.users import USERS
+        from agentload.plugins import USERS
 
         return USERS.check(value)
 
@@ -275,7 +275,7 @@ class RunConfig(BaseModel):
     @field_validator("kind")
     @classmethod
     def _kind(cls, value: str) -> str:
-        from agentload.workloads.base import WORKLOADS
+        from agentload.plugins import WORKLOADS
 
         return WORKLOADS.check(value)
 
