@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentload.registry import Registry
+from agentload.plugins import BEHAVIOURS
 from agentload.sim.tokenizer import split_pieces
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
@@ -108,18 +108,6 @@ class Behaviour(Protocol):
 
 
 BehaviourFactory = Callable[["SimConfig"], Behaviour]
-
-BEHAVIOURS: Registry[BehaviourFactory] = Registry(
-    "sim_behaviours",
-    "simulator behaviour",
-    {
-        GENERIC_ROLE: "agentload.sim.behaviour:GenericBehaviour",
-        "agent": "agentload.sim.roles:SkilledAgent",
-        "user": "agentload.sim.roles:CooperativeUser",
-    },
-)
-"""Behaviour factories by the role they play (the request's ``X-Agentload-Role``); outside
-packages add theirs in the `agentload.sim_behaviours` entry-point group."""
 
 
 def register_behaviour(role: str, factory: BehaviourFactory) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentload.registry import Registry
+from agentload.plugins import WORKLOADS
 
 if TYPE_CHECKING:
     from agentload.client import ChatClient, EndpointConfig
@@ -88,15 +88,6 @@ class Workload(ABC):
         """Run one session; its calls go through `clients` (by role), which record them.
         Should not raise for failures of the server under test: those end the session with
         a termination reason."""
-
-
-WORKLOADS: Registry[type[Workload]] = Registry(
-    "workloads",
-    "workload kind",
-    {"episodes": "agentload.workloads.episodes:EpisodesWorkload"},
-)
-"""Workload kinds by name; outside packages add theirs in the `agentload.workloads`
-entry-point group."""
 
 
 def make_workload(cfg: RunConfig) -> Workload:
