@@ -190,6 +190,14 @@ async def test_userinfo_without_key_is_basic_auth(server: ScriptedServer) -> Non
     assert server.requests[0]["headers"]["Authorization"] == expected
 
 
+async def test_explicit_authorization_header_wins_over_userinfo(server: ScriptedServer) -> None:
+    server.scripts["default"] = _ok()
+    url = server.base_url.replace("http://", "http://bob:hunter22pw@")
+    res = await _call(server, url, headers={"authorization": "Token abc"})
+    assert res.record.ok, res.record
+    assert server.requests[0]["headers"]["Authorization"] == "Token abc"
+
+
 async def test_userinfo_password_echoed_is_redacted(server: ScriptedServer) -> None:
     body = orjson.dumps({"error": {"message": "bad credentials bob:hunter22pw"}})
     server.scripts["default"] = Script(

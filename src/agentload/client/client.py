@@ -421,8 +421,8 @@ class ChatClient:
         if key:
             hdrs["Authorization"] = f"Bearer {key}"
             secrets = (key, *secrets)
-        elif self._url_auth is not None:
-            hdrs["Authorization"] = self._url_auth
+        elif self._url_auth is not None and not any(k.lower() == "authorization" for k in hdrs):
+            hdrs["Authorization"] = self._url_auth  # an explicit header wins over the URL
 
         policy = ep.retry
         t_first = _now_ns()
