@@ -205,3 +205,17 @@ async def test_stall_fault_on_a_tool_call_answer_is_an_idle_timeout(after: int) 
     assert rec.error_kind == "timeout_idle", rec
     assert rec.ttft_s is not None and rec.token_chunks >= 1
     assert res.tool_calls and res.tool_calls[0]["function"]["name"] == "lookup"
+
+
+async def test_a_request_longer_than_the_header_deadline_completes() -> None:
+    # The deadline covers the headers only: a stream that runs for several times the header
+    # deadline is not cut (on uvloop, in the subprocess, as `agentload sim` runs).
+    cfg = SimConfig(port=0, speedup=1, header_timeout_s=0.2, mean_output_tokens=40)
+    with SimProcess(cfg) as sim:
+        ep = EndpointConfig(
+            base_url=sim.base_url, model="agentload-sim", retry=RetryPolicy(max_attempts=1)
+        )
+        async with ChatClient(ep) as c:
+            res = await c.chat(MSGS, max_tokens=300, extra_body={"ignore_eos": True})
+    assert res.ok, res.record
+    assert res.record.e2e_s is not None and res.record.e2e_s > 0.5
