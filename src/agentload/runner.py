@@ -274,7 +274,36 @@ def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any])
 # ---- the run -----------------------------------------------------------------------------
 
 
-async def execute_run(
+async def execute_run(cfg: RunConfig, **kwargs: Any) -> RunOutcome:
+    """Run `cfg` into `cfg.out` holding the folder's lock (one writer per results folder)."""
+    from agentload.results.jsonl import ResultsError
+
+    out_dir = Path(cfg.out)
+    with results_lock(out_dir, "resume" if kwargs.get("resume") else "run"):
+        try:
+            return await _execute_run(cfg, **kwargs)
+        except ResultsError as e:  # a damaged folder, a full disk: one line, no traceback
+            raise RunFailed(str(e)) from None
+        except OSError as e:
+            where = e.filename or out_dir
+            raise RunFailed(f"cannot write results to {where}: {e.strerror or e}") from None
+
+
+def results_lock(out_dir: Path, purpose: str) -> Any:
+    """The folder's writer lock; a held or unwritable folder is a one-line RunFailed."""
+    from agentload.results.lock import FolderLocked, ResultsLock
+
+    lock = ResultsLock(out_dir, purpose=purpose)
+    try:
+        lock.acquire()
+    except FolderLocked as e:
+        raise RunFailed(str(e)) from None
+    except OSError as e:
+        raise RunFailed(f"cannot write results to {out_dir}: {e.strerror or e}") from None
+    return contextlib.closing(lock)
+
+
+async def _execute_run(
     cfg: RunConfig,
     *,
     resume: bool = False,
@@ -295,13 +324,15 @@ async def execute_run(
     out_dir = Path(cfg.out)
     tasks = resolve_tasks(cfg)
     prev_meta: dict[str, Any] = {}
-    if resume and (out_dir / "run.json").exists():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            prev_meta = orjson.loads((out_dir / "run.json").read_bytes())
+    if resume:
+        from agentload.results.summary import load_run_meta
+
+        prev_meta = load_run_meta(out_dir) or {}
     if cfg.run_id is None:
         cfg = cfg.model_copy(update={"run_id": prev_meta.get("run_id") or new_run_id()})
     run_id = str(cfg.run_id)
-    attempt = int(prev_meta.get("resume_count", -1)) + 1 if resume else 0
+    prev_count = prev_meta.get("resume_count", -1)
+    attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if resume else 0
 
     try:
         recorder = Recorder(out_dir, resume=resume, overwrite=overwrite and not resume)
@@ -309,6 +340,10 @@ async def execute_run(
         raise ConfigError(f"{e} (agentload run --resume {out_dir}, or --overwrite)") from None
     except OSError as e:
         raise ConfigError(f"cannot write results to {out_dir}: {e.strerror}") from None
+    from agentload.redact import endpoint_secrets
+
+    for ep_cfg in cfg.endpoints.values():
+        recorder.add_secrets(endpoint_secrets(ep_cfg))
     finished = recorder.finished_keys()
     plan = make_plan(cfg, tasks, finished)
     options = episode_options(cfg)
@@ -336,7 +371,8 @@ async def execute_run(
         total = "∞" if plan.total is None else plan.total
         say(
             f"resuming {out_dir}: {plan.resume_done} of {total} episodes already finished; "
-            f"{recorder.dropped_calls} calls of unfinished episodes dropped"
+            f"{recorder.dropped_calls} calls of unfinished episodes set aside in dropped/"
+            + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
         )
 
     sim = None
@@ -430,6 +466,7 @@ async def execute_run(
                 session = dict(res.session)
                 session["run_id"] = run_id
                 session["warmup"] = item.warmup
+                session["attempt"] = attempt  # groups the monotonic clock's records
                 session["intended_start_ns"] = intended_ns
                 session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
                 recorder.record_episode(session, res.trajectory)
@@ -447,6 +484,7 @@ async def execute_run(
                 seed=cfg.workload.seed,
             )
             sched = Scheduler(plan, spec, run_one)
+            recorder.on_write_error = lambda _e: sched.stop("failed") if sched else None
             tracker.active = lambda: sched.active if sched else 0
             tracker.lag_p99 = sched.lag.recent_p99
             if interrupts:
@@ -463,9 +501,15 @@ async def execute_run(
             loop.remove_signal_handler(sig)
         recorder.close()
 
+    if recorder.write_error is not None:
+        raise recorder.write_error
     assert rep is not None
+    from agentload.results.client import combine_client, lag_histogram
+
     summary = summarize(out_dir, slo=cfg.slo or None)
-    summary["client"] = client_block(rep, cfg, {"resume_attempt": attempt})
+    block = client_block(rep, cfg, {"resume_attempt": attempt})
+    block["event_loop_lag_hist"] = lag_histogram(sched.lag.samples if sched else [])
+    summary["client"] = combine_client(out_dir, block, resume=resume)
 
     sessions = (summary.get("counts") or {}).get("sessions", 0)
     infra = _infra_failures(out_dir)
@@ -519,7 +563,11 @@ def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
     if path.exists():
         with contextlib.suppress(orjson.JSONDecodeError):
             cur = orjson.loads(path.read_bytes())
-    cur.update(meta)
+        if not isinstance(cur, dict):
+            cur = {}
+    from agentload.redact import redact_meta
+
+    cur.update(redact_meta(meta))
     atomic_write_bytes(path, orjson.dumps(cur, option=orjson.OPT_INDENT_2))
 
 
@@ -633,7 +681,13 @@ def sweep_table(doc: Mapping[str, Any]) -> Any:
     return t
 
 
-async def execute_sweep(
+async def execute_sweep(cfg: RunConfig, **kwargs: Any) -> tuple[dict[str, Any], int]:
+    """A sweep holds its root folder's lock; each point holds its own folder's."""
+    with results_lock(Path(cfg.out), "sweep"):
+        return await _execute_sweep(cfg, **kwargs)
+
+
+async def _execute_sweep(
     cfg: RunConfig,
     *,
     kind: str,  # concurrency | rate
