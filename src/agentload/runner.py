@@ -231,7 +231,11 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     path = out_dir / "config.yaml"
     if not path.exists():
         raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
-    return build_config(path=path)
+    try:
+        return build_config(path=path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
+        raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
 
 
 def _process_stats() -> dict[str, Any]:
@@ -484,7 +488,7 @@ async def _execute_run(
                 seed=cfg.workload.seed,
             )
             sched = Scheduler(plan, spec, run_one)
-            recorder.on_write_error = lambda _e: sched.stop("failed") if sched else None
+            recorder.on_write_error = lambda _e: _stop_on_write_error(sched)
             tracker.active = lambda: sched.active if sched else 0
             tracker.lag_p99 = sched.lag.recent_p99
             if interrupts:
@@ -502,6 +506,8 @@ async def _execute_run(
         recorder.close()
 
     if recorder.write_error is not None:
+        with contextlib.suppress(OSError):  # the disk may still be full
+            update_meta(out_dir, {"status": f"failed: {recorder.write_error}", "exit_code": 1})
         raise recorder.write_error
     assert rep is not None
     from agentload.results.client import combine_client, lag_histogram
@@ -542,6 +548,13 @@ async def _execute_run(
         else:
             files = list(write_report(out_dir, summary))
     return RunOutcome(out_dir, code, reason, summary, rep, files)
+
+
+def _stop_on_write_error(sched: Scheduler | None) -> None:
+    """Results can no longer be written: start nothing more, cancel what is in flight."""
+    if sched is not None:
+        sched.stop("failed")
+        sched.abort()
 
 
 def _infra_failures(out_dir: Path) -> int:

@@ -154,9 +154,10 @@ class Recorder:
             except OSError as e:
                 failed = self.write_error = write_error(self.out_dir / name, e)
         if failed is not None:
-            log.error("%s", failed)
             if self.on_write_error is not None:
                 self.on_write_error(failed)
+            else:
+                log.error("%s", failed)
 
     def record_call(self, rec: CallRecord | Mapping[str, Any]) -> None:
         """Append one call to calls.jsonl (usable directly as `ChatClient(on_record=...)`)."""

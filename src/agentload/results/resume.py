@@ -27,6 +27,7 @@ from agentload.results.jsonl import (
     dumps_line,
     read_jsonl,
 )
+from agentload.results.validate import Integrity, clean_sessions
 
 log = logging.getLogger("agentload.results")
 
@@ -206,12 +207,10 @@ def prepare_resume(out_dir: Path) -> ResumeState:
     if not (out_dir / SESSIONS).exists():
         _rebuild_sessions(out_dir, st)
     _rewrite(out_dir, SESSIONS, None, st)
-    for i, s in enumerate(read_jsonl(out_dir / SESSIONS).records):
-        try:
-            key = session_key(s)
-        except (ValueError, TypeError, OverflowError) as e:
-            log.warning("%s: session record %d has no usable (task, trial): %s", SESSIONS, i, e)
-            continue
+    # The summary's own rules decide what is finished: a session line it would skip (another
+    # schema version, no usable trial) does not finish its episode, which runs again.
+    for s in clean_sessions(read_jsonl(out_dir / SESSIONS), Integrity()):
+        key = session_key(s)
         if s.get("session_id") is not None:
             st.finished_sessions.add(str(s["session_id"]))
         if not s.get("warmup"):

@@ -109,11 +109,18 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _check_num(rec: dict[str, Any], key: str, nonneg: bool, problems: list[str]) -> None:
+# A duration beyond this (about 116 days) is not a measurement; it would overflow statistics.
+MAX_SECONDS = 1e7
+
+
+def _check_num(
+    rec: dict[str, Any], key: str, nonneg: bool, problems: list[str], seconds: bool = False
+) -> None:
     v = rec.get(key)
     if v is None:
         return
-    if not _is_num(v) or (nonneg and v < 0):
+    too_long = (seconds or key.endswith("_s")) and _is_num(v) and abs(v) > MAX_SECONDS
+    if not _is_num(v) or (nonneg and v < 0) or too_long:
         problems.append(f"{key}={_show(v)}")
         rec[key] = None
 
@@ -173,7 +180,7 @@ def clean_calls(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
             else:
                 itl = dict(itl)
                 for key in _ITL_FIELDS:
-                    _check_num(itl, key, True, problems)
+                    _check_num(itl, key, True, problems, seconds=key != "count")
                 rec["itl"] = itl
         for key in ("status", "role", "endpoint", "error_kind", "model"):
             v = rec.get(key)
