@@ -180,3 +180,24 @@ async def test_wait_open_without_outage_is_immediate(n: int) -> None:
         gate.on_call(None, None, "x")
     assert await asyncio.wait_for(gate.wait_open(), 0.1)
     await gate.close()
+
+
+async def test_confirm_tells_a_lone_failure_from_an_outage() -> None:
+    up = {"v": True}
+
+    async def probe() -> bool:
+        return up["v"]
+
+    gate = OutageGate(probe, FAST, say=lambda m: None)
+    t0 = time.monotonic()
+    assert not await gate.confirm(t0)  # the endpoint answers: a measured failure
+    assert not gate.paused
+    up["v"] = False
+    assert await gate.confirm(t0)  # it does not: an outage starts now
+    assert gate.paused and gate.summary()["count"] == 1
+    up["v"] = True
+    assert await gate.wait_open()
+    # The outage covered an episode that started before it ended.
+    assert await gate.confirm(t0)
+    assert not await gate.confirm(time.monotonic() + 1)
+    await gate.close()

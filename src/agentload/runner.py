@@ -33,6 +33,7 @@ from agentload.config import (
     build_config,
     config_to_dict,
 )
+from agentload.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from agentload.scheduler import (
     EpisodePlan,
     LoadSpec,
@@ -44,11 +45,11 @@ from agentload.scheduler import (
     WorkItem,
     select_tasks,
 )
+from agentload.scheduler.outage import OutageGate
 from agentload.util import dig
 
 log = logging.getLogger("agentload.run")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 SWEEP_SCHEMA = "agentload.sweep/1"
 
@@ -271,6 +272,27 @@ def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any])
     }
 
 
+def make_gate(
+    cfg: RunConfig, endpoints: Mapping[str, EndpointConfig], sim: Any, say: Say
+) -> OutageGate:
+    """The outage gate of a run: probes the endpoints' model lists; an embedded simulator
+    whose process exited can never come back, so the run stops at once."""
+    from agentload.scheduler.outage import OutagePolicy, http_probe, probe_urls
+
+    def sim_gone() -> str | None:
+        proc = getattr(sim, "proc", None)
+        if proc is None or proc.poll() is None:
+            return None
+        return f"the embedded simulator exited (status {proc.returncode}; see sim.log)"
+
+    return OutageGate(
+        http_probe(probe_urls(endpoints)),
+        OutagePolicy(give_up_s=cfg.load.outage_timeout_s),
+        say=say,
+        gone=sim_gone if sim is not None else None,
+    )
+
+
 # ---- the run -----------------------------------------------------------------------------
 
 
@@ -288,7 +310,6 @@ async def execute_run(
 ) -> RunOutcome:
     """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
     from agentload.results.recorder import Recorder
-    from agentload.results.summary import load_run_meta, summarize, write_summary
     from agentload.util import gc_tuned
     from agentload.workloads.episode import episode_seed, run_episode
 
@@ -303,6 +324,10 @@ async def execute_run(
     run_id = str(cfg.run_id)
     attempt = int(prev_meta.get("resume_count", -1)) + 1 if resume else 0
 
+    from agentload.outcome import concurrency_cap, drop_infra_sessions
+
+    # Episodes that ended on infrastructure errors did not run: a resume redoes them.
+    redo = drop_infra_sessions(out_dir) if resume else 0
     try:
         recorder = Recorder(out_dir, resume=resume, overwrite=overwrite and not resume)
     except FileExistsError as e:
@@ -311,6 +336,10 @@ async def execute_run(
         raise ConfigError(f"cannot write results to {out_dir}: {e.strerror}") from None
     finished = recorder.finished_keys()
     plan = make_plan(cfg, tasks, finished)
+    issue = None if plan.to_issue is None else plan.to_issue + cfg.load.warmup.episodes
+    workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
+    if note:
+        say(note)
     options = episode_options(cfg)
     recorder.write_config(config_to_dict(cfg))
     started_at = time.time()
@@ -337,6 +366,7 @@ async def execute_run(
         say(
             f"resuming {out_dir}: {plan.resume_done} of {total} episodes already finished; "
             f"{recorder.dropped_calls} calls of unfinished episodes dropped"
+            + (f"; {redo} episodes ended by infrastructure errors run again" if redo else "")
         )
 
     sim = None
@@ -345,9 +375,15 @@ async def execute_run(
     sched: Scheduler | None = None
     interrupts = 0
 
+    finishing = {"interrupts": -1}  # counts signals once the episodes are over
+
     def on_signal(signame: str) -> None:
         nonlocal interrupts
         interrupts += 1
+        if finishing["interrupts"] >= 0:
+            finishing["interrupts"] += 1
+            say(f"{signame}: finishing summary.json, then stopping (report skipped)")
+            return
         if sched is None:
             return
         if interrupts == 1:
@@ -369,6 +405,7 @@ async def execute_run(
 
     tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
     rep: SchedulerReport | None = None
+    gate: OutageGate | None = None
     try:
         if cfg.embedded:
             # Started from the main thread: the death signal is tied to the starting thread.
@@ -391,9 +428,13 @@ async def execute_run(
             for r, e in endpoints.items()
         }
 
+        gate = make_gate(cfg, endpoints, sim, say)
+        tracker.outage = gate.status
+
         def on_record(rec: CallRecord) -> None:
             recorder.record_call(rec)
             tracker.on_call(rec)
+            gate.on_record(rec)  # type: ignore[union-attr]
 
         clients: dict[str, ChatClient] = {}
         scrapers: list[Any] = []
@@ -420,13 +461,31 @@ async def execute_run(
             async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
                 from agentload.workloads.episode import EpisodeSpec
 
-                spec = EpisodeSpec(
-                    task_id=item.task_id,
-                    trial=item.trial,
-                    seed=episode_seed(base_seed, item.task_id, item.trial),
-                    session_id=session_id_for(run_id, item, attempt),
-                )
-                res = await run_episode(spec, clients, options)
+                assert gate is not None
+                sid = session_id_for(run_id, item, attempt)
+                for tries in range(cfg.load.retry_infra + 1):
+                    spec = EpisodeSpec(
+                        task_id=item.task_id,
+                        trial=item.trial,
+                        seed=episode_seed(base_seed, item.task_id, item.trial),
+                        # A rerun is a new session; the failed one's calls stay unfinished.
+                        session_id=sid if tries == 0 else f"{sid}-rerun{tries}",
+                    )
+                    began = time.monotonic()
+                    res = await run_episode(spec, clients, options)
+                    if (
+                        res.session.get("termination") != "infra_error"
+                        or tries == cfg.load.retry_infra
+                        or sched is None
+                        or sched.stopping
+                        # A lone failure of a live endpoint is a measured failure.
+                        or not await gate.confirm(began)
+                    ):
+                        break
+                    # Failed in an outage: re-queued, not burned. Wait it out, run it again.
+                    if not await gate.wait_open() or sched.stopping:
+                        break
+                    gate.note_retry()
                 session = dict(res.session)
                 session["run_id"] = run_id
                 session["warmup"] = item.warmup
@@ -437,7 +496,7 @@ async def execute_run(
 
             spec = LoadSpec(
                 mode=cfg.load.mode,
-                concurrency=cfg.load.effective_concurrency,
+                concurrency=workers,
                 rate=cfg.load.rate,
                 burstiness=cfg.load.burstiness,
                 max_concurrency=cfg.load.max_concurrency,
@@ -446,7 +505,7 @@ async def execute_run(
                 lag_interval_s=cfg.load.lag_interval_s,
                 seed=cfg.workload.seed,
             )
-            sched = Scheduler(plan, spec, run_one)
+            sched = Scheduler(plan, spec, run_one, gate=gate)
             tracker.active = lambda: sched.active if sched else 0
             tracker.lag_p99 = sched.lag.recent_p99
             if interrupts:
@@ -456,58 +515,154 @@ async def execute_run(
                     tracker, mode=progress, interval_s=progress_interval_s, title=progress_title
                 ):
                     rep = await sched.run()
-    finally:
-        if sim is not None:
-            await asyncio.to_thread(sim.stop)
+    except BaseException as e:
+        # Whatever stops the run here, run.json must not stay "running".
+        _mark_ended(out_dir, meta, e)
         for sig in installed:
             loop.remove_signal_handler(sig)
+        raise
+    finally:
+        if gate is not None:
+            await gate.close()
+        if sim is not None:
+            await asyncio.to_thread(sim.stop)
         recorder.close()
+    finishing["interrupts"] = 0
 
-    assert rep is not None
-    summary = summarize(out_dir, slo=cfg.slo or None)
-    summary["client"] = client_block(rep, cfg, {"resume_attempt": attempt})
+    assert rep is not None and gate is not None
+    try:
+        return await finish_run(
+            cfg,
+            out_dir,
+            rep,
+            meta,
+            extra={"resume_attempt": attempt, "outages": gate.summary()},
+            interrupted=lambda: finishing["interrupts"] > 0,
+            say=say,
+        )
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
-    sessions = (summary.get("counts") or {}).get("sessions", 0)
-    infra = _infra_failures(out_dir)
-    if rep.stop_reason == "interrupted":
-        code, reason = EXIT_INTERRUPTED, "interrupted"
-    elif rep.stop_reason == "failed":
-        code, reason = EXIT_FAILED, f"failed: {rep.error}"
-    elif sessions and infra >= sessions:
-        code, reason = EXIT_FAILED, "failed: every episode ended with an infrastructure error"
-    else:
-        code, reason = EXIT_OK, rep.stop_reason
-    meta.update(
-        {
-            "ended_at": time.time(),
-            "status": reason,
-            "exit_code": code,
-            "stop_reason": rep.stop_reason,
-        }
-    )
-    update_meta(out_dir, meta)
-    # The summary embeds run.json: take the final status, not the "running" it read.
-    summary["run"] = load_run_meta(out_dir)
-    write_summary(out_dir, summary)
+
+async def finish_run(
+    cfg: RunConfig,
+    out_dir: Path,
+    rep: SchedulerReport,
+    meta: dict[str, Any],
+    *,
+    extra: Mapping[str, Any],
+    interrupted: Callable[[], bool],
+    say: Say,
+) -> RunOutcome:
+    """Summary, final status and report of a run whose episodes are over.
+
+    run.json ends with the status the exit code says, whatever fails here: a summary or
+    report that cannot be written makes the run `failed` (exit 1) with the reason, and an
+    interrupt while the summary is written makes it `interrupted` (exit 130) with the report
+    skipped.
+    """
+    from agentload.outcome import Verdict, count_infra_episodes, judge
+    from agentload.results.summary import load_run_meta, summarize, write_summary
+
+    async def poll_signals() -> bool:
+        # Signal handlers run on the event loop: give it a turn between the blocking steps.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return interrupted()
+
+    summary: dict[str, Any] | None = None
+    try:
+        summary = summarize(out_dir, slo=cfg.slo or None)
+        summary["client"] = client_block(rep, cfg, extra)
+        verdict = judge(
+            stop_reason=rep.stop_reason,
+            error=rep.error,
+            summary=summary,
+            infra_episodes=count_infra_episodes(out_dir),
+            max_infra_share=cfg.load.max_infra_error_share,
+        )
+    except Exception as e:  # odd records or a full disk must not leave run.json "running"
+        log.debug("summary failed", exc_info=True)
+        verdict = Verdict(EXIT_FAILED, f"failed: the summary could not be computed: {_why(e)}")
+    if await poll_signals():
+        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+
+    def settle(v: Verdict) -> None:
+        meta.update(
+            {
+                "ended_at": time.time(),
+                "status": v.status,
+                "exit_code": v.code,
+                "stop_reason": rep.stop_reason,
+            }
+        )
+        try:
+            update_meta(out_dir, meta)
+        except OSError as e:
+            say(f"cannot update run.json: {_why(e)}")
+
+    settle(verdict)
+    if summary is not None:
+        try:
+            # The summary embeds run.json: take the final status, not the "running" it read.
+            summary["run"] = load_run_meta(out_dir)
+            write_summary(out_dir, summary)
+        except Exception as e:
+            verdict = Verdict(EXIT_FAILED, f"failed: summary.json could not be written: {_why(e)}")
+            settle(verdict)
     files: list[Path] = []
-    if cfg.report:
+    if await poll_signals() and verdict.code != EXIT_INTERRUPTED:
+        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+        settle(verdict)
+        _rewrite_summary_run(out_dir, summary)
+    if cfg.report and summary is not None and verdict.code == EXIT_INTERRUPTED and interrupted():
+        say(f"interrupted: report skipped (write it with `agentload report {out_dir}`)")
+    elif cfg.report and summary is not None:
         try:
             from agentload.report import write_report
         except ImportError:  # the report package is optional for a run to be useful
             log.warning("report module unavailable; wrote summary.json only")
         else:
-            files = list(write_report(out_dir, summary))
-    return RunOutcome(out_dir, code, reason, summary, rep, files)
+            try:
+                files = list(write_report(out_dir, summary))
+            except Exception as e:
+                log.debug("report failed", exc_info=True)
+                if verdict.code != EXIT_INTERRUPTED:
+                    why = f"failed: the report could not be written: {_why(e)}"
+                    verdict = Verdict(EXIT_FAILED, why)
+                    settle(verdict)
+                    _rewrite_summary_run(out_dir, summary)
+    if verdict.code == EXIT_FAILED and rep.stop_reason != "failed":
+        say(f"the episodes ran, but the run {verdict.status}")
+    return RunOutcome(out_dir, verdict.code, verdict.status, summary, rep, files)
 
 
-def _infra_failures(out_dir: Path) -> int:
-    from agentload.results.jsonl import load_jsonl
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
-    return sum(
-        1
-        for s in load_jsonl(out_dir / "sessions.jsonl")
-        if not s.get("warmup") and s.get("termination") == "infra_error"
-    )
+
+def _rewrite_summary_run(out_dir: Path, summary: dict[str, Any] | None) -> None:
+    from agentload.results.summary import load_run_meta, write_summary
+
+    if summary is None:
+        return
+    with contextlib.suppress(Exception):
+        summary["run"] = load_run_meta(out_dir)
+        write_summary(out_dir, summary)
+
+
+def _mark_ended(out_dir: Path, meta: dict[str, Any], e: BaseException) -> None:
+    if isinstance(e, KeyboardInterrupt | asyncio.CancelledError):
+        status, code = "interrupted", EXIT_INTERRUPTED
+    else:
+        status = f"failed: {e}" if isinstance(e, ConfigError | RunFailed) else f"failed: {_why(e)}"
+        code = EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILED
+    meta.update({"ended_at": time.time(), "status": status, "exit_code": code})
+    with contextlib.suppress(Exception):
+        update_meta(out_dir, meta)
 
 
 def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:

@@ -159,6 +159,27 @@ class OutageGate:
     def note_retry(self) -> None:
         self.episodes_retried += 1
 
+    def outage_since(self, t: float) -> bool:
+        """An outage was on at some point after monotonic time `t` (or is on now)."""
+        return any(o.ended is None or o.ended >= t for o in self.outages)
+
+    async def confirm(self, since: float) -> bool:
+        """An episode that started at `since` ended on an infrastructure error: was it the
+        endpoint? True when an outage covers it, or a probe fails now (which starts one);
+        False for a lone failure of a live endpoint (the episode counts as failed)."""
+        if self.failed is not None:
+            return False
+        if self.outage_since(since):
+            return True
+        ok = False
+        with contextlib.suppress(Exception):
+            ok = await asyncio.wait_for(self.probe(), self.policy.probe_timeout_s)
+        if ok or self.failed is not None:
+            return self.outage_since(since)
+        if self.current is None:
+            self._trip(_now(), 1)
+        return True
+
     # -- the pause --------------------------------------------------------------------
 
     def _trip(self, now: float, failures: int) -> None:
@@ -166,7 +187,10 @@ class OutageGate:
         self.outages.append(Outage(started=now, failures=failures))
         self._open.clear()
         self.say(
-            f"endpoint outage: {failures} infrastructure failures across episodes; "
+            f"endpoint outage: {failures} infrastructure failure(s) and the endpoint does not "
+            "answer; no new episodes until it does (probing with backoff)"
+            if failures == 1
+            else f"endpoint outage: {failures} infrastructure failures across episodes; "
             "no new episodes until it answers (probing with backoff)"
         )
         self._prober = asyncio.get_running_loop().create_task(self._probe_loop())
