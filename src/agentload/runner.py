@@ -212,6 +212,7 @@ def episode_options(cfg: RunConfig) -> Any:
         ),
         agent_max_tokens=w.agent_max_tokens,
         user_max_tokens=w.user_max_tokens,
+        request_seed=w.request_seed,
     )
 
 
