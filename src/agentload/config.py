@@ -127,8 +127,8 @@ class WorkloadConfig(BaseModel):
         "as it does for any client), episode (the episode's seed, derived from `seed`, task "
         "and trial) or a fixed integer.",
     )
-    agent: Literal["tool-calling", "react", "act", "oracle", "noop"] = "tool-calling"
-    user: Literal["llm", "scripted"] = "llm"
+    agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
+    user: str = Field("llm", description="User simulator (a registered name).")
     temperature: float | None = Field(None, ge=0)
     max_steps: int = Field(30, ge=1, description="Agent LLM calls per episode.")
     max_user_turns: int = Field(20, ge=1)
@@ -170,6 +170,20 @@ class WorkloadConfig(BaseModel):
     @classmethod
     def _budget(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        from agentload.agents.strategies import AGENTS
+
+        return AGENTS.check(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        from agentload.agents.users import USERS
+
+        return USERS.check(value)
 
 
 class LoadConfig(BaseModel):
