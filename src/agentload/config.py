@@ -292,6 +292,11 @@ class RunConfig(BaseModel):
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     report: bool = Field(True, description="Write report.md / report.html / charts.")
+    preflight: bool = Field(
+        True,
+        description="Check every endpoint (model, engine, usage, tool calling) before the "
+        "first episode; a failure stops the run with exit code 2.",
+    )
 
     @field_validator("slo", mode="before")
     @classmethod

@@ -387,6 +387,7 @@ async def execute_run(
                 + "); it stops when the run ends. Use --base-url to benchmark a real server, "
                 "--sim-profile / --sim-speedup to change the simulator."
             )
+        endpoints = await _preflight(cfg, endpoints, meta, recorder, say)
         meta["endpoints"] = {
             r: {"name": e.name, "base_url": e.base_url, "model": e.model}
             for r, e in endpoints.items()
@@ -406,10 +407,11 @@ async def execute_run(
 
                 seen: set[str] = set()
                 for ep in endpoints.values():
-                    if ep.metrics_url and ep.metrics_url not in seen:
-                        seen.add(ep.metrics_url)
+                    urls = ep.all_metrics_urls  # replicas: one sample, summed
+                    if urls and ",".join(urls) not in seen:
+                        seen.add(",".join(urls))
                         sc = MetricsScraper(
-                            ep.metrics_url,
+                            urls,
                             recorder,
                             interval_s=cfg.metrics.interval_s,
                             endpoint=ep.name,
@@ -499,6 +501,44 @@ async def execute_run(
         else:
             files = list(write_report(out_dir, summary))
     return RunOutcome(out_dir, code, reason, summary, rep, files)
+
+
+async def _preflight(
+    cfg: RunConfig,
+    endpoints: dict[str, EndpointConfig],
+    meta: dict[str, Any],
+    recorder: Any,
+    say: Say,
+) -> dict[str, EndpointConfig]:
+    """Preflight and metrics URLs before the first episode; run.json gets what was found and
+    the sampling parameters calls carry. A failed preflight ends the run (exit code 2)."""
+    from agentload.engines.preflight import PreflightFailed, preflight_for_run
+    from agentload.workloads.sampling import describe, sampling_block
+
+    # Only the tool-calling strategies offer tools in the request (react / act write them in
+    # the prompt); a plugged-in strategy is assumed to.
+    no_tools = ("react", "act", "oracle", "noop")
+    try:
+        endpoints, detected = await preflight_for_run(
+            endpoints,
+            enabled=cfg.preflight,
+            tool_roles=() if cfg.workload.agent in no_tools else ("agent",),
+            metrics=cfg.metrics.enabled,
+            say=say,
+        )
+    except PreflightFailed as e:
+        meta.update(
+            status="preflight failed",
+            exit_code=EXIT_USAGE,
+            endpoints_detected=e.report.to_dict(),
+        )
+        recorder.write_meta(meta)
+        raise
+    if detected is not None:
+        meta["endpoints_detected"] = detected
+    meta["sampling"] = sampling_block(cfg, endpoints)
+    say(describe(meta["sampling"]))
+    return endpoints
 
 
 def _infra_failures(out_dir: Path) -> int:

@@ -65,6 +65,7 @@ _OUTPUT_ONLY = {
     "points",
     "rates",
     "stop_on_slo_fail",
+    "no_preflight",
 }
 
 
@@ -156,7 +157,13 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
             put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
     # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
     if a.get("metrics_url") is not None:
-        put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
+        urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
+        if len(urls) > 1:  # replicas behind one address: scraped and summed
+            put("endpoints.agent.metrics_urls", urls, "--metrics-url")
+        else:
+            put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
+    if a.get("no_preflight"):
+        put("preflight", False, "--no-preflight")
     return ov, flags
 
 
@@ -179,6 +186,8 @@ def _configure(a: dict[str, Any]) -> RunConfig:
             )
         cfg = load_saved_config(a["resume"])
         updates: dict[str, Any] = {"out": str(a["resume"])}
+        if a.get("no_preflight"):
+            updates["preflight"] = False
         if a.get("drain_timeout") is not None:
             load = cfg.load.model_copy(
                 update={"drain_timeout_s": parse_duration(a["drain_timeout"])}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -413,3 +413,46 @@ async def derive_metrics_urls(
                     f"({f.describe()}): server metrics are not scraped"
                 )
     return out, notes
+
+
+def _summary_line(c: EndpointCheck) -> str:
+    def yes(v: bool | None) -> str:
+        return "-" if v is None else ("yes" if v else "no")
+
+    engine = c.engine or "?"
+    if c.engine_version:
+        engine += f" {c.engine_version}"
+    metrics = ", ".join(c.metrics_urls) if c.metrics_urls else "none"
+    return (
+        f"preflight: {' and '.join(c.roles)} endpoint {c.base_url} ({c.model}): {engine}; "
+        f"usage in streams {yes(c.streams_usage)}, cached tokens {yes(c.cached_tokens)}, "
+        f"tool calls {yes(c.tool_calling)}; metrics {metrics} ({c.elapsed_s:.1f} s)"
+    )
+
+
+async def preflight_for_run(
+    endpoints: Mapping[str, EndpointConfig],
+    *,
+    enabled: bool = True,
+    tool_roles: Iterable[str] = ("agent",),
+    metrics: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
+    """What a run does before its first episode: preflight (unless disabled) and metrics-URL
+    derivation. Returns (endpoints to use, run.json `endpoints_detected` or None); raises
+    PreflightFailed (exit code 2) naming role, URL and the server's words."""
+    tell = say or (lambda _msg: None)
+    if not enabled:
+        if not metrics:
+            return dict(endpoints), None
+        out, notes = await derive_metrics_urls(endpoints)
+        for n in notes:
+            tell(n)
+        return out, None
+    report = await run_preflight(endpoints, tool_roles=tool_roles, probe_metrics=metrics)
+    report.raise_for_failures()
+    for c in report.checks:
+        tell(_summary_line(c))
+    for n in report.notes():
+        tell(f"preflight: {n}")
+    return report.apply(endpoints), report.to_dict()
