@@ -155,8 +155,15 @@ class WorkloadConfig(BaseModel):
     def _request_seed(cls, value: Any) -> Any:
         if value is None:
             return "none"
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text.lstrip("-").isdigit():
+                return int(text)
+            if text not in ("none", "episode"):
+                raise ValueError("expected none, episode or an integer seed")
+            return text
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected none, episode or an integer seed")
         return value
 
     @field_validator("tasks", "domains", mode="before")

@@ -52,6 +52,9 @@ PROBE_TOOL = {
     },
 }
 PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]
+# A simulator with fault injection (`agentload sim --fault-rate`) answers these normally: the
+# probes check the setup, faults are for the measured calls. Real servers ignore the header.
+PROBE_HEADERS = {"X-Agentload-Fault": "none"}
 PROBE_MAX_TOKENS = 4
 
 HINT_TOOLS = {
@@ -263,7 +266,9 @@ def _probe_endpoint(ep: EndpointConfig, timeout_s: float) -> EndpointConfig:
 
 
 async def _check_chat(check: EndpointCheck, client: ChatClient, tools: bool) -> None:
-    res = await client.chat(PROBE_MESSAGES, max_tokens=PROBE_MAX_TOKENS, stream=True)
+    res = await client.chat(
+        PROBE_MESSAGES, max_tokens=PROBE_MAX_TOKENS, stream=True, headers=PROBE_HEADERS
+    )
     rec = res.record
     if not res.ok:
         words = redact_message(rec.error_message or rec.error_kind or "error", max_chars=300)
@@ -294,6 +299,7 @@ async def _check_chat(check: EndpointCheck, client: ChatClient, tools: bool) -> 
         tool_choice="auto",
         max_tokens=PROBE_MAX_TOKENS,
         stream=True,
+        headers=PROBE_HEADERS,
     )
     rec = res.record
     if res.ok:
