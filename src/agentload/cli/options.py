@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from rich.markup import escape
 
 from agentload.config import RunConfig
+from agentload.plugins import AGENTS, USERS
 
 ENDPOINT = "Endpoint"
 WORKLOAD = "Workload"
@@ -259,7 +260,7 @@ EPISODES = [
         "agent",
         ("--agent",),
         str | None,
-        "Agent strategy: tool-calling | react | act | oracle | noop, or a plugged-in one.",
+        "Agent strategy: " + " | ".join(AGENTS.names()) + ".",
         WORKLOAD,
         path="workload.agent",
         metavar="NAME",
@@ -268,7 +269,7 @@ EPISODES = [
         "user",
         ("--user",),
         str | None,
-        "User simulator: llm | scripted.",
+        "User simulator: " + " | ".join(USERS.names()) + ".",
         WORKLOAD,
         path="workload.user",
         metavar="NAME",

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from agentload.report.fmt import count
+from agentload.fmt import count
 
 HEADER = ["error kind", "message (redacted)", "calls"]
 

@@ -28,6 +28,7 @@ from agentload.agents.users import USERS, is_stop, make_user
 from agentload.client import CallRecord, CallResult, ChatClient
 from agentload.domains import Environment, get_domain
 from agentload.domains.base import Domain, Grade, Task, grade_db_hash, hash_db
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 log = logging.getLogger("agentload.episode")
 
@@ -220,9 +221,9 @@ class _Episode:
         self.taps = {role: _tap(c) for role, c in clients.items() if c is not None}
         self.headers = {
             role: {
-                "X-Session-ID": spec.session_id,
-                "X-Agentload-Role": role,
-                "X-Agentload-Task": spec.task_id,
+                SESSION_HEADER: spec.session_id,
+                ROLE_HEADER: role,
+                TASK_HEADER: spec.task_id,
             }
             for role in ("agent", "user")
         }
