@@ -120,13 +120,14 @@ def test_dead_server_exits_2_within_seconds(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
+    # 10 s for a new user's mistake; most of it is the interpreter starting on a loaded box
     assert time.perf_counter() - t0 < 10
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("agentload: error:")]
     assert len(lines) == 1 and f"127.0.0.1:{port}/v1" in lines[0]
     assert "cannot connect" in lines[0] and "Traceback" not in proc.stderr
-    run = orjson.loads((tmp_path / "r" / "run.json").read_bytes())
-    assert run["status"] == "preflight failed" and run["exit_code"] == 2
+    # nothing written: the same --out works for the next try
+    assert not (tmp_path / "r").exists()
 
 
 # ---- replicas ------------------------------------------------------------------------------

@@ -134,7 +134,15 @@ async def execute_run(
         overwrite=overwrite,
         tune_gc=tune_gc,
     )
+    checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
+    if not cfg.embedded:
+        # Before the results folder is touched: a failed preflight leaves nothing behind, so
+        # the same --out works for the next try.
+        checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
+        cfg = cfg.model_copy(update={"endpoints": checked[0]})
     run = open_run(cfg, opts)
+    if checked is not None:
+        _note_endpoints(run, *checked)
     try:
         rep = await drive(run)
     finally:
@@ -184,7 +192,9 @@ async def drive(run: RunState) -> SchedulerReport:
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(_signal_handlers(run))
         endpoints = await stack.enter_async_context(_endpoints(run))
-        endpoints = await _preflight(run, endpoints)
+        if run.cfg.embedded:  # the simulator passes preflight like any server
+            endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
+            _note_endpoints(run, endpoints, detected)
         await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
         clients = await _open_clients(run, endpoints, stack)
         await _start_scrapers(run, endpoints, stack)
@@ -332,33 +342,33 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
 
 
 async def _preflight(
-    run: RunState, endpoints: dict[str, EndpointConfig]
-) -> dict[str, EndpointConfig]:
-    """Preflight and metrics URLs before the first session; run.json gets what was found and
-    the sampling parameters calls carry. A failed preflight ends the run (exit code 2)."""
-    from agentload.engines.preflight import PreflightFailed, preflight_for_run
+    cfg: RunConfig, endpoints: dict[str, EndpointConfig], say: Say
+) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
+    """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
+    use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
+    from agentload.engines.preflight import preflight_for_run
+    from agentload.workloads.base import make_workload
+
+    return await preflight_for_run(
+        endpoints,
+        enabled=cfg.preflight,
+        tool_roles=make_workload(cfg).tool_roles(),
+        metrics=cfg.metrics.enabled,
+        say=say,
+    )
+
+
+def _note_endpoints(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], detected: dict[str, Any] | None
+) -> None:
+    """run.json: what preflight found, and the sampling parameters every call carries."""
     from agentload.workloads.sampling import describe, sampling_block
 
-    cfg, meta = run.cfg, run.meta
-    try:
-        endpoints, detected = await preflight_for_run(
-            endpoints,
-            enabled=cfg.preflight,
-            tool_roles=run.workload.tool_roles(),
-            metrics=cfg.metrics.enabled,
-            say=run.opts.say,
-        )
-    except PreflightFailed as e:
-        meta.update(
-            status="preflight failed", exit_code=EXIT_USAGE, endpoints_detected=e.report.to_dict()
-        )
-        run.recorder.write_meta(meta)
-        raise
     if detected is not None:
-        meta["endpoints_detected"] = detected
-    meta["sampling"] = sampling_block(cfg, endpoints)
-    run.opts.say(describe(meta["sampling"]))
-    return endpoints
+        run.meta["endpoints_detected"] = detected
+    run.meta["sampling"] = sampling_block(run.cfg, endpoints)
+    run.recorder.write_meta(run.meta)
+    run.opts.say(describe(run.meta["sampling"]))
 
 
 def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
