@@ -241,6 +241,12 @@ def test_messages_are_grouped_counted_and_redacted() -> None:
     long = redact_message("x " * 500)
     assert len(long) == 200 and long.endswith("…")
     assert redact_message('{"api_key": "abc123"}') == '{"api_key": "<redacted>"}'
+    assert redact_message("Incorrect API key provided: sk-proj-abcdef123456") == (
+        "Incorrect API key provided: <redacted>"
+    )
+    assert redact_message("max_tokens: 1024 and 30 tokens: fine") == (
+        "max_tokens: 1024 and 30 tokens: fine"
+    )
 
 
 async def test_run_summary_and_console_show_the_messages(tmp_path: Path) -> None:

@@ -12,30 +12,18 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agentload.redact import redact_text
+
 MAX_MESSAGE_CHARS = 200
 MESSAGES_PER_KIND = 3
 
-_REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+"), r"\1 <redacted>"),
-    (
-        re.compile(
-            r"(?i)\b(api[_-]?key|access[_-]?token|token|secret|password)"
-            r"([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+"
-        ),
-        r"\1\2<redacted>",
-    ),
-    # OpenAI-style keys (sk-..., sk-proj-...) and long opaque tokens wherever they appear.
-    (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), "<redacted>"),
-    (re.compile(r"\b[A-Za-z0-9_\-]{40,}\b"), "<redacted>"),
-)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def redact_message(text: str, *, max_chars: int = MAX_MESSAGE_CHARS) -> str:
-    """One line, secrets masked, at most `max_chars` characters (an ellipsis marks a cut)."""
-    out = " ".join(str(text).split())
-    for pattern, repl in _REDACTIONS:
-        out = pattern.sub(repl, out)
+    """One line, secrets masked (agentload.redact's rules), at most `max_chars` characters (an
+    ellipsis marks a cut)."""
+    out = redact_text(" ".join(str(text).split()))
     if len(out) > max_chars:
         out = out[: max_chars - 1].rstrip() + "…"
     return out
