@@ -36,6 +36,7 @@ from agentload.client.config import server_root
 from agentload.config import ConfigError
 from agentload.engines.detect import Fetched, detect_server, fetch, is_exposition
 from agentload.results.errors import redact_message
+from agentload.wire import FAULT_HEADER
 
 PREFLIGHT_SCHEMA = "agentload.preflight/1"
 
@@ -54,7 +55,7 @@ PROBE_TOOL = {
 PROBE_MESSAGES = [{"role": "user", "content": "Say OK."}]
 # A simulator with fault injection (`agentload sim --fault-rate`) answers these normally: the
 # probes check the setup, faults are for the measured calls. Real servers ignore the header.
-PROBE_HEADERS = {"X-Agentload-Fault": "none"}
+PROBE_HEADERS = {FAULT_HEADER: "none"}
 PROBE_MAX_TOKENS = 4
 
 HINT_TOOLS = {
