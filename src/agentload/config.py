@@ -90,6 +90,12 @@ class Warmup(BaseModel):
         return "none"
 
 
+# max_tokens of agent and user calls when neither the workload nor the endpoint sets one
+# (docs/engines.md, "Request defaults", gives the measured turn lengths behind them).
+DEFAULT_AGENT_MAX_TOKENS = 1024
+DEFAULT_USER_MAX_TOKENS = 256
+
+
 class ToolLatencyConfig(BaseModel):
     model_config = _STRICT
 
@@ -115,6 +121,12 @@ class WorkloadConfig(BaseModel):
     seed: int = Field(
         0, ge=0, le=INT64_MAX, description="Base seed: task order, episode seeds, arrivals."
     )
+    request_seed: Literal["none", "episode"] | int = Field(
+        "none",
+        description="`seed` sent with each LLM call: none (the default: the server samples "
+        "as it does for any client), episode (the episode's seed, derived from `seed`, task "
+        "and trial) or a fixed integer.",
+    )
     agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
     user: str = Field("llm", description="User simulator (a registered name).")
     temperature: float | None = Field(None, ge=0, le=100)
@@ -127,8 +139,36 @@ class WorkloadConfig(BaseModel):
     keep_reasoning: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tool_latency: ToolLatencyConfig = Field(default_factory=ToolLatencyConfig)
-    agent_max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    user_max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    agent_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="max_tokens of agent calls; default: the agent endpoint's max_tokens, "
+        f"else {DEFAULT_AGENT_MAX_TOKENS}.",
+    )
+    user_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="max_tokens of user-simulator calls; default: the user endpoint's "
+        f"max_tokens, else {DEFAULT_USER_MAX_TOKENS}.",
+    )
+
+    @field_validator("request_seed", mode="before")
+    @classmethod
+    def _request_seed(cls, value: Any) -> Any:
+        if value is None:
+            return "none"
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text.lstrip("-").isdigit():
+                return int(text)
+            if text not in ("none", "episode"):
+                raise ValueError("expected none, episode or an integer seed")
+            return text
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected none, episode or an integer seed")
+        return value
 
     @field_validator("tasks", "domains", mode="before")
     @classmethod
@@ -304,6 +344,11 @@ class RunConfig(BaseModel):
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     report: bool = Field(True, description="Write report.md / report.html / charts.")
+    preflight: bool = Field(
+        True,
+        description="Check every endpoint (model, engine, usage, tool calling) before the "
+        "first episode; a failure stops the run with exit code 2.",
+    )
 
     @field_validator("schema_", mode="before")
     @classmethod
@@ -368,6 +413,14 @@ class RunConfig(BaseModel):
                 missing.remove("user")
             if missing:
                 raise ValueError(f"endpoints: missing role(s) {', '.join(missing)}")
+        # Resolved here so that config.yaml states the max_tokens every call carries.
+        w = self.workload
+        if w.agent_max_tokens is None:
+            ep = self.endpoints.get("agent")
+            w.agent_max_tokens = (ep and ep.max_tokens) or DEFAULT_AGENT_MAX_TOKENS
+        if w.user_max_tokens is None:
+            ep = self.endpoints.get("user")
+            w.user_max_tokens = (ep and ep.max_tokens) or DEFAULT_USER_MAX_TOKENS
         for key in self.slo:
             check_slo_key(key)
         return self
@@ -631,15 +684,14 @@ EXAMPLE_CONFIG = """\
 out: results/airline-c16
 endpoints:                       # omit to use the embedded simulator
   agent:
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000  # /v1 is added when the URL has no path
     model: Qwen/Qwen3-8B
-    api_key_env: VLLM_API_KEY     # the env var's name; the key is never written down
+    api_key_env: VLLM_API_KEY     # the env var's name (default OPENAI_API_KEY when set)
     extra_body: {chat_template_kwargs: {enable_thinking: false}}
-    max_tokens: 1024
     temperature: 0.0
     timeouts: {connect: 10, first_token: 300, idle: 60, total: 900}
     retry: {max_attempts: 3}
-    metrics_url: http://127.0.0.1:8000/metrics
+    metrics_urls: [http://127.0.0.1:8000/metrics]  # replicas: list each (summed)
   user:                           # defaults to the agent's endpoint
     base_url: http://127.0.0.1:8001/v1
     model: Qwen/Qwen3-8B
@@ -649,6 +701,8 @@ workload:
   trials: 4
   shuffle: true
   seed: 7
+  request_seed: none              # none | episode | <int>: the `seed` each call carries
+  agent_max_tokens: 1024          # user_max_tokens: 256
   agent: tool-calling             # tool-calling | react | act | oracle | noop
   user: llm                       # llm | scripted
   tool_latency: {kind: lognormal, mean_s: 0.2, spread: 0.5}

@@ -143,6 +143,12 @@ async def execute_run(
         overwrite=overwrite,
         tune_gc=tune_gc,
     )
+    checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
+    if not cfg.embedded:
+        # Before the results folder is touched: a failed preflight leaves nothing behind, so
+        # the same --out works for the next try.
+        checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
+        cfg = cfg.model_copy(update={"endpoints": checked[0]})
     from agentload.results.jsonl import ResultsError
     from agentload.workloads.base import make_workload
 
@@ -152,6 +158,8 @@ async def execute_run(
     with results_lock(out_dir, "resume" if resume else "run"):
         try:
             run = open_run(cfg, opts, workload)
+            if checked is not None:
+                _note_endpoints(run, *checked)
             with _signal_handlers(run):
                 try:
                     rep = await drive(run)
@@ -238,6 +246,9 @@ async def drive(run: RunState) -> SchedulerReport:
 
     async with contextlib.AsyncExitStack() as stack:
         endpoints = await stack.enter_async_context(_endpoints(run))
+        if run.cfg.embedded:  # the simulator passes preflight like any server
+            endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
+            _note_endpoints(run, endpoints, detected)
         await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
         gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
         stack.push_async_callback(gate.close)
@@ -405,6 +416,36 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
         await asyncio.to_thread(sim.stop)
 
 
+async def _preflight(
+    cfg: RunConfig, endpoints: dict[str, EndpointConfig], say: Say
+) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
+    """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
+    use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
+    from agentload.engines.preflight import preflight_for_run
+    from agentload.workloads.base import make_workload
+
+    return await preflight_for_run(
+        endpoints,
+        enabled=cfg.preflight,
+        tool_roles=make_workload(cfg).tool_roles(),
+        metrics=cfg.metrics.enabled,
+        say=say,
+    )
+
+
+def _note_endpoints(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], detected: dict[str, Any] | None
+) -> None:
+    """run.json: what preflight found, and the sampling parameters every call carries."""
+    from agentload.workloads.sampling import describe, sampling_block
+
+    if detected is not None:
+        run.meta["endpoints_detected"] = detected
+    run.meta["sampling"] = sampling_block(run.cfg, endpoints)
+    run.recorder.write_meta(run.meta)
+    run.opts.say(describe(run.meta["sampling"]))
+
+
 def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
     return {
         r: {"name": e.name, "base_url": e.base_url, "model": e.model} for r, e in endpoints.items()
@@ -470,10 +511,11 @@ async def _start_scrapers(
 
     seen: set[str] = set()
     for ep in endpoints.values():
-        if ep.metrics_url and ep.metrics_url not in seen:
-            seen.add(ep.metrics_url)
+        urls = ep.all_metrics_urls  # several: replicas, one sample summed over them
+        if urls and ",".join(urls) not in seen:
+            seen.add(",".join(urls))
             scraper = MetricsScraper(
-                ep.metrics_url,
+                urls,
                 run.recorder,
                 interval_s=run.cfg.metrics.interval_s,
                 endpoint=ep.name,

@@ -81,6 +81,7 @@ def episode_options(cfg: RunConfig) -> EpisodeOptions:
         ),
         agent_max_tokens=w.agent_max_tokens,
         user_max_tokens=w.user_max_tokens,
+        request_seed=w.request_seed,
     )
 
 
@@ -141,6 +142,11 @@ class EpisodesWorkload(Workload):
             meta["grader_version"] = GRADER_VERSION
             meta["data_versions"] = {d: get_domain(d).data_version for d in domains}
         return meta
+
+    def tool_roles(self) -> tuple[str, ...]:
+        # react / act describe the tools in the prompt; oracle / noop call no model. A
+        # plugged-in strategy is assumed to offer tools.
+        return () if self.cfg.workload.agent in ("react", "act", "oracle", "noop") else ("agent",)
 
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
         if embedded:
