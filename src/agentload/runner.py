@@ -341,6 +341,7 @@ async def execute_run(
 
     sim = None
     endpoints: dict[str, EndpointConfig] = dict(cfg.endpoints)
+    engines = _run_engines(endpoints, out_dir, say)
     loop = asyncio.get_running_loop()
     sched: Scheduler | None = None
     interrupts = 0
@@ -349,6 +350,7 @@ async def execute_run(
         nonlocal interrupts
         interrupts += 1
         if sched is None:
+            engines.cancel()  # a run interrupted while its engines start stops at once
             return
         if interrupts == 1:
             say(
@@ -386,6 +388,11 @@ async def execute_run(
                 + "); it stops when the run ends. Use --base-url to benchmark a real server, "
                 "--sim-profile / --sim-speedup to change the simulator."
             )
+        if engines:
+            # Endpoints with `launch:` get their engine before the first episode.
+            await _start_engines(engines)
+            endpoints = engines.endpoints(endpoints)
+            meta["engines"] = engines.meta()
         meta["endpoints"] = {
             r: {"name": e.name, "base_url": e.base_url, "model": e.model}
             for r, e in endpoints.items()
@@ -459,6 +466,8 @@ async def execute_run(
     finally:
         if sim is not None:
             await asyncio.to_thread(sim.stop)
+        if engines:
+            await asyncio.to_thread(engines.stop)
         for sig in installed:
             loop.remove_signal_handler(sig)
         recorder.close()
@@ -498,6 +507,27 @@ async def execute_run(
         else:
             files = list(write_report(out_dir, summary))
     return RunOutcome(out_dir, code, reason, summary, rep, files)
+
+
+def _run_engines(endpoints: Mapping[str, EndpointConfig], out_dir: Path, say: Say) -> Any:
+    from agentload.engines.run import RunEngines
+
+    return RunEngines(endpoints, out_dir, say)
+
+
+async def _start_engines(engines: Any) -> None:
+    """Start (from this thread: the engines die with it) and wait; errors as exit 2 / 1."""
+    from agentload.engines.launch import EngineError, EngineInterrupted, EngineStartError
+
+    try:
+        engines.start()
+        await engines.wait_ready()
+    except EngineInterrupted:
+        return  # the scheduler sees the interrupt and stops before the first episode
+    except EngineError as e:
+        raise ConfigError(str(e)) from None
+    except EngineStartError as e:
+        raise RunFailed(str(e)) from None
 
 
 def _infra_failures(out_dir: Path) -> int:

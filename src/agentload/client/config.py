@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentload.engines.config import LaunchConfig
+
 # Error kinds worth another attempt: the request never reached a model, or the server said
 # "not now". Anything that produced tokens or a definite rejection is not retried.
 DEFAULT_RETRY_ON: tuple[str, ...] = (
@@ -63,6 +65,9 @@ class EndpointConfig(BaseModel):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     max_connections: int = Field(0, ge=0, description="Connection-pool size; 0 = unlimited.")
     metrics_url: str | None = Field(None, description="Prometheus endpoint of the server.")
+    launch: LaunchConfig | None = Field(
+        None, description="Start this engine for the run (see docs/engines.md)."
+    )
 
     @field_validator("base_url")
     @classmethod
