@@ -47,7 +47,7 @@ def _config(tmp_path: Path, port: int, **env: str) -> Path:
 
 def _run(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentload", "run", "-c", str(config), "--progress", "off"],
+        [sys.executable, "-m", "agentload", "run", "--config", str(config), "--progress", "off"],
         capture_output=True,
         text=True,
         timeout=120,

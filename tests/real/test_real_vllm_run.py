@@ -37,7 +37,7 @@ def test_short_run_with_metrics_scraping(vllm_server: Any, tmp_path: Path) -> No
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run(
-        [sys.executable, "-m", "agentload", "run", "-c", str(path), "--progress", "off"],
+        [sys.executable, "-m", "agentload", "run", "--config", str(path), "--progress", "off"],
         capture_output=True,
         text=True,
         timeout=300,

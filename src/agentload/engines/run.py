@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from agentload.client.config import EndpointConfig
-from agentload.engines.launch import EngineProcess, EngineSpec
+from agentload.engines.launch import EngineInterrupted, EngineProcess, EngineSpec
 
 Say = Callable[[str], None]
 
@@ -117,3 +117,24 @@ class RunEngines:
                 "ready_s": p.ready_s,
             }
         return out
+
+
+@contextlib.asynccontextmanager
+async def launched_engines(
+    engines: RunEngines, endpoints: Mapping[str, EndpointConfig]
+) -> AsyncIterator[dict[str, EndpointConfig]]:
+    """The endpoints, with their engines started and ready; the engines stop on the way out.
+
+    Raises EngineError (the user's to fix) or EngineStartError (the engine did not come up);
+    a cancelled wait (Ctrl-C) yields at once, so the run stops before its first episode.
+    """
+    if not engines:
+        yield dict(endpoints)
+        return
+    try:
+        engines.start()  # from this thread: each engine's death signal is tied to it
+        with contextlib.suppress(EngineInterrupted):
+            await engines.wait_ready()
+        yield engines.endpoints(endpoints)
+    finally:
+        await asyncio.to_thread(engines.stop)

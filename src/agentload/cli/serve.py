@@ -17,7 +17,7 @@ import orjson
 import typer
 from pydantic import ValidationError
 
-from agentload.cli import app
+from agentload.cli.app import app
 from agentload.engines.config import ENGINES, LaunchConfig
 from agentload.engines.launch import (
     EngineError,
