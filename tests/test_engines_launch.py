@@ -416,3 +416,10 @@ def test_serve_command_errors(tmp_path: Path) -> None:
     assert "exited with status 3 during startup" in r.stderr
     assert "stub engine cannot load the model" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_readiness_check_uses_the_engines_key(tmp_path: Path) -> None:
+    assert _spec(tmp_path, args=["--api-key", "k1"]).api_key() == "k1"
+    assert _spec(tmp_path, args=["--api-key=k2"]).api_key() == "k2"
+    assert _spec(tmp_path, env={"VLLM_API_KEY": "k3"}).api_key() == "k3"
+    assert _spec(tmp_path, engine="sglang", env={"VLLM_API_KEY": "k3"}).api_key() is None

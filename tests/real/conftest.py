@@ -38,6 +38,12 @@ VLLM_ARGS = [
     "--enable-auto-tool-choice",
     "--tool-call-parser",
     "hermes",
+    # Test-tier speed-ups: no torch.compile warm-up at start (the tiny model gains nothing
+    # from it), and no chunked prefill: runs still send a per-request seed, and a seeded,
+    # sampled request whose prompt is prefilled in chunks kills vLLM's CPU worker.
+    "--enforce-eager",
+    "--max-num-batched-tokens",
+    str(MAX_MODEL_LEN),
 ]
 
 

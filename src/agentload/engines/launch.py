@@ -188,6 +188,19 @@ class EngineSpec:
     def metrics_url(self) -> str:
         return f"{self.url}/metrics"
 
+    def api_key(self) -> str | None:
+        """The key the engine will demand, if any: its --api-key argument, or (vLLM) the
+        VLLM_API_KEY of its environment. Used only for the readiness check."""
+        args = self.launch.args
+        for i, a in enumerate(args):
+            if a == "--api-key" and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith("--api-key="):
+                return a.partition("=")[2]
+        if self.engine == "vllm":
+            return self.environment().get("VLLM_API_KEY") or None
+        return None
+
     def engine_args(self, *, model: str, host: str) -> list[str]:
         """The engine's own arguments; the user's `args` come last, so theirs win."""
         return [
@@ -302,8 +315,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def _get_json(url: str, timeout_s: float = 2.0) -> tuple[int, Any]:
-    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+def _get_json(
+    url: str, timeout_s: float = 2.0, headers: Mapping[str, str] | None = None
+) -> tuple[int, Any]:
+    req = urllib.request.Request(url, headers={"Accept": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             body = r.read()
@@ -393,6 +408,8 @@ class EngineProcess:
         timeout = spec.launch.startup_timeout_s if timeout_s is None else timeout_s
         deadline = self.started_at + timeout
         healthy = False
+        key = spec.api_key()
+        auth = {"Authorization": f"Bearer {key}"} if key else None
         while True:
             if self._cancel.is_set():
                 raise EngineInterrupted(f"engine '{spec.name}': startup interrupted")
@@ -408,7 +425,7 @@ class EngineProcess:
                     status, _ = _get_json(f"{spec.url}/health")
                     healthy = status == 200
                 if healthy:
-                    status, body = _get_json(f"{spec.base_url}/models")
+                    status, body = _get_json(f"{spec.base_url}/models", headers=auth)
                     served = [m.get("id") for m in (body or {}).get("data", []) or []]
                     if status == 200 and spec.served_model_name in served:
                         self.ready_s = time.monotonic() - self.started_at
