@@ -423,3 +423,62 @@ def test_readiness_check_uses_the_engines_key(tmp_path: Path) -> None:
     assert _spec(tmp_path, args=["--api-key=k2"]).api_key() == "k2"
     assert _spec(tmp_path, env={"VLLM_API_KEY": "k3"}).api_key() == "k3"
     assert _spec(tmp_path, engine="sglang", env={"VLLM_API_KEY": "k3"}).api_key() is None
+
+
+def test_saved_launch_config_hides_secrets() -> None:
+    from agentload.config import build_config, config_to_dict
+
+    cfg = build_config(
+        data={
+            "endpoints": {
+                "agent": {
+                    "base_url": "http://127.0.0.1:8021/v1",
+                    "model": "tiny",
+                    "launch": {
+                        "engine": "vllm",
+                        "args": "--api-key sk-in-args --max-model-len 4096",
+                        "env": {"VLLM_API_KEY": "sk-in-env", "HF_TOKEN": "hf-in-env"},
+                    },
+                }
+            }
+        }
+    )
+    saved = str(config_to_dict(cfg))
+    assert "sk-in-args" not in saved and "sk-in-env" not in saved and "hf-in-env" not in saved
+    launch = config_to_dict(cfg)["endpoints"]["agent"]["launch"]
+    assert launch["args"] == ["--api-key", "<redacted>", "--max-model-len", "4096"]
+    # The live config still has the key (the engine needs it).
+    assert cfg.endpoints["agent"].launch is not None
+    assert cfg.endpoints["agent"].launch.args[1] == "sk-in-args"
+
+
+def test_serve_dry_run_prints_the_docker_command(tmp_path: Path) -> None:
+    r = subprocess.run(
+        _agentload(
+            "serve",
+            "sglang",
+            "--model",
+            "Qwen/Qwen3-0.6B",
+            "--docker",
+            "lmsysorg/sglang:latest",
+            "--docker-arg=--shm-size=16g",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--dry-run",
+            "--",
+            "--api-key",
+            "sk-secret",
+            "--context-length",
+            "8192",
+        ),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    cmd = json.loads(r.stdout)["command"]
+    assert cmd[:2] == ["docker", "run"]
+    assert cmd[cmd.index("-p") + 1] == "127.0.0.1:30000:30000"
+    assert "--shm-size=16g" in cmd
+    assert cmd[-4:] == ["--api-key", "<redacted>", "--context-length", "8192"]
+    assert "sk-secret" not in r.stdout

@@ -15,17 +15,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from real_helpers import LOCKED_KEY, MODEL_NAME, RealServer
 
 from agentload.engines import EngineProcess, EngineSpec, EngineStartError
 from agentload.engines.config import LaunchConfig
 from agentload.engines.launch import free_port
 
 HERE = Path(__file__).parent
-MODEL_NAME = "tiny"
 MAX_MODEL_LEN = 16384
 # What a vLLM user starts the server with for agentload (docs/engines.md says why).
 VLLM_ARGS = [
@@ -45,15 +44,6 @@ VLLM_ARGS = [
     "--max-num-batched-tokens",
     str(MAX_MODEL_LEN),
 ]
-
-
-@dataclass
-class RealServer:
-    base_url: str
-    metrics_url: str
-    model: str
-    log_path: Path
-    ready_s: float
 
 
 def _real_python() -> str:
@@ -90,46 +80,80 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def vllm_server(request: pytest.FixtureRequest) -> Iterator[RealServer]:
-    url = os.environ.get("AGENTLOAD_REAL_URL", "").rstrip("/")
-    if url:
-        yield RealServer(f"{url}/v1", f"{url}/metrics", MODEL_NAME, Path("/dev/null"), 0.0)
-        return
-    yield from _launched(request.getfixturevalue("tiny_model"), request)
+# The locked engine of the preflight tests: it wants an API key and has no tool calling.
+LOCKED_ARGS = ["--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32", "--enforce-eager"]
 
 
-def _launched(tiny_model: Path, request: pytest.FixtureRequest) -> Iterator[RealServer]:
-    tmp_path_factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
-    python = _real_python()
-    logs = tmp_path_factory.mktemp("engine")
-    cache = os.environ.get("AGENTLOAD_REAL_CACHE") or str(logs / "cache")
+def _spec(name: str, model: Path, logs: Path, args: list[str], env: dict[str, str]) -> EngineSpec:
     launch = LaunchConfig(
         engine="vllm",
-        python=python,
-        args=VLLM_ARGS,
+        python=_real_python(),
+        args=args,
         # A small KV cache: the tiny model needs little, and CI machines are small.
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        env={"VLLM_CPU_KVCACHE_SPACE": "1", **env},
         startup_timeout_s=600,
         stop_timeout_s=20,
     )
-    spec = EngineSpec(
-        name="vllm",
+    cache = os.environ.get("AGENTLOAD_REAL_CACHE")
+    return EngineSpec(
+        name=name,
         launch=launch,
-        model=str(tiny_model),
+        model=str(model),
         served_model_name=MODEL_NAME,
         port=free_port(),
-        log_path=logs / "engine-vllm.log",
-        cache_dir=Path(cache),
+        log_path=logs / f"engine-{name}.log",
+        cache_dir=Path(cache) / name if cache else logs / f"engine-{name}-cache",
     )
-    eng = EngineProcess(spec)
-    eng.start()
+
+
+def _wants_locked(session: pytest.Session) -> bool:
+    return any(item.path.name == "test_real_vllm_preflight.py" for item in session.items)
+
+
+@pytest.fixture(scope="session")
+def engines(
+    request: pytest.FixtureRequest, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, EngineProcess]]:
+    """The session's engines, started together (their start-up is mostly Python imports, so
+    two overlap well) and stopped at the end."""
+    logs = tmp_path_factory.mktemp("engines")
+    specs = [_spec("vllm", tiny_model, logs, VLLM_ARGS, {})]
+    if _wants_locked(request.session):
+        specs.append(
+            _spec("vllm-locked", tiny_model, logs, LOCKED_ARGS, {"VLLM_API_KEY": LOCKED_KEY})
+        )
+    procs: dict[str, EngineProcess] = {}
     try:
+        for spec in specs:
+            procs[spec.name] = EngineProcess(spec).start()
+        yield procs
+    finally:
+        for p in procs.values():
+            p.stop()
+
+
+def _ready(proc: EngineProcess) -> RealServer:
+    spec = proc.spec
+    if proc.ready_s is None:
         try:
-            ready = eng.wait_ready()
+            proc.wait_ready()
         except EngineStartError as e:
             pytest.fail(str(e), pytrace=False)
-        print(f"\nvLLM ready after {ready:.1f} s on {spec.base_url}", file=sys.stderr)
-        yield RealServer(spec.base_url, spec.metrics_url, MODEL_NAME, spec.log_path, ready)
-    finally:
-        eng.stop()
+        print(f"\n{spec.name} ready after {proc.ready_s:.1f} s on {spec.base_url}", file=sys.stderr)
+    assert proc.ready_s is not None
+    return RealServer(spec.base_url, spec.metrics_url, MODEL_NAME, spec.log_path, proc.ready_s)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(request: pytest.FixtureRequest) -> RealServer:
+    """vLLM as agentload users should start it (VLLM_ARGS)."""
+    url = os.environ.get("AGENTLOAD_REAL_URL", "").rstrip("/")
+    if url:
+        return RealServer(f"{url}/v1", f"{url}/metrics", MODEL_NAME, Path("/dev/null"), 0.0)
+    return _ready(request.getfixturevalue("engines")["vllm"])
+
+
+@pytest.fixture(scope="session")
+def locked_vllm(engines: dict[str, EngineProcess]) -> RealServer:
+    """vLLM started with an API key (VLLM_API_KEY) and without tool calling."""
+    return _ready(engines["vllm-locked"])

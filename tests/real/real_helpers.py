@@ -5,7 +5,22 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+MODEL_NAME = "tiny"
+# The API key of the locked engine (the preflight tests).
+LOCKED_KEY = "agentload-test-key"
+
+
+@dataclass
+class RealServer:
+    base_url: str
+    metrics_url: str
+    model: str
+    log_path: Path
+    ready_s: float
 
 
 def metrics_text(url: str) -> str:

@@ -7,58 +7,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import MAX_MODEL_LEN, MODEL_NAME, RealServer
+from real_helpers import LOCKED_KEY as KEY
+from real_helpers import MODEL_NAME, RealServer
 
-from agentload.engines import EngineProcess, EngineSpec, EngineStartError
-from agentload.engines.config import LaunchConfig
 from agentload.engines.launch import free_port
 
 pytest.importorskip("agentload.engines.preflight")
 pytestmark = pytest.mark.real
 
-KEY = "agentload-test-key"
 # The issue's bar: one clear message within 10 seconds.
 LIMIT_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def locked_vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A second vLLM that wants an API key and was started without tool calling."""
-    python = os.environ["AGENTLOAD_REAL_PYTHON"]
-    logs = tmp_path_factory.mktemp("engine-locked")
-    launch = LaunchConfig(
-        engine="vllm",
-        python=python,
-        # No --enable-auto-tool-choice; the key comes from VLLM_API_KEY, not the command line.
-        args=["--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32", "--enforce-eager"],
-        env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_API_KEY": KEY},
-        startup_timeout_s=600,
-        stop_timeout_s=20,
-    )
-    spec = EngineSpec(
-        name="vllm-locked",
-        launch=launch,
-        model=str(tiny_model),
-        served_model_name=MODEL_NAME,
-        port=free_port(),
-        log_path=logs / "engine-vllm-locked.log",
-        cache_dir=Path(os.environ.get("AGENTLOAD_REAL_CACHE") or logs / "cache"),
-    )
-    eng = EngineProcess(spec)
-    eng.start()
-    try:
-        try:
-            ready = eng.wait_ready()
-        except EngineStartError as e:
-            pytest.fail(str(e), pytrace=False)
-        yield RealServer(spec.base_url, spec.metrics_url, MODEL_NAME, spec.log_path, ready)
-    finally:
-        eng.stop()
 
 
 def _run(tmp_path: Path, base_url: str, model: str, **env: str) -> tuple[int, str, float]:

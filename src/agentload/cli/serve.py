@@ -6,6 +6,7 @@ Exit codes: 0 stopped on request (Ctrl-C / SIGTERM); 1 the engine did not come u
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import time
@@ -24,6 +25,7 @@ from agentload.engines.launch import (
     EngineProcess,
     EngineSpec,
     EngineStartError,
+    redact_args,
     tail_lines,
 )
 
@@ -106,6 +108,9 @@ def serve_command(
     json_out: bool = typer.Option(
         False, "--json", help="Print one JSON line when ready (and one when stopped)."
     ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the command line (secrets masked) and exit."
+    ),
 ) -> None:
     """Start a vLLM or SGLang server (subprocess or container), wait until it serves the
     model, and keep it running until Ctrl-C; then stop its whole process group."""
@@ -144,6 +149,13 @@ def serve_command(
         log_path=out / f"engine-{inst}.log",
         cache_dir=cache_dir or out / f"engine-{inst}-cache",
     )
+    if dry_run:
+        cmd = redact_args(spec.command())
+        if json_out:
+            typer.echo(orjson.dumps({"command": cmd, "log": str(spec.log_path)}).decode())
+        else:
+            typer.echo(shlex.join(cmd))
+        raise typer.Exit(0)
     raise typer.Exit(_serve(spec, json_out=json_out))
 
 

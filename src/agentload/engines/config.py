@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 ENGINES = ("vllm", "sglang")
 Engine = Literal["vllm", "sglang"]
@@ -67,3 +67,11 @@ class LaunchConfig(BaseModel):
         if isinstance(value, str):
             return shlex.split(value)
         return value
+
+    @field_serializer("args", "docker_args", when_used="json")
+    def _hide(self, value: list[str]) -> list[str]:
+        # config.yaml keeps the arguments, not an --api-key value among them (VLLM_API_KEY in
+        # `env` is redacted by name; prefer it).
+        from agentload.redact import redact_argv
+
+        return redact_argv(value)

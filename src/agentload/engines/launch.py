@@ -52,8 +52,6 @@ MODEL_FLAGS = {"vllm": "--model", "sglang": "--model-path"}
 CONTAINER_CACHE = "/agentload-cache"
 CONTAINER_MODEL = "/model"
 
-# Flags whose value is a secret: shown as <redacted> wherever a command line is printed.
-SECRET_FLAGS = ("--api-key",)
 LOG_TAIL_LINES = 40
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -107,24 +105,10 @@ def resolve_python(python: str | None) -> str:
 
 
 def redact_args(argv: Iterable[str]) -> list[str]:
-    """A command line fit for a log: values of secret flags replaced."""
-    out: list[str] = []
-    hide = False
-    for a in argv:
-        if hide:
-            out.append("<redacted>")
-            hide = False
-            continue
-        flag, eq, _ = a.partition("=")
-        if flag in SECRET_FLAGS:
-            if eq:
-                out.append(f"{flag}=<redacted>")
-            else:
-                out.append(a)
-                hide = True
-            continue
-        out.append(a)
-    return out
+    """A command line fit for a log: values of secret options (--api-key ...) masked."""
+    from agentload.redact import redact_argv
+
+    return redact_argv(argv)
 
 
 def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> str:
