@@ -482,3 +482,15 @@ def test_serve_dry_run_prints_the_docker_command(tmp_path: Path) -> None:
     assert "--shm-size=16g" in cmd
     assert cmd[-4:] == ["--api-key", "<redacted>", "--context-length", "8192"]
     assert "sk-secret" not in r.stdout
+
+
+def test_wrong_served_name_times_out_naming_what_is_served(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, python=sys.executable, env=_stub_env())
+    spec.served_model_name = "other"  # the stand-in serves what --served-model-name says...
+    spec.launch = spec.launch.model_copy(update={"args": ["--served-model-name", "tiny"]})
+    eng = EngineProcess(spec, poll_s=0.1).start()  # ...and the last flag wins: "tiny"
+    try:
+        with pytest.raises(EngineStartError, match=r"never listed 'other' \(it lists \['tiny'\]\)"):
+            eng.wait_ready(timeout_s=8)
+    finally:
+        eng.stop()

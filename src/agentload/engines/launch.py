@@ -392,6 +392,7 @@ class EngineProcess:
         timeout = spec.launch.startup_timeout_s if timeout_s is None else timeout_s
         deadline = self.started_at + timeout
         healthy = False
+        waiting_for = f"did not answer {spec.url}/health within {timeout:g} s"
         key = spec.api_key()
         auth = {"Authorization": f"Bearer {key}"} if key else None
         while True:
@@ -401,9 +402,7 @@ class EngineProcess:
             if code is not None:
                 raise EngineStartError(self._failure(f"exited with status {code} during startup"))
             if time.monotonic() > deadline:
-                raise EngineStartError(
-                    self._failure(f"did not answer {spec.url}/health within {timeout:g} s")
-                )
+                raise EngineStartError(self._failure(waiting_for))
             with contextlib.suppress(OSError, TimeoutError):
                 if not healthy:
                     status, _ = _get_json(f"{spec.url}/health")
@@ -414,6 +413,11 @@ class EngineProcess:
                     if status == 200 and spec.served_model_name in served:
                         self.ready_s = time.monotonic() - self.started_at
                         return self.ready_s
+                    listed = f"lists {served}" if status == 200 else f"answers HTTP {status}"
+                    waiting_for = (
+                        f"answered /health, but within {timeout:g} s its /v1/models never listed "
+                        f"{spec.served_model_name!r} (it {listed})"
+                    )
             self._cancel.wait(self.poll_s)
 
     def _failure(self, what: str) -> str:
