@@ -45,6 +45,13 @@ def _config(tmp_path: Path, port: int, **env: str) -> Path:
     return path
 
 
+def _alive(pid: int) -> bool:
+    try:  # a zombie (state Z) has exited
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _run(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "agentload", "run", "--config", str(config), "--progress", "off"],
@@ -94,4 +101,40 @@ def test_run_whose_engine_dies_exits_1_with_the_log_tail(tmp_path: Path) -> None
     assert "exited with status 3 during startup" in r.stderr
     assert "RuntimeError: stub engine cannot load the model" in r.stderr
     assert "Traceback" not in r.stderr
+    assert not port_in_use("127.0.0.1", port)
+
+
+def test_ctrl_c_while_the_engine_starts_stops_it_and_the_run(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    port = free_port()
+    pidfile = tmp_path / "child.pid"
+    config = _config(tmp_path, port, STUB_MODE="hang", STUB_CHILD_PID_FILE=str(pidfile))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentload", "run", "--config", str(config), "--progress", "off"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child = int(pidfile.read_text())
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 30
+    assert "Traceback" not in err
+    # The engine's whole group is gone, its child included.
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
     assert not port_in_use("127.0.0.1", port)
