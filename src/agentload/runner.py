@@ -107,6 +107,7 @@ class RunState:
     interrupts: int = 0
     finishing_interrupts: int = -1
     """Signals received once the sessions are over (-1 until then)."""
+    engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
 
     @property
     def out_dir(self) -> Path:
@@ -144,7 +145,7 @@ async def execute_run(
         tune_gc=tune_gc,
     )
     checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
-    if not cfg.embedded:
+    if not _late_preflight(cfg):
         # Before the results folder is touched: a failed preflight leaves nothing behind, so
         # the same --out works for the next try.
         checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
@@ -246,7 +247,9 @@ async def drive(run: RunState) -> SchedulerReport:
 
     async with contextlib.AsyncExitStack() as stack:
         endpoints = await stack.enter_async_context(_endpoints(run))
-        if run.cfg.embedded:  # the simulator passes preflight like any server
+        # The simulator or a launched engine, once it is up (unless the run was interrupted
+        # while it started).
+        if _late_preflight(run.cfg) and not run.interrupts:
             endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
             _note_endpoints(run, endpoints, detected)
         await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
@@ -362,6 +365,8 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
             return
         sched = run.sched
         if sched is None:
+            if run.engines:
+                run.engines.cancel()  # interrupted while engines start: stop at once
             return
         if run.interrupts == 1:
             say(
@@ -392,9 +397,9 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
     here, stopped on the way out)."""
     cfg = run.cfg
     if not cfg.embedded:
-        endpoints = dict(cfg.endpoints)
-        run.meta["endpoints"] = _describe_endpoints(endpoints)
-        yield endpoints
+        async with _launched(run) as endpoints:
+            run.meta["endpoints"] = _describe_endpoints(endpoints)
+            yield endpoints
         return
     # Started from the main thread: the death signal is tied to the starting thread.
     sim = run.sim = start_embedded_sim(cfg, run.out_dir / "sim.log")
@@ -414,6 +419,12 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
         yield endpoints
     finally:
         await asyncio.to_thread(sim.stop)
+
+
+def _late_preflight(cfg: RunConfig) -> bool:
+    """Endpoints that exist only once the run starts them (the embedded simulator, engines
+    with `launch:`) are checked then; the others before the results folder is touched."""
+    return cfg.embedded or any(ep.launch is not None for ep in cfg.endpoints.values())
 
 
 async def _preflight(
@@ -444,6 +455,25 @@ def _note_endpoints(
     run.meta["sampling"] = sampling_block(run.cfg, endpoints)
     run.recorder.write_meta(run.meta)
     run.opts.say(describe(run.meta["sampling"]))
+
+
+@contextlib.asynccontextmanager
+async def _launched(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
+    """Endpoints with `launch:` get their engine before the first episode (stopped at the
+    end); a launch problem is exit 2, an engine that does not come up exit 1."""
+    from agentload.engines.launch import EngineError, EngineStartError
+    from agentload.engines.run import RunEngines, launched_engines
+
+    run.engines = RunEngines(run.cfg.endpoints, run.out_dir, run.opts.say)
+    try:
+        async with launched_engines(run.engines, run.cfg.endpoints) as endpoints:
+            if run.engines:
+                run.meta["engines"] = run.engines.meta()
+            yield endpoints
+    except EngineError as e:
+        raise ConfigError(str(e)) from None
+    except EngineStartError as e:
+        raise RunFailed(str(e)) from None
 
 
 def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
