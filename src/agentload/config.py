@@ -219,7 +219,7 @@ class MetricsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    interval_s: float = Field(5.0, gt=0, description="Prometheus scrape period.")
+    interval_s: float = Field(1.0, gt=0, description="Prometheus scrape period.")
 
     @field_validator("interval_s", mode="before")
     @classmethod

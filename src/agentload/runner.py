@@ -287,6 +287,7 @@ async def execute_run(
     tune_gc: bool = True,
 ) -> RunOutcome:
     """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
+    from agentload.results.context import run_context
     from agentload.results.recorder import Recorder
     from agentload.results.summary import load_run_meta, summarize, write_summary
     from agentload.util import gc_tuned
@@ -368,6 +369,7 @@ async def execute_run(
                 installed.append(sig)
 
     tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
+    cpu0 = time.process_time()  # the client's own CPU use, for the report's health check
     rep: SchedulerReport | None = None
     try:
         if cfg.embedded:
@@ -465,7 +467,9 @@ async def execute_run(
 
     assert rep is not None
     summary = summarize(out_dir, slo=cfg.slo or None)
-    summary["client"] = client_block(rep, cfg, {"resume_attempt": attempt})
+    summary["client"] = client_block(
+        rep, cfg, {"resume_attempt": attempt, "cpu_s": time.process_time() - cpu0}
+    )
 
     sessions = (summary.get("counts") or {}).get("sessions", 0)
     infra = _infra_failures(out_dir)
@@ -488,6 +492,7 @@ async def execute_run(
     update_meta(out_dir, meta)
     # The summary embeds run.json: take the final status, not the "running" it read.
     summary["run"] = load_run_meta(out_dir)
+    summary["context"] = run_context(out_dir)
     write_summary(out_dir, summary)
     files: list[Path] = []
     if cfg.report:
