@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "agentload.run_cli",
     "agentload.report.cli",
     "agentload.servermetrics.cli",
+    "agentload.results.cli",
 ]
 
 
