@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentload.client.config import EndpointConfig
+from agentload.units import check_slo_key, parse_duration, parse_slo
 
 CONFIG_SCHEMA = "agentload.config/1"
 
@@ -24,33 +25,9 @@ CONFIG_SCHEMA = "agentload.config/1"
 # added to `endpoints` for multi-model setups.
 CORE_ROLES = ("agent", "user")
 
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(us|µs|ms|s|m|min|h)?\s*$", re.I)
-_UNIT_S = {
-    None: 1.0,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "h": 3600.0,
-}
-
 
 class ConfigError(Exception):
     """A bad configuration or flag: one message, reported with exit code 2."""
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `90s`, `1.5m`, `500ms`, `250us` or `2h`."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 30s, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DURATION_RE.match(str(value))
-    if not m:
-        raise ValueError(f"expected a duration like 30s, 5m or 500ms, got {value!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2).lower() if m.group(2) else None]
 
 
 class Warmup(BaseModel):
@@ -115,8 +92,8 @@ class WorkloadConfig(BaseModel):
     trials: int = Field(1, ge=1, description="Trials per task (k of pass^k).")
     shuffle: bool = Field(False, description="Shuffle the task order of each trial round.")
     seed: int = Field(0, description="Base seed: task order, episode seeds, arrivals.")
-    agent: Literal["tool-calling", "react", "act", "oracle", "noop"] = "tool-calling"
-    user: Literal["llm", "scripted"] = "llm"
+    agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
+    user: str = Field("llm", description="User simulator (a registered name).")
     temperature: float | None = Field(None, ge=0)
     max_steps: int = Field(30, ge=1, description="Agent LLM calls per episode.")
     max_user_turns: int = Field(20, ge=1)
@@ -139,6 +116,20 @@ class WorkloadConfig(BaseModel):
     @classmethod
     def _budget(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        from agentload.plugins import AGENTS
+
+        return AGENTS.check(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        from agentload.plugins import USERS
+
+        return USERS.check(value)
 
 
 class LoadConfig(BaseModel):
@@ -235,6 +226,7 @@ class RunConfig(BaseModel):
     schema_: str = Field(CONFIG_SCHEMA, alias="schema")
     out: str = Field("results/run", description="Results folder.")
     run_id: str | None = Field(None, description="Default: derived from the start time.")
+    kind: str = Field("episodes", description="Workload kind (a registered name).")
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
         description="Endpoint per role (agent, user, …); none = the embedded simulator.",
@@ -251,11 +243,16 @@ class RunConfig(BaseModel):
     @field_validator("slo", mode="before")
     @classmethod
     def _slo(cls, value: Any) -> Any:
-        if isinstance(value, str):
+        if isinstance(value, str | Mapping):
             return parse_slo(value)
-        if isinstance(value, Mapping):
-            return {str(k): parse_duration(v) for k, v in value.items()}
         return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        from agentload.plugins import WORKLOADS
+
+        return WORKLOADS.check(value)
 
     @field_validator("endpoints", mode="before")
     @classmethod
@@ -289,35 +286,6 @@ class RunConfig(BaseModel):
     @property
     def embedded(self) -> bool:
         return not self.endpoints
-
-
-_SLO_METRICS = ("ttft", "e2e", "itl", "tpot")
-_SLO_STATS = re.compile(r"^(p\d+(?:\.\d+)?|mean|max)$")
-
-
-def check_slo_key(key: str) -> tuple[str, str]:
-    metric, _, stat = key.partition("_")
-    if metric not in _SLO_METRICS or not _SLO_STATS.match(stat or ""):
-        raise ValueError(
-            f"SLO key {key!r}: expected <metric>_<stat> with metric one of "
-            f"{', '.join(_SLO_METRICS)} and stat like p90, p99, p99.9 or mean (e.g. ttft_p90)"
-        )
-    return metric, stat
-
-
-def parse_slo(text: str) -> dict[str, float]:
-    """`ttft_p90=2s,e2e_p99=10s` -> {"ttft_p90": 2.0, "e2e_p99": 10.0}."""
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        key, sep, val = part.partition("=")
-        if not sep:
-            raise ValueError(f"SLO term {part!r}: expected key=value like ttft_p90=2s")
-        key = key.strip()
-        check_slo_key(key)
-        out[key] = parse_duration(val.strip())
-    return out
 
 
 # ---- loading, merging, error messages ----------------------------------------------------

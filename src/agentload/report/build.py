@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from agentload import stats
+from agentload.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.report import plots
 from agentload.report.columns import CALL_COLUMNS, cells
 from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
-from agentload.report.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.report.health import client_cpu_share, client_warnings
 from agentload.report.series import Series, build_series
 from agentload.results.jsonl import atomic_write_bytes, load_jsonl

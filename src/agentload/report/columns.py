@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentload.report.fmt import DASH, count, num, pct, secs
+from agentload.fmt import DASH, count, num, pct, secs
 from agentload.util import dig
 
 

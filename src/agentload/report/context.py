@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentload.report.fmt import DASH, duration
+from agentload.fmt import DASH, duration
 
 
 def _join(v: Any) -> str:

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 
+from agentload.fmt import count, duration, num, pct, secs
 from agentload.report.columns import CALL_COLUMNS, console_columns
 from agentload.report.context import load_text
-from agentload.report.fmt import count, duration, num, pct, secs
 from agentload.report.health import client_warnings
 from agentload.util import dig
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from agentload.cli import app
+from agentload.cli.app import app
 from agentload.results.jsonl import JsonlError
 
 
