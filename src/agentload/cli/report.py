@@ -67,7 +67,7 @@ def report_command(
         else:
             console.print(summary_table(summary))
     for p in paths:
-        console.print(f"wrote {p}", highlight=False)
+        console.print(f"wrote {p}", highlight=False, soft_wrap=True)
 
 
 def _cell(m: dict[str, Any] | None, rate: bool) -> str:
