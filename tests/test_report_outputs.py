@@ -303,13 +303,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def mlflow_server(tmp_path: Path):
+@pytest.fixture(scope="module", autouse=True)
+def mlflow_proc(tmp_path_factory: pytest.TempPathFactory):
+    """A real MLflow tracking server (sqlite store), started when this module's tests start:
+    it needs tens of seconds to boot, which it spends while the other tests run."""
+    tmp = tmp_path_factory.mktemp("mlflow")
     port = _free_port()
-    exe = str(Path(sys.executable).parent / "mlflow")
     proc = subprocess.Popen(
         [
-            exe,
+            str(Path(sys.executable).parent / "mlflow"),
             "server",
             "--host",
             "127.0.0.1",
@@ -318,32 +320,35 @@ def mlflow_server(tmp_path: Path):
             "--workers",
             "1",
             "--backend-store-uri",
-            f"sqlite:///{tmp_path / 'mlflow.db'}",
+            f"sqlite:///{tmp / 'mlflow.db'}",
             "--artifacts-destination",
-            str(tmp_path / "artifacts"),
+            str(tmp / "artifacts"),
         ],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "mlflow.log").open("w"),
+        stderr=(tmp / "mlflow.log").open("w"),
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    try:
+        yield proc, f"http://127.0.0.1:{port}", tmp / "mlflow.log"
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def mlflow_server(mlflow_proc) -> str:
+    proc, url, log = mlflow_proc
+    deadline = time.monotonic() + 180
     while True:
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
                 if r.status == 200:
-                    break
+                    return url
         except OSError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("mlflow server did not start: " + (tmp_path / "mlflow.log").read_text())
+            pytest.fail("mlflow server did not start: " + log.read_text()[-2000:])
         time.sleep(0.3)
-    try:
-        yield url
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=20)
 
 
 def test_mlflow_logs_params_metrics_and_artifacts(
