@@ -82,8 +82,7 @@ def run(
     """Run one benchmark and return its summary.
 
     `config` is a RunConfig, a dict shaped like the YAML file, or the path of one;
-    `overrides` are dotted config paths with underscores for dots not allowed, given as a
-    mapping: `run(cfg, **{"load.concurrency": 16})`. Raises agentload.config.ConfigError on bad
+    `overrides` are dotted config paths: `run(cfg, **{"load.concurrency": 16})`. Raises agentload.config.ConfigError on bad
     configuration and agentload.runner.RunFailed when the run cannot start; a run that starts
     returns, whatever its outcome (see `Summary.exit_code`).
     """
