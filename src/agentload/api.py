@@ -82,9 +82,9 @@ def run(
     """Run one benchmark and return its summary.
 
     `config` is a RunConfig, a dict shaped like the YAML file, or the path of one;
-    `overrides` are dotted config paths: `run(cfg, **{"load.concurrency": 16})`. Raises agentload.config.ConfigError on bad
-    configuration and agentload.runner.RunFailed when the run cannot start; a run that starts
-    returns, whatever its outcome (see `Summary.exit_code`).
+    `overrides` are dotted config paths: `run(cfg, **{"load.concurrency": 16})`. Raises
+    agentload.config.ConfigError on bad configuration and agentload.runner.RunFailed when the
+    run cannot start; a run that starts returns, whatever its outcome (`Summary.exit_code`).
     """
     from agentload.util import run_async as run_coro
 

@@ -20,6 +20,7 @@ from agentload.runner import (
     Say,
     execute_run,
     load_saved_config,
+    results_lock,
     say_stderr,
 )
 from agentload.util import dig
@@ -93,7 +94,13 @@ def sweep_table(doc: Mapping[str, Any]) -> Any:
     return t
 
 
-async def execute_sweep(
+async def execute_sweep(cfg: RunConfig, **kwargs: Any) -> tuple[dict[str, Any], int]:
+    """A sweep holds its root folder's lock; each point holds its own folder's."""
+    with results_lock(Path(cfg.out), "sweep"):
+        return await _execute_sweep(cfg, **kwargs)
+
+
+async def _execute_sweep(
     cfg: RunConfig,
     *,
     kind: str,  # concurrency | rate

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from agentload.cli.app import app
 from agentload.fmt import pct, secs
-from agentload.results.jsonl import JsonlError
+from agentload.results.jsonl import ResultsError
 
 
 def _check_dir(path: Path) -> None:
@@ -55,9 +55,12 @@ def report_command(
             doc, paths = rereport_sweep(out_dir, thresholds)
         else:
             summary, paths = rereport(out_dir, thresholds)
-    except (JsonlError, orjson.JSONDecodeError) as e:
+    except (ResultsError, orjson.JSONDecodeError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    except OSError as e:
+        typer.echo(f"error: cannot write to {e.filename or out_dir}: {e.strerror or e}", err=True)
+        raise typer.Exit(1) from None
     console = Console()
     if not quiet:
         if sweep:
@@ -92,7 +95,7 @@ def compare_command(
     _check_dir(dir_b)
     try:
         res = compare_dirs(dir_a, dir_b, role)
-    except JsonlError as e:
+    except ResultsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if json_out:

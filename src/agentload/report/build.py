@@ -14,8 +14,9 @@ from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.health import client_cpu_share, client_warnings
 from agentload.report.series import Series, build_series
-from agentload.results.jsonl import atomic_write_bytes, load_jsonl
+from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, SERVER_METRICS, SESSIONS
+from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.util import dig
 
 PCTS = [stats.pct_key(p) for p in stats.PERCENTILES]
@@ -497,10 +498,10 @@ def _slo(doc: Document, slo: Mapping[str, Any]) -> None:
 def write_report(out_dir: Path | str, summary: Mapping[str, Any]) -> list[Path]:
     """report.md, report.html and charts/*.png in `out_dir`; returns the written paths."""
     out_dir = Path(out_dir)
-    samples = load_jsonl(out_dir / SERVER_METRICS)
+    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
     ser = build_series(
-        load_jsonl(out_dir / CALLS),
-        load_jsonl(out_dir / SESSIONS),
+        clean_calls(read_jsonl(out_dir / CALLS, warn=False), Integrity()),
+        clean_sessions(read_jsonl(out_dir / SESSIONS, warn=False), Integrity()),
         samples,
         summary.get("window") or {},
     )

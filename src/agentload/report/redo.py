@@ -19,11 +19,12 @@ def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dic
     old = out_dir / SUMMARY
     if old.exists():
         try:
-            prev: dict[str, Any] = orjson.loads(old.read_bytes())
-        except orjson.JSONDecodeError:
+            prev: Any = orjson.loads(old.read_bytes())
+        except (orjson.JSONDecodeError, OSError):
             prev = {}
-        for key, value in prev.items():
-            summary.setdefault(key, value)
+        for key, value in (prev if isinstance(prev, dict) else {}).items():
+            if isinstance(value, dict):  # a damaged summary.json contributes nothing odd
+                summary.setdefault(key, value)
     return summary, [write_summary(out_dir, summary), *write_report(out_dir, summary)]
 
 
