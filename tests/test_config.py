@@ -9,6 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from agentload.cli import app
+from agentload.cli.run import cli_overrides
 from agentload.config import (
     ConfigError,
     Warmup,
@@ -17,7 +18,6 @@ from agentload.config import (
     parse_duration,
     parse_slo,
 )
-from agentload.run_cli import cli_overrides
 
 
 def _write(tmp_path: Path, data: dict) -> Path:

@@ -168,7 +168,7 @@ async def test_role_header_selects_a_registered_behaviour() -> None:
         unregister_behaviour("echo")
 
 
-def test_role_modules_load_lazily_and_missing_ones_are_skipped(
+def test_behaviours_registered_by_path_load_lazily_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     module = types.ModuleType("agentload_test_roles")
@@ -181,21 +181,12 @@ def test_role_modules_load_lazily_and_missing_ones_are_skipped(
         def respond(self, request: RequestView) -> ResponsePlan:
             return ResponsePlan(content="planned")
 
-    def _exec() -> None:
-        register_behaviour("planner", Planner)
-
+    module.Planner = Planner  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "agentload_test_roles", module)
-    # importing an already-imported module does not re-run it: register on "import" instead
-    monkeypatch.setattr(
-        bh.importlib,
-        "import_module",
-        lambda name: _exec() if name == "agentload_test_roles" else __import__(name),
-    )
-    monkeypatch.setattr(
-        bh, "ROLE_BEHAVIOUR_MODULES", ["agentload_missing_roles_module", "agentload_test_roles"]
-    )
-    monkeypatch.setattr(bh, "_loaded_modules", set())
+    register_behaviour("planner", "agentload_test_roles:Planner")
+    register_behaviour("missing", "agentload_missing_roles_module:Nothing")
     try:
+        assert "planner" in bh.BEHAVIOURS.names()
         factory = bh.behaviour_factory("planner")
         assert factory is Planner
         behaviours = bh.BehaviourSet(SimConfig())
@@ -203,8 +194,12 @@ def test_role_modules_load_lazily_and_missing_ones_are_skipped(
         behaviours.for_role("planner")
         assert calls == ["init"]
         assert bh.behaviour_factory(None) is GenericBehaviour
+        assert bh.behaviour_factory("no-such-role") is GenericBehaviour
+        with pytest.raises(ImportError, match="agentload_missing_roles_module"):
+            bh.behaviour_factory("missing")
     finally:
         unregister_behaviour("planner")
+        unregister_behaviour("missing")
 
 
 class Broken:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -95,39 +96,29 @@ def test_bad_profile_is_a_clear_error(tmp_path: Path) -> None:
         SimConfig(profile="no-such-profile")
 
 
-def test_cli_args_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
-    import typer
-    from typer.testing import CliRunner
-
-    from agentload.sim import api
-    from agentload.sim.command import sim_command
-
-    seen: list[SimConfig] = []
-    monkeypatch.setattr(api, "run_blocking", seen.append)
+def test_settings_reach_the_subprocess_over_stdin_not_argv() -> None:
     config = SimConfig(
         port=0,
         model="m",
-        profile="llama-8b-h100",
+        profile="instant",
         max_num_seqs=7,
-        kv_blocks=99,
         block_size=32,
         prefix_caching=False,
-        max_model_len=2048,
-        speedup=2.5,
-        api_key="k",
+        api_key="sk-canary-7f3a",
         seed=5,
-        mean_output_tokens=12.5,
-        tool_call_probability=0.25,
-        parallel_tool_call_probability=0.5,
-        fault_rate=0.1,
         fault_kinds=["reset", "http_429"],
-        fault_stall_s=0.5,
-        fault_after_tokens=3,
-        log_interval_s=0,
         behaviour_options={"agent_skill": 0.8, "name": "x", "flags": [1, 2], "on": True},
     )
-    app = typer.Typer()
-    app.command()(sim_command)
-    res = CliRunner().invoke(app, config.cli_args())
-    assert res.exit_code == 0, res.output
-    assert seen == [config]
+    assert SimConfig.model_validate_json(config.model_dump_json()) == config
+    with SimProcess(config) as sim:
+        assert sim.proc is not None
+        cmdline = Path(f"/proc/{sim.proc.pid}/cmdline").read_bytes()
+        assert b"sk-canary" not in cmdline
+        req = urllib.request.Request(f"{sim.base_url}/models")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=5)
+        assert err.value.code == 401
+        req.add_header("Authorization", "Bearer sk-canary-7f3a")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            served = json.loads(resp.read())
+        assert [m["id"] for m in served["data"]] == ["m"]

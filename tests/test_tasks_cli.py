@@ -18,7 +18,7 @@ def test_tasks_list_table() -> None:
 
 
 def test_tasks_list_json_filtered() -> None:
-    r = runner.invoke(app, ["tasks", "-d", "airline", "-c", "refusal", "--json"])
+    r = runner.invoke(app, ["tasks", "-d", "airline", "--category", "refusal", "--json"])
     assert r.exit_code == 0, r.output
     rows = [orjson.loads(line) for line in r.stdout.splitlines()]
     assert len(rows) == 14
@@ -32,7 +32,7 @@ def test_tasks_list_subcommand_matches_the_default_listing() -> None:
     assert listed.stdout == default.stdout
     ids = [orjson.loads(line)["id"] for line in listed.stdout.splitlines()]
     assert ids[0] == "retail/000" and len(ids) == len(set(ids)) >= 50
-    bad = runner.invoke(app, ["tasks", "list", "-c", "nonsense"])
+    bad = runner.invoke(app, ["tasks", "list", "--category", "nonsense"])
     assert bad.exit_code == 2
 
 
@@ -44,7 +44,7 @@ def test_tasks_show_and_errors() -> None:
 
     r = runner.invoke(app, ["tasks", "show", "airline/999"])
     assert r.exit_code == 2 and "unknown task 'airline/999'" in r.output
-    r = runner.invoke(app, ["tasks", "-c", "bogus"])
+    r = runner.invoke(app, ["tasks", "--category", "bogus"])
     assert r.exit_code == 2 and "bogus" in r.output
     r = runner.invoke(app, ["tasks", "-d", "nope"])
     assert r.exit_code == 2 and "unknown domain 'nope'" in r.output

@@ -117,8 +117,8 @@ class WorkloadConfig(BaseModel):
     trials: int = Field(1, ge=1, description="Trials per task (k of pass^k).")
     shuffle: bool = Field(False, description="Shuffle the task order of each trial round.")
     seed: int = Field(0, description="Base seed: task order, episode seeds, arrivals.")
-    agent: Literal["tool-calling", "react", "act", "oracle", "noop"] = "tool-calling"
-    user: Literal["llm", "scripted"] = "llm"
+    agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
+    user: str = Field("llm", description="User simulator (a registered name).")
     temperature: float | None = Field(None, ge=0)
     max_steps: int = Field(30, ge=1, description="Agent LLM calls per episode.")
     max_user_turns: int = Field(20, ge=1)
@@ -141,6 +141,20 @@ class WorkloadConfig(BaseModel):
     @classmethod
     def _budget(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        from agentload.plugins import AGENTS
+
+        return AGENTS.check(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        from agentload.plugins import USERS
+
+        return USERS.check(value)
 
 
 class LoadConfig(BaseModel):
@@ -237,6 +251,7 @@ class RunConfig(BaseModel):
     schema_: str = Field(CONFIG_SCHEMA, alias="schema")
     out: str = Field("results/run", description="Results folder.")
     run_id: str | None = Field(None, description="Default: derived from the start time.")
+    kind: str = Field("episodes", description="Workload kind (a registered name).")
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
         description="Endpoint per role (agent, user, …); none = the embedded simulator.",
@@ -258,6 +273,13 @@ class RunConfig(BaseModel):
         if isinstance(value, Mapping):
             return {str(k): parse_duration(v) for k, v in value.items()}
         return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        from agentload.plugins import WORKLOADS
+
+        return WORKLOADS.check(value)
 
     @field_validator("endpoints", mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from agentload.agents.actions import ActionParseError, ParsedAction, format_acti
 from agentload.agents.base import Agent, AgentTurn, LLMCall, ToolCall, ToolOutcome
 from agentload.agents.prompts import STOP, STOP_TOKENS, user_system_prompt
 from agentload.agents.strategies import (
-    AGENT_NAMES,
+    AGENTS,
     NoopAgent,
     OracleAgent,
     TextActionAgent,
@@ -13,13 +13,13 @@ from agentload.agents.strategies import (
     make_agent,
     transfer_tool_name,
 )
-from agentload.agents.users import USER_NAMES, LlmUser, ScriptedUser, UserTurn, make_user
+from agentload.agents.users import USERS, LlmUser, ScriptedUser, UserTurn, make_user
 
 __all__ = [
-    "AGENT_NAMES",
+    "AGENTS",
     "STOP",
     "STOP_TOKENS",
-    "USER_NAMES",
+    "USERS",
     "ActionParseError",
     "Agent",
     "AgentTurn",

@@ -62,6 +62,7 @@ class Agent(Protocol):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None  # the `tools` of the trajectory (schemas offered)
     uses_llm: bool
+    # Optional `action_format`: "native" (tools sent as `tools`, the default) or "text".
 
     async def step(self, llm: LLMCall) -> AgentTurn: ...
 

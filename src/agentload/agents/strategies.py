@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from agentload.agents.actions import ActionParseError, parse_action
-from agentload.agents.base import AgentTurn, LLMCall, ToolCall, ToolOutcome
+from agentload.agents.base import Agent, AgentTurn, LLMCall, ToolCall, ToolOutcome
 from agentload.agents.prompts import (
     NOOP_REPLY,
     OBSERVATION_PREFIX,
@@ -28,8 +28,7 @@ from agentload.agents.prompts import (
     text_system_prompt,
 )
 from agentload.domains.base import Domain, Task
-
-AGENT_NAMES = ("tool-calling", "react", "act", "oracle", "noop")
+from agentload.plugins import AGENTS
 
 ORACLE_CLOSING = "Thank you for contacting us. Have a good day."
 
@@ -124,6 +123,7 @@ class TextActionAgent:
     """react (Thought + Action) or act (Action only): actions parsed from the text."""
 
     uses_llm = True
+    action_format = "text"  # tools described in the system prompt, not sent as `tools`
 
     def __init__(
         self, domain: Domain, task: Task, *, mode: str = "react", keep_reasoning: bool = False
@@ -261,16 +261,23 @@ class NoopAgent:
         pass
 
 
-def make_agent(
-    name: str, domain: Domain, task: Task, *, keep_reasoning: bool = False
-) -> ToolCallingAgent | TextActionAgent | OracleAgent | NoopAgent:
+def react_agent(domain: Domain, task: Task, *, keep_reasoning: bool = False) -> TextActionAgent:
+    return TextActionAgent(domain, task, mode="react", keep_reasoning=keep_reasoning)
+
+
+def act_agent(domain: Domain, task: Task, *, keep_reasoning: bool = False) -> TextActionAgent:
+    return TextActionAgent(domain, task, mode="act", keep_reasoning=keep_reasoning)
+
+
+AgentFactory = Callable[..., Agent]
+"""`factory(domain, task, *, keep_reasoning=False)`: a fresh agent for one episode (an Agent
+class is such a factory)."""
+
+
+def make_agent(name: str, domain: Domain, task: Task, *, keep_reasoning: bool = False) -> Agent:
     """A fresh agent of strategy `name` for one episode."""
-    if name == "tool-calling":
-        return ToolCallingAgent(domain, task, keep_reasoning=keep_reasoning)
-    if name in ("react", "act"):
-        return TextActionAgent(domain, task, mode=name, keep_reasoning=keep_reasoning)
-    if name == "oracle":
-        return OracleAgent(domain, task)
-    if name == "noop":
-        return NoopAgent(domain, task)
-    raise ValueError(f"unknown agent strategy {name!r}; known: {', '.join(AGENT_NAMES)}")
+    try:
+        factory = AGENTS.get(name)
+    except KeyError as e:
+        raise ValueError(str(e)) from None
+    return factory(domain, task, keep_reasoning=keep_reasoning)

@@ -7,7 +7,7 @@ opening message. A reply containing a stop token (see `prompts.STOP_TOKENS`) end
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +15,7 @@ from agentload.agents.base import LLMCall
 from agentload.agents.prompts import AGENT_GREETING, STOP, STOP_TOKENS, user_system_prompt
 from agentload.client import CallResult
 from agentload.domains.base import Task, UserScenario
-
-USER_NAMES = ("llm", "scripted")
+from agentload.plugins import USERS
 
 
 @dataclass(slots=True)
@@ -151,9 +150,22 @@ class ScriptedUser:
         return " ".join(f"My {self._labels[k]} is {info[k]}." for k in keys)
 
 
-def make_user(name: str, task: Task, *, max_turns: int = 20) -> LlmUser | ScriptedUser:
-    if name == "llm":
-        return LlmUser(task)
-    if name == "scripted":
-        return ScriptedUser(task, max_turns=max_turns)
-    raise ValueError(f"unknown user simulator {name!r}; known: {', '.join(USER_NAMES)}")
+def scripted_user(task: Task, *, max_turns: int = 20) -> ScriptedUser:
+    return ScriptedUser(task, max_turns=max_turns)
+
+
+def llm_user(task: Task, *, max_turns: int = 20) -> LlmUser:
+    return LlmUser(task)
+
+
+UserFactory = Callable[..., Any]
+"""`factory(task, *, max_turns)`: a fresh user simulator for one episode."""
+
+
+def make_user(name: str, task: Task, *, max_turns: int = 20) -> Any:
+    """A fresh user simulator `name` for one episode."""
+    try:
+        factory = USERS.get(name)
+    except KeyError as e:
+        raise ValueError(str(e)) from None
+    return factory(task, max_turns=max_turns)

@@ -23,6 +23,7 @@ from agentload.client.tokens import (
     TokenCounter,
     count_prompt_tokens,
 )
+from agentload.wire import SESSION_HEADER
 
 _now_ns = time.perf_counter_ns
 _loads = orjson.loads
@@ -360,7 +361,7 @@ class ChatClient:
         if headers:
             hdrs.update(headers)
         if session_id is not None:
-            hdrs.setdefault("X-Session-ID", session_id)
+            hdrs.setdefault(SESSION_HEADER, session_id)
         rec = CallRecord(
             call_id=call_id or f"c{_pid}-{next(_call_ids)}",
             session_id=session_id,

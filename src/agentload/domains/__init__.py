@@ -1,16 +1,16 @@
 """Built-in tau-style domains and their registry.
 
-Each domain lives in its own module (`agentload.domains.<name>`), imported only when asked
-for, so a broken domain cannot break the others. The module exposes its domain as one of:
-a module attribute `DOMAIN` (an instance), a factory `make_domain()`, or a `Domain` subclass
-whose `name` is the domain's name.
+Each domain lives in its own module (`agentload.domains.<name>`, or an outside package's,
+found through the `agentload.domains` entry-point group), imported only when asked for, so a
+broken domain cannot break the others. The module exposes its domain as one of: a module
+attribute `DOMAIN` (an instance), a factory `make_domain()`, or a `Domain` subclass whose
+`name` is the domain's name.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import threading
+from typing import Any
 
 from agentload.domains.base import (
     GRADER_VERSION,
@@ -26,8 +26,10 @@ from agentload.domains.base import (
     grade,
     pass_hat_k,
 )
+from agentload.plugins import DOMAINS
 
 __all__ = [
+    "DOMAINS",
     "GRADER_VERSION",
     "Action",
     "Domain",
@@ -43,45 +45,41 @@ __all__ = [
     "get_task",
     "grade",
     "pass_hat_k",
+    "to_domain",
 ]
 
-# name -> module path
-_REGISTRY: dict[str, str] = {
-    "airline": "agentload.domains.airline",
-    "retail": "agentload.domains.retail",
-}
-_INSTANCES: dict[str, Domain] = {}
-_LOCK = threading.Lock()
+
+def to_domain(name: str, obj: Any) -> Domain:
+    """A Domain from what a registry path names: an instance, a Domain subclass, a factory,
+    or a module holding one of those (`DOMAIN`, `make_domain()`, a class named `name`)."""
+    if isinstance(obj, Domain):
+        return obj
+    if inspect.isclass(obj) and issubclass(obj, Domain):
+        return obj()
+    if inspect.ismodule(obj):
+        inst = getattr(obj, "DOMAIN", None)
+        if isinstance(inst, Domain):
+            return inst
+        factory = getattr(obj, "make_domain", None)
+        if callable(factory):
+            return to_domain(name, factory())
+        for _, cls in inspect.getmembers(obj, inspect.isclass):
+            if issubclass(cls, Domain) and cls is not Domain and cls.name == name:
+                return cls()
+        raise LookupError(f"module {obj.__name__} defines no Domain named {name!r}")
+    if callable(obj):
+        return to_domain(name, obj())
+    raise LookupError(f"domain {name!r}: {obj!r} is not a Domain")
 
 
 def domain_names() -> list[str]:
     """Registered domain names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def _load(name: str) -> Domain:
-    module = importlib.import_module(_REGISTRY[name])
-    obj = getattr(module, "DOMAIN", None)
-    if isinstance(obj, Domain):
-        return obj
-    factory = getattr(module, "make_domain", None)
-    if callable(factory):
-        return factory()
-    for _, cls in inspect.getmembers(module, inspect.isclass):
-        if issubclass(cls, Domain) and cls is not Domain and cls.name == name:
-            return cls()
-    raise LookupError(f"module {module.__name__} defines no Domain named {name!r}")
+    return DOMAINS.names()
 
 
 def get_domain(name: str) -> Domain:
     """The domain's (per-process) instance. Raises KeyError for an unknown name."""
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown domain {name!r}; known: {', '.join(domain_names())}")
-    with _LOCK:
-        inst = _INSTANCES.get(name)
-        if inst is None:
-            inst = _INSTANCES[name] = _load(name)
-    return inst
+    return DOMAINS.get(name)
 
 
 def get_task(task_id: str) -> Task:

@@ -13,7 +13,7 @@ Python API::
 
 from agentload.sim.api import SimProcess, SimServer
 from agentload.sim.behaviour import (
-    ROLE_BEHAVIOUR_MODULES,
+    BEHAVIOURS,
     Behaviour,
     GenericBehaviour,
     RequestView,
@@ -26,9 +26,9 @@ from agentload.sim.faults import predict_fault
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile, load_profile
 
 __all__ = [
+    "BEHAVIOURS",
     "BUILTIN_PROFILES",
     "FAULT_KINDS",
-    "ROLE_BEHAVIOUR_MODULES",
     "Behaviour",
     "GenericBehaviour",
     "Profile",

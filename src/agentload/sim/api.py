@@ -20,6 +20,9 @@ from agentload.sim.config import SimConfig
 from agentload.sim.server import SimApp
 from agentload.util import gc_tuned
 
+STDIN_CONFIG_FLAG = "--stdin-config"
+"""`python -m agentload.sim --stdin-config` reads its SimConfig as JSON on stdin."""
+
 
 class _Addresses:
     """URLs of a running simulator, for both the in-process and the subprocess form."""
@@ -173,7 +176,9 @@ class SimProcess(_Addresses):
         if self.port == 0:
             self.port = _free_port(self.config.host)
         config = self.config.model_copy(update={"port": self.port})
-        cmd = [sys.executable, "-m", "agentload.sim", *config.cli_args()]
+        # The settings go over stdin, not argv: nothing (an API key in particular) shows on
+        # the process list, and every field round-trips exactly.
+        cmd = [sys.executable, "-m", "agentload.sim", STDIN_CONFIG_FLAG]
         if self.log_path:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             out: Any = self._log
@@ -183,11 +188,15 @@ class SimProcess(_Addresses):
             cmd,
             stdout=out,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             start_new_session=self.own_session,
             preexec_fn=_die_with_parent if self.own_session else None,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.write(config.model_dump_json().encode())
+        self.proc.stdin.close()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

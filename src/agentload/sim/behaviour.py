@@ -13,13 +13,12 @@ module can add role-aware behaviours without touching the server::
 
     register_behaviour("agent", Agent)
 
-Modules named in :data:`ROLE_BEHAVIOUR_MODULES` are imported on first use (a missing one is
-skipped), so a role module only needs to be listed there.
+or, from an outside package, an entry point in the `agentload.sim_behaviours` group naming the
+factory (loaded on first use).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import math
@@ -29,15 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentload.plugins import BEHAVIOURS
 from agentload.sim.tokenizer import split_pieces
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 if TYPE_CHECKING:
     from agentload.sim.config import SimConfig
 
 log = logging.getLogger("agentload.sim")
-
-ROLE_BEHAVIOUR_MODULES: list[str] = ["agentload.sim.roles"]
-"""Modules imported on first use; each registers its behaviours when imported."""
 
 GENERIC_ROLE = "generic"
 
@@ -76,15 +74,15 @@ class RequestView:
 
     @property
     def role(self) -> str | None:
-        return self.headers.get("X-Agentload-Role")
+        return self.headers.get(ROLE_HEADER)
 
     @property
     def task(self) -> str | None:
-        return self.headers.get("X-Agentload-Task")
+        return self.headers.get(TASK_HEADER)
 
     @property
     def session_id(self) -> str | None:
-        return self.headers.get("X-Session-ID")
+        return self.headers.get(SESSION_HEADER)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -111,40 +109,24 @@ class Behaviour(Protocol):
 
 BehaviourFactory = Callable[["SimConfig"], Behaviour]
 
-_REGISTRY: dict[str, BehaviourFactory] = {}
-_loaded_modules: set[str] = set()
-
 
 def register_behaviour(role: str, factory: BehaviourFactory) -> None:
     """Use ``factory(config)`` for requests whose ``X-Agentload-Role`` header is ``role``."""
-    _REGISTRY[role] = factory
+    BEHAVIOURS.register(role, factory)
 
 
 def unregister_behaviour(role: str) -> None:
-    _REGISTRY.pop(role, None)
-
-
-def load_role_modules() -> None:
-    """Import the modules of :data:`ROLE_BEHAVIOUR_MODULES` not imported yet."""
-    for name in ROLE_BEHAVIOUR_MODULES:
-        if name in _loaded_modules:
-            continue
-        _loaded_modules.add(name)
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                log.debug("behaviour module %s is not installed; skipped", name)
-            else:
-                raise
+    BEHAVIOURS.unregister(role)
 
 
 def behaviour_factory(role: str | None) -> BehaviourFactory:
     """The factory registered for ``role``, or the generic behaviour's."""
-    load_role_modules()
-    if role and role in _REGISTRY:
-        return _REGISTRY[role]
-    return _REGISTRY.get(GENERIC_ROLE, GenericBehaviour)
+    if role:
+        try:
+            return BEHAVIOURS.get(role)
+        except KeyError:
+            pass
+    return BEHAVIOURS.get(GENERIC_ROLE)
 
 
 class BehaviourSet:
@@ -349,6 +331,3 @@ class GenericBehaviour:
         )
         plan.content = lorem_text(n, rng)
         return plan
-
-
-register_behaviour(GENERIC_ROLE, GenericBehaviour)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentload.sim.profiles import Profile, load_profile
@@ -82,57 +81,3 @@ class SimConfig(BaseModel):
             if value is not None:
                 updates[key] = value
         return base.model_copy(update=updates)
-
-    def cli_args(self) -> list[str]:
-        """Command-line arguments that reproduce this configuration for ``agentload sim``."""
-        args = ["--host", self.host, "--port", str(self.port), "--model", self.model]
-        if isinstance(self.profile, Profile):
-            raise ValueError(
-                "a SimConfig with an inline Profile cannot be passed to a subprocess; "
-                "write the profile to a file and name the file"
-            )
-        args += ["--profile", self.profile]
-        for key, flag in (
-            ("max_num_seqs", "--max-num-seqs"),
-            ("max_num_batched_tokens", "--max-num-batched-tokens"),
-            ("kv_blocks", "--kv-blocks"),
-            ("block_size", "--block-size"),
-            ("max_model_len", "--max-model-len"),
-            ("api_key", "--api-key"),
-            ("tokenizer", "--tokenizer"),
-        ):
-            value = getattr(self, key)
-            if value is not None:
-                args += [flag, str(value)]
-        if not self.prefix_caching:
-            args.append("--no-prefix-caching")
-        args += [
-            "--speedup",
-            repr(self.speedup),
-            "--seed",
-            str(self.seed),
-            "--mean-output-tokens",
-            repr(self.mean_output_tokens),
-            "--output-tokens-sigma",
-            repr(self.output_tokens_sigma),
-            "--mean-reasoning-tokens",
-            repr(self.mean_reasoning_tokens),
-            "--tool-call-probability",
-            repr(self.tool_call_probability),
-            "--parallel-tool-call-probability",
-            repr(self.parallel_tool_call_probability),
-            "--fault-rate",
-            repr(self.fault_rate),
-            "--fault-kinds",
-            ",".join(self.fault_kinds),
-            "--fault-stall-s",
-            repr(self.fault_stall_s),
-            "--fault-after-tokens",
-            str(self.fault_after_tokens),
-            "--log-interval",
-            repr(self.log_interval_s),
-        ]
-        for key, value in self.behaviour_options.items():
-            text = value if isinstance(value, str) else orjson.dumps(value).decode()
-            args += ["--behaviour-option", f"{key}={text}"]
-        return args

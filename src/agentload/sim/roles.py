@@ -36,7 +36,6 @@ from agentload.sim.behaviour import (
     RequestView,
     ResponsePlan,
     ToolCallPlan,
-    register_behaviour,
 )
 
 if TYPE_CHECKING:
@@ -846,7 +845,3 @@ class CooperativeUser:
         if asked < profile.followups:
             return W.FOLLOWUPS[asked % len(W.FOLLOWUPS)]
         return W.STOP
-
-
-register_behaviour(AGENT_ROLE, SkilledAgent)
-register_behaviour(USER_ROLE, CooperativeUser)

@@ -22,6 +22,7 @@ from agentload.sim.engine import Engine, Seq
 from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
+from agentload.wire import ROLE_HEADER
 
 log = logging.getLogger("agentload.sim")
 
@@ -760,7 +761,7 @@ class SimApp:
             endpoint="chat" if chat else "completions",
             parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
         )
-        role = request.headers.get("X-Agentload-Role")
+        role = request.headers.get(ROLE_HEADER)
         try:
             plan = self.behaviours.for_role(role).respond(view)
         except Exception as exc:

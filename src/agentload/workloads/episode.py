@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentload.agents.base import AgentTurn, ToolCall, ToolOutcome
-from agentload.agents.strategies import AGENT_NAMES, make_agent, transfer_tool_name
-from agentload.agents.users import USER_NAMES, is_stop, make_user
+from agentload.agents.strategies import AGENTS, make_agent, transfer_tool_name
+from agentload.agents.users import USERS, is_stop, make_user
 from agentload.client import CallRecord, CallResult, ChatClient
 from agentload.domains import Environment, get_domain
 from agentload.domains.base import Domain, Grade, Task, grade_db_hash, hash_db
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 log = logging.getLogger("agentload.episode")
 
@@ -125,10 +126,11 @@ def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
 
 def validate_options(options: EpisodeOptions) -> None:
     """Raise ValueError for options no episode can run with."""
-    if options.agent not in AGENT_NAMES:
-        raise ValueError(f"unknown agent {options.agent!r}; known: {', '.join(AGENT_NAMES)}")
-    if options.user not in USER_NAMES:
-        raise ValueError(f"unknown user {options.user!r}; known: {', '.join(USER_NAMES)}")
+    for registry, name in ((AGENTS, options.agent), (USERS, options.user)):
+        try:
+            registry.check(name)
+        except KeyError as e:
+            raise ValueError(str(e)) from None
     if options.tool_latency.kind not in TOOL_LATENCY_KINDS:
         raise ValueError(
             f"unknown tool latency kind {options.tool_latency.kind!r}; "
@@ -204,9 +206,9 @@ class _Episode:
         self.taps = {role: _tap(c) for role, c in clients.items() if c is not None}
         self.headers = {
             role: {
-                "X-Session-ID": spec.session_id,
-                "X-Agentload-Role": role,
-                "X-Agentload-Task": spec.task_id,
+                SESSION_HEADER: spec.session_id,
+                ROLE_HEADER: role,
+                TASK_HEADER: spec.task_id,
             }
             for role in ("agent", "user")
         }
@@ -528,7 +530,7 @@ def _finish(
         "messages": messages,
         "tools": ep.agent.tools or [],
         # "native": tools sent as `tools`; "text": described in the system prompt (react, act)
-        "action_format": "text" if ep.options.agent in ("react", "act") else "native",
+        "action_format": getattr(ep.agent, "action_format", "native"),
         "reward": reward,
         "termination": termination,
         "grade": grade_dict,

@@ -1,17 +1,22 @@
 """`agentload run` and `agentload sweep`: thin shells over agentload.runner."""
 
-import inspect
 import logging
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agentload.cli import app
+from agentload.cli.app import app
+from agentload.cli.options import (
+    RUN_OPTIONS,
+    SWEEP_OPTIONS,
+    command_options,
+    parse_headers,
+    simple_paths,
+)
 from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, parse_duration
 from agentload.runner import (
     EXIT_FAILED,
@@ -21,10 +26,9 @@ from agentload.runner import (
     RunFailed,
     RunOutcome,
     execute_run,
-    execute_sweep,
     load_saved_config,
-    sweep_table,
 )
+from agentload.sweep import execute_sweep, sweep_table
 from agentload.util import run_async
 
 _EXIT_CODES = """\
@@ -47,181 +51,7 @@ Example config (YAML; every flag overrides it; annotated in docs/run.md):
 {_EXIT_CODES}
 """
 
-H = "Endpoint"
-W = "Workload"
-L = "Load"
-S = "Simulator"
-O = "Output"  # noqa: E741
-
-
-def _opt(*names: str, help: str, panel: str, **kw: Any) -> Any:
-    return typer.Option(*names, help=help, rich_help_panel=panel, **kw)
-
-
-def run_command(
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML run configuration.")
-    ] = None,
-    out: Annotated[str | None, _opt("--out", "-o", help="Results folder.", panel=O)] = None,
-    resume: Annotated[
-        Path | None,
-        _opt("--resume", help="Continue an interrupted run in DIR from its saved config.", panel=O),
-    ] = None,
-    run_id: Annotated[str | None, _opt("--run-id", help="Run identifier.", panel=O)] = None,
-    # endpoints
-    base_url: Annotated[
-        str | None,
-        _opt(
-            "--base-url", help="Agent (and user) endpoint, e.g. http://127.0.0.1:8000/v1.", panel=H
-        ),
-    ] = None,
-    model: Annotated[str | None, _opt("--model", help="Agent (and user) model.", panel=H)] = None,
-    user_base_url: Annotated[
-        str | None, _opt("--user-base-url", help="User-simulator endpoint.", panel=H)
-    ] = None,
-    user_model: Annotated[str | None, _opt("--user-model", help="User model.", panel=H)] = None,
-    api_key_env: Annotated[
-        str | None, _opt("--api-key-env", help="Env var holding the API key.", panel=H)
-    ] = None,
-    metrics_url: Annotated[
-        str | None, _opt("--metrics-url", help="Prometheus URL of the agent's server.", panel=H)
-    ] = None,
-    max_tokens: Annotated[int | None, _opt("--max-tokens", help="Per call.", panel=H)] = None,
-    temperature: Annotated[
-        float | None, _opt("--temperature", help="Sampling temperature.", panel=H)
-    ] = None,
-    extra_body: Annotated[
-        str | None,
-        _opt(
-            "--extra-body",
-            help="JSON merged into every request, e.g. "
-            '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
-            panel=H,
-        ),
-    ] = None,
-    # workload
-    domains: Annotated[str | None, _opt("--domains", help="e.g. airline,retail.", panel=W)] = None,
-    tasks: Annotated[
-        str | None, _opt("--tasks", help="e.g. airline/000-019,retail/005.", panel=W)
-    ] = None,
-    trials: Annotated[int | None, _opt("--trials", "-k", help="Trials per task.", panel=W)] = None,
-    shuffle: Annotated[
-        bool | None, _opt("--shuffle/--no-shuffle", help="Shuffle task order per round.", panel=W)
-    ] = None,
-    seed: Annotated[int | None, _opt("--seed", help="Base seed.", panel=W)] = None,
-    agent: Annotated[
-        str | None, _opt("--agent", help="tool-calling | react | act | oracle | noop.", panel=W)
-    ] = None,
-    user: Annotated[str | None, _opt("--user", help="llm | scripted.", panel=W)] = None,
-    max_steps: Annotated[
-        int | None, _opt("--max-steps", help="Agent calls per episode.", panel=W)
-    ] = None,
-    tool_latency: Annotated[
-        str | None,
-        _opt("--tool-latency", help="KIND:MEAN, e.g. lognormal:0.2s, constant:50ms.", panel=W),
-    ] = None,
-    # load
-    concurrency: Annotated[
-        int | None, _opt("--concurrency", "-n", help="Closed loop: active episodes.", panel=L)
-    ] = None,
-    rate: Annotated[
-        float | None, _opt("--rate", help="Open loop: episode arrivals per second.", panel=L)
-    ] = None,
-    burstiness: Annotated[
-        float | None, _opt("--burstiness", help="Gamma shape; 1 = Poisson.", panel=L)
-    ] = None,
-    max_concurrency: Annotated[
-        int | None, _opt("--max-concurrency", help="Open loop: cap on active episodes.", panel=L)
-    ] = None,
-    num_episodes: Annotated[
-        int | None, _opt("--num-episodes", help="Measured episodes.", panel=L)
-    ] = None,
-    duration: Annotated[
-        str | None, _opt("--duration", help="Stop issuing after this, e.g. 10m.", panel=L)
-    ] = None,
-    warmup: Annotated[
-        str | None, _opt("--warmup", help="Episodes (5) or time (10s) not in statistics.", panel=L)
-    ] = None,
-    drain_timeout: Annotated[
-        str | None, _opt("--drain-timeout", help="Wait for in-flight episodes on stop.", panel=L)
-    ] = None,
-    slo: Annotated[str | None, _opt("--slo", help="e.g. ttft_p90=2s,e2e_p99=10s.", panel=L)] = None,
-    # simulator
-    sim_profile: Annotated[
-        str | None,
-        _opt("--sim-profile", help="instant | tiny-cpu | llama-8b-h100 | … | FILE.", panel=S),
-    ] = None,
-    sim_speedup: Annotated[
-        float | None, _opt("--sim-speedup", help="Simulated model time runs X× faster.", panel=S)
-    ] = None,
-    sim_fault_rate: Annotated[
-        float | None, _opt("--sim-fault-rate", help="Share of calls given a fault.", panel=S)
-    ] = None,
-    sim_seed: Annotated[int | None, _opt("--sim-seed", help="Simulator seed.", panel=S)] = None,
-    # output
-    metrics_interval: Annotated[
-        str | None, _opt("--metrics-interval", help="Server-metrics scrape period.", panel=O)
-    ] = None,
-    no_metrics: Annotated[
-        bool, typer.Option("--no-metrics", help="Do not scrape server metrics.", rich_help_panel=O)
-    ] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option("--overwrite", help="Replace results already in --out.", rich_help_panel=O),
-    ] = False,
-    no_report: Annotated[
-        bool, typer.Option("--no-report", help="summary.json only.", rich_help_panel=O)
-    ] = False,
-    progress: Annotated[
-        str, typer.Option("--progress", help="auto | live | plain | off.", rich_help_panel=O)
-    ] = "auto",
-    progress_interval: Annotated[
-        float,
-        typer.Option(
-            "--progress-interval", help="Seconds between plain progress lines.", rich_help_panel=O
-        ),
-    ] = 10.0,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress or messages.", rich_help_panel=O)
-    ] = False,
-    json_out: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print the final summary as JSON on stdout.", rich_help_panel=O
-        ),
-    ] = False,
-) -> None:
-    args = dict(locals())
-    _main("run", args)
-
-
-# dotted config path and flag for each option that maps straight onto the config
-_SIMPLE: dict[str, tuple[str, str]] = {
-    "out": ("out", "--out"),
-    "run_id": ("run_id", "--run-id"),
-    "domains": ("workload.domains", "--domains"),
-    "tasks": ("workload.tasks", "--tasks"),
-    "trials": ("workload.trials", "--trials"),
-    "shuffle": ("workload.shuffle", "--shuffle"),
-    "seed": ("workload.seed", "--seed"),
-    "agent": ("workload.agent", "--agent"),
-    "user": ("workload.user", "--user"),
-    "max_steps": ("workload.max_steps", "--max-steps"),
-    "concurrency": ("load.concurrency", "--concurrency"),
-    "rate": ("load.rate", "--rate"),
-    "burstiness": ("load.burstiness", "--burstiness"),
-    "max_concurrency": ("load.max_concurrency", "--max-concurrency"),
-    "num_episodes": ("load.num_episodes", "--num-episodes"),
-    "duration": ("load.duration_s", "--duration"),
-    "warmup": ("load.warmup", "--warmup"),
-    "drain_timeout": ("load.drain_timeout_s", "--drain-timeout"),
-    "slo": ("slo", "--slo"),
-    "sim_profile": ("sim.profile", "--sim-profile"),
-    "sim_speedup": ("sim.speedup", "--sim-speedup"),
-    "sim_fault_rate": ("sim.fault_rate", "--sim-fault-rate"),
-    "sim_seed": ("sim.seed", "--sim-seed"),
-    "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
-}
+_SIMPLE = simple_paths(RUN_OPTIONS)
 _OUTPUT_ONLY = {
     "config",
     "resume",
@@ -235,6 +65,11 @@ _OUTPUT_ONLY = {
     "rates",
     "stop_on_slo_fail",
 }
+
+
+@command_options(RUN_OPTIONS)
+def run_command(**kwargs: Any) -> None:
+    _main("run", kwargs)
 
 
 def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
@@ -284,7 +119,10 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
         if not isinstance(body, dict):
             raise ConfigError("flag --extra-body: expected a JSON object")
         ep_fields["extra_body"] = body
+    if a.get("header"):
+        ep_fields["headers"] = parse_headers(a["header"])
     flag_of = {
+        "headers": "--header",
         "base_url": "--base-url",
         "model": "--model",
         "api_key_env": "--api-key-env",
@@ -478,48 +316,10 @@ app.command(
 
 
 # The sweep takes the run's options, with the load points in place of --concurrency / --rate.
+@command_options(SWEEP_OPTIONS)
 def sweep_command(**kwargs: Any) -> None:
     _main("sweep", kwargs)
 
-
-_run_params = inspect.signature(run_command).parameters
-_sweep_params = [p for n, p in _run_params.items() if n not in ("concurrency", "rate", "resume")]
-_sweep_params[1:1] = [
-    inspect.Parameter(
-        "points",
-        inspect.Parameter.KEYWORD_ONLY,
-        default=None,
-        annotation=Annotated[
-            str | None,
-            _opt("--concurrency", "-n", help="Closed-loop points, e.g. 1,2,4,8,16,32.", panel=L),
-        ],
-    ),
-    inspect.Parameter(
-        "rates",
-        inspect.Parameter.KEYWORD_ONLY,
-        default=None,
-        annotation=Annotated[
-            str | None,
-            _opt("--rates", help="Open-loop points (episodes/s), e.g. 0.5,1,2,4.", panel=L),
-        ],
-    ),
-    inspect.Parameter(
-        "stop_on_slo_fail",
-        inspect.Parameter.KEYWORD_ONLY,
-        default=False,
-        annotation=Annotated[
-            bool,
-            typer.Option(
-                "--stop-on-slo-fail",
-                help="Stop at the first point that misses the SLO.",
-                rich_help_panel=L,
-            ),
-        ],
-    ),
-]
-_sweep_params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _sweep_params]
-sweep_command.__signature__ = inspect.Signature(_sweep_params)  # type: ignore[attr-defined]
-sweep_command.__annotations__ = {p.name: p.annotation for p in _sweep_params}
 
 app.command(
     "sweep",

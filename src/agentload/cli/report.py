@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli import app
+from agentload.cli.app import app
 from agentload.report.fmt import pct, secs
 from agentload.results.jsonl import ResultsError
 

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli import app
+from agentload.cli.app import app
 from agentload.servermetrics.parse import COUNTERS, GAUGES, parse_metrics
 from agentload.servermetrics.scraper import fetch_metrics
 from agentload.servermetrics.summary import summarize_endpoint

@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli import app
+from agentload.cli.app import app
+from agentload.cli.options import parse_headers
 from agentload.client.client import CallResult, ChatClient
 from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
 from agentload.util import run_async
@@ -24,16 +25,6 @@ def _load_json(path: Path, what: str) -> Any:
         raise typer.BadParameter(f"{what} file not found: {path}") from None
     except orjson.JSONDecodeError as e:
         raise typer.BadParameter(f"{path}: not valid JSON ({e})") from None
-
-
-def _parse_headers(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        k, sep, v = item.partition(":")
-        if not sep or not k.strip():
-            raise typer.BadParameter(f"--header expects KEY:VALUE, got {item!r}")
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _fmt_s(v: float | None) -> str:
@@ -157,7 +148,7 @@ def call(
             base_url=base_url,
             model=model,
             api_key_env=api_key_env,
-            headers=_parse_headers(header),
+            headers=parse_headers(header),
             extra_body=extra,
             stream=not no_stream,
             timeouts=Timeouts(total=timeout, first_token=timeout, idle=timeout),

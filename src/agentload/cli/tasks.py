@@ -5,13 +5,15 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli import app
+from agentload.cli.app import app
+from agentload.cli.options import Opt, command_options
 from agentload.domains import domain_names, get_domain, get_task
 from agentload.domains.base import (
     GRADER_VERSION,
@@ -64,35 +66,33 @@ def _check_category(category: str | None) -> None:
         )
 
 
+_LIST_OPTIONS = [
+    Opt("domain", ("--domain", "-d"), list[str] | None, "Domain(s) to list [default: all].", ""),
+    Opt(
+        "category",
+        ("--category",),
+        str | None,
+        f"Only tasks of this category: {', '.join(TASK_CATEGORIES)}.",
+        "",
+    ),
+    Opt("as_json", ("--json",), bool, "One JSON object per task, one a line.", "", False),
+]
+
+
 @tasks_app.callback()
-def tasks_list(
-    ctx: typer.Context,
-    domain: list[str] | None = typer.Option(
-        None, "--domain", "-d", help="Domain(s) to list (default: all)."
-    ),
-    category: str | None = typer.Option(
-        None, "--category", "-c", help=f"Only tasks of this category: {', '.join(TASK_CATEGORIES)}."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per task, one a line."),
-) -> None:
+@command_options(_LIST_OPTIONS)
+def tasks_list(ctx: typer.Context, **kw: Any) -> None:
     """List tasks (the default when no subcommand is given)."""
     if ctx.invoked_subcommand is not None:
         return
-    _list(domain, category, as_json)
+    _list(kw["domain"], kw["category"], kw["as_json"])
 
 
 @tasks_app.command("list")
-def tasks_list_command(
-    domain: list[str] | None = typer.Option(
-        None, "--domain", "-d", help="Domain(s) to list (default: all)."
-    ),
-    category: str | None = typer.Option(
-        None, "--category", "-c", help=f"Only tasks of this category: {', '.join(TASK_CATEGORIES)}."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per task, one a line."),
-) -> None:
+@command_options(_LIST_OPTIONS)
+def tasks_list_command(**kw: Any) -> None:
     """List tasks: id, category, gold actions, writes, required outputs, the customer's goal."""
-    _list(domain, category, as_json)
+    _list(kw["domain"], kw["category"], kw["as_json"])
 
 
 def _list(domain: list[str] | None, category: str | None, as_json: bool) -> None:

@@ -8,6 +8,7 @@ from typing import Any, cast
 import typer
 import yaml
 
+from agentload.cli.app import app
 from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig
 from agentload.sim.profiles import BUILTIN_PROFILES
 
@@ -164,3 +165,17 @@ def sim_command(
     from agentload.sim.api import run_blocking
 
     run_blocking(config)
+
+
+app.command("sim")(sim_command)
+
+
+def standalone() -> None:
+    """``python -m agentload.sim FLAGS``: the sim command without the rest of the CLI."""
+    single = typer.Typer(
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    single.command()(sim_command)
+    single()

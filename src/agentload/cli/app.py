@@ -1,8 +1,6 @@
-"""The `agentload` command line: each command is a thin shell over the library."""
+"""The root `agentload` Typer app; the command modules of this package register on it."""
 
 from __future__ import annotations
-
-import importlib
 
 import typer
 
@@ -16,16 +14,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-# Each module registers its commands on `app` when imported; the order is the order in --help.
-COMMAND_MODULES = [
-    "agentload.client.cli",
-    "agentload.domains.cli",
-    "agentload.sim.cli",
-    "agentload.run_cli",
-    "agentload.report.cli",
-    "agentload.servermetrics.cli",
-]
 
 
 def _version(value: bool) -> None:
@@ -41,11 +29,3 @@ def _root(
     ),
 ) -> None:
     """Benchmark OpenAI-compatible LLM inference services under agentic workloads."""
-
-
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name)
-
-
-def main() -> None:
-    app()

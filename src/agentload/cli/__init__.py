@@ -1,0 +1,28 @@
+"""The `agentload` command line: one module per command group, each a thin shell over the
+library. The library never imports this package."""
+
+from __future__ import annotations
+
+import importlib
+
+from agentload.cli.app import app
+
+# Each module registers its commands on `app` when imported; the order is the order in --help.
+COMMAND_MODULES = (
+    "agentload.cli.call",
+    "agentload.cli.tasks",
+    "agentload.cli.sim",
+    "agentload.cli.run",
+    "agentload.cli.report",
+    "agentload.cli.metrics",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]
