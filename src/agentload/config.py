@@ -8,7 +8,6 @@ whose message names the field and where its value came from (the file or the fla
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentload.client.config import EndpointConfig
 from agentload.redact import REDACTED as _REDACTED
 from agentload.redact import redact as _redact
+from agentload.units import check_slo_key, parse_duration, parse_slo
 
 CONFIG_SCHEMA = "agentload.config/1"
 
@@ -26,33 +26,9 @@ CONFIG_SCHEMA = "agentload.config/1"
 # added to `endpoints` for multi-model setups.
 CORE_ROLES = ("agent", "user")
 
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(us|µs|ms|s|m|min|h)?\s*$", re.I)
-_UNIT_S = {
-    None: 1.0,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "h": 3600.0,
-}
-
 
 class ConfigError(Exception):
     """A bad configuration or flag: one message, reported with exit code 2."""
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `90s`, `1.5m`, `500ms`, `250us` or `2h`."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 30s, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DURATION_RE.match(str(value))
-    if not m:
-        raise ValueError(f"expected a duration like 30s, 5m or 500ms, got {value!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2).lower() if m.group(2) else None]
 
 
 class Warmup(BaseModel):
@@ -268,10 +244,8 @@ class RunConfig(BaseModel):
     @field_validator("slo", mode="before")
     @classmethod
     def _slo(cls, value: Any) -> Any:
-        if isinstance(value, str):
+        if isinstance(value, str | Mapping):
             return parse_slo(value)
-        if isinstance(value, Mapping):
-            return {str(k): parse_duration(v) for k, v in value.items()}
         return value
 
     @field_validator("kind")
@@ -313,35 +287,6 @@ class RunConfig(BaseModel):
     @property
     def embedded(self) -> bool:
         return not self.endpoints
-
-
-_SLO_METRICS = ("ttft", "e2e", "itl", "tpot")
-_SLO_STATS = re.compile(r"^(p\d+(?:\.\d+)?|mean|max)$")
-
-
-def check_slo_key(key: str) -> tuple[str, str]:
-    metric, _, stat = key.partition("_")
-    if metric not in _SLO_METRICS or not _SLO_STATS.match(stat or ""):
-        raise ValueError(
-            f"SLO key {key!r}: expected <metric>_<stat> with metric one of "
-            f"{', '.join(_SLO_METRICS)} and stat like p90, p99, p99.9 or mean (e.g. ttft_p90)"
-        )
-    return metric, stat
-
-
-def parse_slo(text: str) -> dict[str, float]:
-    """`ttft_p90=2s,e2e_p99=10s` -> {"ttft_p90": 2.0, "e2e_p99": 10.0}."""
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        key, sep, val = part.partition("=")
-        if not sep:
-            raise ValueError(f"SLO term {part!r}: expected key=value like ttft_p90=2s")
-        key = key.strip()
-        check_slo_key(key)
-        out[key] = parse_duration(val.strip())
-    return out
 
 
 # ---- loading, merging, error messages ----------------------------------------------------

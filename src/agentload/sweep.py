@@ -12,6 +12,7 @@ import orjson
 import yaml
 
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
+from agentload.fmt import num, pct, secs
 from agentload.runner import EXIT_INTERRUPTED, EXIT_OK, RunOutcome, Say, execute_run, say_stderr
 from agentload.util import dig
 
@@ -54,15 +55,11 @@ def point_dir_name(kind: str, point: float) -> str:
 
 
 def _fmt(v: Any, unit: str = "") -> str:
-    if v is None:
-        return "-"
     if unit == "s":
-        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+        return secs(v)
     if unit == "%":
-        return f"{100 * v:.1f}%"
-    if isinstance(v, float):
-        return f"{v:.2f}"
-    return str(v)
+        return pct(v)
+    return num(v) if isinstance(v, float) else ("-" if v is None else str(v))
 
 
 SWEEP_COLUMNS = [

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.app import app
-from agentload.report.fmt import pct, secs
+from agentload.fmt import pct, secs
 from agentload.results.jsonl import ResultsError
 
 
@@ -38,7 +38,8 @@ def report_command(
 ) -> None:
     """Re-summarize a results directory: summary.json, report.md, report.html, charts/*.png."""
     from agentload.report import summary_table, write_report
-    from agentload.results.summary import SUMMARY, parse_slo, summarize, write_summary
+    from agentload.results.summary import SUMMARY, summarize, write_summary
+    from agentload.units import parse_slo
 
     _check_dir(out_dir)
     try:

@@ -17,7 +17,7 @@ from agentload.cli.options import (
     parse_headers,
     simple_paths,
 )
-from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, parse_duration
+from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -29,6 +29,7 @@ from agentload.runner import (
     load_saved_config,
 )
 from agentload.sweep import execute_sweep, sweep_table
+from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\

@@ -23,6 +23,7 @@ from agentload.client.tokens import (
     TokenCounter,
     count_prompt_tokens,
 )
+from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
 _now_ns = time.perf_counter_ns
@@ -190,15 +191,8 @@ class _Watchdog:
             self._handle.cancel()
 
 
-def _percentile(sorted_vals: list[float], q: float) -> float:
-    # Linear interpolation between closest ranks (numpy's default), in pure Python because
-    # numpy's call overhead dominates for the ~10-1000 gaps of one call.
-    if len(sorted_vals) == 1:
-        return sorted_vals[0]
-    pos = (len(sorted_vals) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+def _q(sorted_vals: list[float], q: float) -> float:
+    return percentile_sorted(sorted_vals, q) or 0.0
 
 
 def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
@@ -210,9 +204,9 @@ def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
         ItlSummary(
             count=len(s),
             mean=sum(s) / len(s),
-            p50=_percentile(s, 0.5),
-            p90=_percentile(s, 0.9),
-            p99=_percentile(s, 0.99),
+            p50=_q(s, 0.5),
+            p90=_q(s, 0.9),
+            p99=_q(s, 0.99),
             max=s[-1],
         ),
         gaps,

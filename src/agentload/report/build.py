@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from agentload import stats
+from agentload.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.report.document import Document, to_html, to_markdown
-from agentload.report.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import SERVER_METRICS
 from agentload.results.validate import Integrity, clean_samples

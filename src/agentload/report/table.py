@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from agentload.report.fmt import count, duration, num, pct, secs
+from agentload.fmt import count, duration, num, pct, secs
 from agentload.util import dig
 
 

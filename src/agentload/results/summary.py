@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.results.window import call_window, session_window
+from agentload.units import check_slo_key, parse_duration
 
 log = logging.getLogger("agentload.results")
 
@@ -36,7 +36,6 @@ SUCCESS_REWARD = 1.0 - 1e-6  # an episode succeeds when its reward is 1 (float t
 CDF_POINTS = 101  # quantiles at 0, 1, ..., 100 % for the CDF charts
 TURN_PERCENTILES = (50, 90, 99)
 
-_SLO_KEY = re.compile(r"^(ttft|e2e|itl|tpot)_(p(\d+(?:\.\d+)?)|mean|max)$")
 
 NAN = math.nan
 
@@ -219,17 +218,6 @@ def _quantile_grid(values: np.ndarray) -> list[float] | None:
 # ---- SLOs ---------------------------------------------------------------------------------
 
 
-def parse_slo_key(key: str) -> tuple[str, str]:
-    """`ttft_p90` -> ("ttft", "p90"); metric ttft|e2e|itl|tpot, stat pN|mean|max."""
-    m = _SLO_KEY.match(key)
-    if not m:
-        raise ValueError(
-            f"SLO key {key!r}: expected <metric>_<stat>, metric ttft|e2e|itl|tpot, "
-            "stat pN|mean|max (e.g. ttft_p90)"
-        )
-    return m.group(1), m.group(2)
-
-
 def _per_call_values(a: CallArrays, metric: str, stat: str) -> tuple[np.ndarray, np.ndarray]:
     """(value each call is judged by, measured value) for an SLO key.
 
@@ -278,7 +266,7 @@ def _slo_block(
     meet_all = np.ones(a.n, dtype=bool)
     conditions: dict[str, Any] = {}
     for key, threshold in slo.items():
-        metric, stat = parse_slo_key(key)
+        metric, stat = check_slo_key(key)
         vals, raw = _per_call_values(a, metric, stat)
         with np.errstate(invalid="ignore"):
             meet = vals <= float(threshold)  # NaN (failed call) compares False: a miss
@@ -421,49 +409,10 @@ def _config_slo(out_dir: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, v in slo.items():
         try:
-            parse_slo_key(str(k))
-            out[str(k)] = parse_seconds(v)
+            check_slo_key(str(k))
+            out[str(k)] = parse_duration(v)
         except ValueError as e:
             log.warning("%s: slo.%s ignored: %s", path, k, e)
-    return out
-
-
-_DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|us|µs|s|m)?\s*$")
-
-
-def parse_seconds(value: Any) -> float:
-    """2, "2s", "150ms", "0.5m" -> seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DUR.match(str(value))
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (expected e.g. 2s or 150ms)")
-    scale = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "m": 60.0}.get(m.group(2) or "s", 1.0)
-    return float(m.group(1)) * scale
-
-
-def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]:
-    """`"ttft_p90=2s,e2e_p99=10s"`, a list of such terms, or a mapping -> {key: seconds}."""
-    if isinstance(spec, Mapping):
-        items = [(str(k), v) for k, v in spec.items()]
-    else:
-        terms = (
-            spec.split(",")
-            if isinstance(spec, str)
-            else [t for part in spec for t in part.split(",")]
-        )
-        items = []
-        for term in terms:
-            if not term.strip():
-                continue
-            key, sep, val = term.partition("=")
-            if not sep:
-                raise ValueError(f"SLO term {term!r}: expected key=value like ttft_p90=2s")
-            items.append((key.strip(), val))
-    out: dict[str, float] = {}
-    for key, val in items:
-        parse_slo_key(key)
-        out[key] = parse_seconds(val)
     return out
 
 
@@ -518,7 +467,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     if slo is None:
         slo = _config_slo(out_dir)
     for key in slo:
-        parse_slo_key(key)
+        check_slo_key(key)
     run = load_measured(out_dir)
     a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
     in_warm, unfinished = run.warmup, run.unfinished
