@@ -114,7 +114,7 @@ LONG_RUN = [
     "--concurrency",
     "2",
     "--sim-speedup",
-    "1",
+    "2",
     "--metrics-interval",
     "0.5",
     "--no-report",
