@@ -28,7 +28,7 @@ RUN_ARGS = [
     "--concurrency",
     "2",
     "--sim-speedup",
-    "10",
+    "4",
     "--metrics-interval",
     "0.5",
     "--no-report",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import yaml
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
@@ -154,8 +155,7 @@ async def execute_run(
 
 
 def results_lock(out_dir: Path, purpose: str) -> Any:
-    """The folder's writer lock (one writer per results folder); a folder held by another
-    process, or one that cannot be written, is a one-line RunFailed."""
+    """The folder's writer lock; a held or unwritable folder is a one-line RunFailed."""
     from agentload.results.lock import FolderLocked, ResultsLock
 
     lock = ResultsLock(out_dir, purpose=purpose)
@@ -166,14 +166,6 @@ def results_lock(out_dir: Path, purpose: str) -> Any:
     except OSError as e:
         raise RunFailed(f"cannot write results to {out_dir}: {e.strerror or e}") from None
     return contextlib.closing(lock)
-
-
-def _raise_write_error(run: RunState) -> None:
-    err = run.recorder.write_error
-    if err is not None:
-        with contextlib.suppress(OSError):  # the disk may still be full
-            update_meta(run.out_dir, {"status": f"failed: {err}", "exit_code": EXIT_FAILED})
-        raise err
 
 
 def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
@@ -189,12 +181,12 @@ def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
     recorder = _open_recorder(out_dir, opts)
     from agentload.redact import endpoint_secrets
 
-    for ep in cfg.endpoints.values():  # never written: scrubbed from every record
-        recorder.add_secrets(endpoint_secrets(ep))
+    for ep_cfg in cfg.endpoints.values():
+        recorder.add_secrets(endpoint_secrets(ep_cfg))
     plan = workload.plan(recorder.finished_keys())
     recorder.write_config(config_to_dict(cfg))
-    count = prev.get("resume_count", -1)
-    attempt = (count if isinstance(count, int) else -1) + 1 if opts.resume else 0
+    prev_count = prev.get("resume_count", -1)
+    attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if opts.resume else 0
     meta: dict[str, Any] = {
         "run_id": cfg.run_id,
         "kind": workload.kind,
@@ -250,9 +242,9 @@ def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
     from agentload.results.summary import load_run_meta, summarize, write_summary
 
     out_dir = run.out_dir
+    summary = summarize(out_dir, slo=run.cfg.slo or None)
     from agentload.results.client import combine_client, lag_histogram
 
-    summary = summarize(out_dir, slo=run.cfg.slo or None)
     block = client_block(rep, run.cfg, {"resume_attempt": run.attempt})
     block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
     summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
@@ -281,13 +273,9 @@ def new_run_id() -> str:
 
 
 def _previous_meta(out_dir: Path) -> dict[str, Any]:
-    path = out_dir / "run.json"
-    if path.exists():
-        with contextlib.suppress(orjson.JSONDecodeError, OSError):
-            meta = orjson.loads(path.read_bytes())
-            if isinstance(meta, dict):
-                return meta
-    return {}
+    from agentload.results.summary import load_run_meta
+
+    return load_run_meta(out_dir) or {}
 
 
 def _open_recorder(out_dir: Path, opts: RunOptions) -> Recorder:
@@ -305,14 +293,11 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     path = out_dir / "config.yaml"
     if not path.exists():
         raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
-    import yaml
-
     try:
         return build_config(path=path)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, yaml.YAMLError) as e:
-        # a damaged config.yaml (binary, a directory): one line, not a traceback
-        reason = getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason[:200]}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
+        raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
 
 
 # ---- phase 2 helpers ---------------------------------------------------------------------
@@ -555,6 +540,14 @@ def _stop_on_write_error(sched: Scheduler | None) -> None:
     if sched is not None:
         sched.stop("failed")
         sched.abort()
+
+
+def _raise_write_error(run: RunState) -> None:
+    err = run.recorder.write_error
+    if err is not None:
+        with contextlib.suppress(OSError):  # the disk may still be full
+            update_meta(run.out_dir, {"status": f"failed: {err}", "exit_code": 1})
+        raise err
 
 
 def _infra_failures(out_dir: Path) -> int:
