@@ -353,14 +353,6 @@ def _dur(s: Mapping[str, Any], key: str) -> float:
     return float(v) if v is not None else NAN
 
 
-def session_end(s: Mapping[str, Any]) -> float:
-    """Wall-clock end of a session (unix s)."""
-    total = _dur(s, "total_s")
-    if math.isnan(total) and s.get("end_ns") is not None and s.get("start_ns") is not None:
-        total = (s["end_ns"] - s["start_ns"]) / 1e9
-    return float(s.get("started_at") or 0.0) + (0.0 if math.isnan(total) else total)
-
-
 def _episodes(
     sessions: list[dict[str, Any]],
     window_s: float | None,
@@ -412,22 +404,6 @@ def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dic
     if m.any():
         return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
     return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
-
-
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Time covered by at least one interval (excludes idle gaps, e.g. between resumes)."""
-    order = np.argsort(starts)
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 # ---- entry points -------------------------------------------------------------------------
