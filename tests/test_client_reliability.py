@@ -167,7 +167,11 @@ def test_split_userinfo() -> None:
     url, auth, secrets = split_userinfo("http://alice:s3cr%40t-pw@127.0.0.1:8000/v1/x")
     assert url == "http://127.0.0.1:8000/v1/x"
     assert auth == "Basic " + base64.b64encode(b"alice:s3cr@t-pw").decode()
-    assert set(secrets) == {"s3cr@t-pw", "s3cr%40t-pw"}
+    assert set(secrets) == {
+        "s3cr@t-pw",
+        "s3cr%40t-pw",
+        base64.b64encode(b"alice:s3cr@t-pw").decode(),
+    }
     assert split_userinfo("http://127.0.0.1:8000/v1") == ("http://127.0.0.1:8000/v1", None, ())
 
 

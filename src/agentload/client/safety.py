@@ -13,13 +13,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from agentload.redact import MIN_SECRET_LEN
+
 # The longest wait a `Retry-After` header can impose before the next attempt, in seconds. A
 # server asking for more (or for a date far ahead) gets this; the wait is in the record.
 RETRY_AFTER_MAX_S = 60.0
 
 # Secrets shorter than this are not searched for in messages: replacing a one- or
-# two-letter placeholder key ("x") would mangle every message and protect nothing.
-_MIN_SECRET_LEN = 4
+# two-letter placeholder key ("x") would mangle every message and protect nothing. The same
+# bound as the results folder's scrubber.
+_MIN_SECRET_LEN = MIN_SECRET_LEN
 
 # Token counts at or above 2**53 cannot be real and no longer survive a float round trip.
 _MAX_COUNT = 1 << 53
@@ -78,9 +81,11 @@ def split_userinfo(url: str) -> tuple[str, str | None, tuple[str, ...]]:
         return url, None, ()
     raw_user, _, raw_password = userinfo.partition(":")
     user, password = unquote(raw_user), unquote(raw_password)
-    pair = f"{user}:{password}".encode()
-    auth = "Basic " + base64.b64encode(pair).decode("ascii")
-    secrets = tuple(s for s in {password, raw_password} if len(s) >= _MIN_SECRET_LEN)
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    auth = "Basic " + token
+    # The Basic token too: a server may echo the header it got.
+    candidates = {password, raw_password, token if password else ""}
+    secrets = tuple(s for s in candidates if len(s) >= _MIN_SECRET_LEN)
     return urlunsplit(parts._replace(netloc=hostport)), auth, secrets
 
 
