@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from agentload.redact import MIN_SECRET_LEN
+from agentload.redact import MIN_SECRET_LEN, is_secret_key
 
 # The longest wait a `Retry-After` header can impose before the next attempt, in seconds. A
 # server asking for more (or for a date far ahead) gets this; the wait is in the record.
@@ -87,6 +87,41 @@ def split_userinfo(url: str) -> tuple[str, str | None, tuple[str, ...]]:
     candidates = {password, raw_password, token if password else ""}
     secrets = tuple(s for s in candidates if len(s) >= _MIN_SECRET_LEN)
     return urlunsplit(parts._replace(netloc=hostport)), auth, secrets
+
+
+def without_userinfo(
+    url: str, headers: Mapping[str, str] | None
+) -> tuple[str, dict[str, str] | None]:
+    """(url, headers) for aiohttp, which refuses URL credentials next to an Authorization
+    header: `user:pass@` leaves the URL and becomes a Basic header unless one is set."""
+    clean, basic, _ = split_userinfo(url)
+    if basic is None:
+        return url, dict(headers) if headers is not None else None
+    out = dict(headers or {})
+    if not any(k.lower() == "authorization" for k in out):
+        out["Authorization"] = basic
+    return clean, out
+
+
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret values in request headers (Authorization and the like) that a server could
+    echo back: each whole value, its token without the scheme, and for Basic credentials the
+    decoded password (URL credentials arrive here as a Basic header)."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if not is_secret_key(name) or not isinstance(value, str):
+            continue
+        found.add(value)
+        scheme, _, token = value.partition(" ")
+        if token:
+            found.add(token)
+            if scheme.lower() == "basic":
+                try:
+                    pair = base64.b64decode(token, validate=True).decode()
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                found.update((pair, pair.partition(":")[2]))
+    return tuple(s for s in found if len(s) >= _MIN_SECRET_LEN)
 
 
 def _count(usage: Mapping[str, Any], key: str, where: str) -> int | None:
