@@ -19,6 +19,7 @@ from agentload.cli.options import (
 )
 from agentload.config import (
     EXAMPLE_CONFIG,
+    MAX_CONCURRENCY,
     ConfigError,
     RunConfig,
     build_config,
@@ -326,13 +327,16 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
     return out.exit_code
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, most: float) -> list[float]:
     try:
         vals = [float(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise ConfigError(f"flag {flag}: expected numbers like 1,2,4,8, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise ConfigError(f"flag {flag}: expected positive numbers like 1,2,4,8")
+    # Every point is checked before the first one runs.
+    if not vals or any(not 0 < v <= most for v in vals):  # also false for NaN
+        raise ConfigError(
+            f"flag {flag}: expected numbers above 0 and at most {most:g}, got {text!r}"
+        )
     return vals
 
 
@@ -341,11 +345,11 @@ def _sweep_points(a: dict[str, Any]) -> tuple[str, list[float]]:
     if (c is None) == (r is None):
         raise ConfigError("sweep needs exactly one of --concurrency 1,2,4,… or --rates 0.5,1,…")
     if c is not None:
-        vals = _floats(c, "--concurrency")
+        vals = _floats(c, "--concurrency", MAX_CONCURRENCY)
         if any(v != int(v) for v in vals):
             raise ConfigError("flag --concurrency: expected whole numbers")
         return "concurrency", vals
-    return "rate", _floats(r, "--rates")
+    return "rate", _floats(r, "--rates", 1e6)
 
 
 app.command(
