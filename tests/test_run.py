@@ -17,7 +17,8 @@ import yaml
 
 from agentload.config import build_config
 from agentload.results.jsonl import load_jsonl
-from agentload.runner import execute_run, execute_sweep
+from agentload.runner import execute_run
+from agentload.sweep import execute_sweep
 
 AGENTLOAD = str(Path(sys.executable).parent / "agentload")
 FAST = {"sim": {"profile": "tiny-cpu", "speedup": 50.0}, "metrics": {"interval_s": 0.5}}

@@ -8,7 +8,6 @@ whose message names the field and where its value came from (the file or the fla
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,24 +17,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentload.client.config import EndpointConfig
+from agentload.redact import REDACTED as _REDACTED
+from agentload.redact import redact as _redact
+from agentload.units import check_slo_key, parse_duration, parse_slo
 
 CONFIG_SCHEMA = "agentload.config/1"
 
 # Roles every episode uses; further named roles (e.g. a judge or a second agent model) may be
 # added to `endpoints` for multi-model setups.
 CORE_ROLES = ("agent", "user")
-
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?\d+)?)\s*(us|µs|ms|s|m|min|h)?\s*$", re.I)
-_UNIT_S = {
-    None: 1.0,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "h": 3600.0,
-}
 
 
 class ConfigError(Exception):
@@ -55,18 +45,6 @@ DAY_S = 86_400.0
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_DEPTH = 64
 MAX_CONFIG_VALUES = 100_000
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from `90`, `90s`, `1.5m`, `500ms`, `250us` or `2h`."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 30s, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DURATION_RE.match(str(value))
-    if not m:
-        raise ValueError(f"expected a duration like 30s, 5m or 500ms, got {value!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2).lower() if m.group(2) else None]
 
 
 class Warmup(BaseModel):
@@ -112,6 +90,12 @@ class Warmup(BaseModel):
         return "none"
 
 
+# max_tokens of agent and user calls when neither the workload nor the endpoint sets one
+# (docs/engines.md, "Request defaults", gives the measured turn lengths behind them).
+DEFAULT_AGENT_MAX_TOKENS = 1024
+DEFAULT_USER_MAX_TOKENS = 256
+
+
 class ToolLatencyConfig(BaseModel):
     model_config = _STRICT
 
@@ -137,6 +121,12 @@ class WorkloadConfig(BaseModel):
     seed: int = Field(
         0, ge=0, le=INT64_MAX, description="Base seed: task order, episode seeds, arrivals."
     )
+    request_seed: Literal["none", "episode"] | int = Field(
+        "none",
+        description="`seed` sent with each LLM call: none (the default: the server samples "
+        "as it does for any client), episode (the episode's seed, derived from `seed`, task "
+        "and trial) or a fixed integer.",
+    )
     agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
     user: str = Field("llm", description="User simulator (a registered name).")
     temperature: float | None = Field(None, ge=0, le=100)
@@ -149,8 +139,36 @@ class WorkloadConfig(BaseModel):
     keep_reasoning: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tool_latency: ToolLatencyConfig = Field(default_factory=ToolLatencyConfig)
-    agent_max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    user_max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    agent_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="max_tokens of agent calls; default: the agent endpoint's max_tokens, "
+        f"else {DEFAULT_AGENT_MAX_TOKENS}.",
+    )
+    user_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="max_tokens of user-simulator calls; default: the user endpoint's "
+        f"max_tokens, else {DEFAULT_USER_MAX_TOKENS}.",
+    )
+
+    @field_validator("request_seed", mode="before")
+    @classmethod
+    def _request_seed(cls, value: Any) -> Any:
+        if value is None:
+            return "none"
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text.lstrip("-").isdigit():
+                return int(text)
+            if text not in ("none", "episode"):
+                raise ValueError("expected none, episode or an integer seed")
+            return text
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected none, episode or an integer seed")
+        return value
 
     @field_validator("tasks", "domains", mode="before")
     @classmethod
@@ -173,14 +191,14 @@ class WorkloadConfig(BaseModel):
     @field_validator("agent")
     @classmethod
     def _agent(cls, value: str) -> str:
-        from agentload.agents.strategies import AGENTS
+        from agentload.plugins import AGENTS
 
         return AGENTS.check(value)
 
     @field_validator("user")
     @classmethod
     def _user(cls, value: str) -> str:
-        from agentload.agents.users import USERS
+        from agentload.plugins import USERS
 
         return USERS.check(value)
 
@@ -313,6 +331,7 @@ class RunConfig(BaseModel):
     schema_: str = Field(CONFIG_SCHEMA, alias="schema")
     out: str = Field("results/run", min_length=1, description="Results folder.")
     run_id: str | None = Field(None, description="Default: derived from the start time.")
+    kind: str = Field("episodes", description="Workload kind (a registered name).")
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
         description="Endpoint per role (agent, user, …); none = the embedded simulator.",
@@ -325,6 +344,11 @@ class RunConfig(BaseModel):
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     report: bool = Field(True, description="Write report.md / report.html / charts.")
+    preflight: bool = Field(
+        True,
+        description="Check every endpoint (model, engine, usage, tool calling) before the "
+        "first episode; a failure stops the run with exit code 2.",
+    )
 
     @field_validator("schema_", mode="before")
     @classmethod
@@ -353,15 +377,16 @@ class RunConfig(BaseModel):
     @field_validator("slo", mode="before")
     @classmethod
     def _slo(cls, value: Any) -> Any:
-        if isinstance(value, str):
+        if isinstance(value, str | Mapping):
             return parse_slo(value)
-        if isinstance(value, Mapping):
-            out = {}
-            for k, v in value.items():
-                check_slo_key(str(k))
-                out[str(k)] = _slo_threshold(str(k), v)
-            return out
         return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        from agentload.plugins import WORKLOADS
+
+        return WORKLOADS.check(value)
 
     @field_validator("endpoints", mode="before")
     @classmethod
@@ -388,6 +413,14 @@ class RunConfig(BaseModel):
                 missing.remove("user")
             if missing:
                 raise ValueError(f"endpoints: missing role(s) {', '.join(missing)}")
+        # Resolved here so that config.yaml states the max_tokens every call carries.
+        w = self.workload
+        if w.agent_max_tokens is None:
+            ep = self.endpoints.get("agent")
+            w.agent_max_tokens = (ep and ep.max_tokens) or DEFAULT_AGENT_MAX_TOKENS
+        if w.user_max_tokens is None:
+            ep = self.endpoints.get("user")
+            w.user_max_tokens = (ep and ep.max_tokens) or DEFAULT_USER_MAX_TOKENS
         for key in self.slo:
             check_slo_key(key)
         return self
@@ -395,45 +428,6 @@ class RunConfig(BaseModel):
     @property
     def embedded(self) -> bool:
         return not self.endpoints
-
-
-_SLO_METRICS = ("ttft", "e2e", "itl", "tpot")
-_SLO_STATS = re.compile(r"^(p\d+(?:\.\d+)?|mean|max)$")
-
-
-def _slo_threshold(key: str, value: Any) -> float:
-    v = parse_duration(value)
-    if not math.isfinite(v) or v <= 0 or v > DAY_S:
-        raise ValueError(f"SLO {key}: expected a duration above 0 and at most 1 day, got {value!r}")
-    return v
-
-
-def check_slo_key(key: str) -> tuple[str, str]:
-    metric, _, stat = key.partition("_")
-    ok = metric in _SLO_METRICS and bool(_SLO_STATS.match(stat or ""))
-    if ok and stat.startswith("p") and not 0 < float(stat[1:]) <= 100:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"SLO key {key!r}: expected <metric>_<stat> with metric one of "
-            f"{', '.join(_SLO_METRICS)} and stat like p90, p99, p99.9 or mean (e.g. ttft_p90)"
-        )
-    return metric, stat
-
-
-def parse_slo(text: str) -> dict[str, float]:
-    """`ttft_p90=2s,e2e_p99=10s` -> {"ttft_p90": 2.0, "e2e_p99": 10.0}."""
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        key, sep, val = part.partition("=")
-        if not sep:
-            raise ValueError(f"SLO term {part!r}: expected key=value like ttft_p90=2s")
-        key = key.strip()
-        check_slo_key(key)
-        out[key] = _slo_threshold(key, val.strip())
-    return out
 
 
 # ---- loading, merging, error messages ----------------------------------------------------
@@ -675,28 +669,9 @@ def build_config(
 
 # ---- redaction -----------------------------------------------------------------------------
 
-_SECRET_RE = re.compile(
-    r"^(authorization|cookie|token|bearer)$|api[-_]?key|access[-_]?token|secret|password",
-    re.I,
-)
-REDACTED = "<redacted>"
-
-
-def redact(obj: Any) -> Any:
-    """A copy with values under secret-looking keys replaced (env var *names* are kept)."""
-    if isinstance(obj, Mapping):
-        out = {}
-        for k, v in obj.items():
-            ks = str(k)
-            secret = _SECRET_RE.search(ks) and not ks.endswith("_env")
-            if secret and v is not None and not isinstance(v, Mapping | list):
-                out[k] = REDACTED
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
+# One set of rules for every file a run writes: agentload.redact.
+REDACTED = _REDACTED
+redact = _redact
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -713,15 +688,14 @@ EXAMPLE_CONFIG = """\
 out: results/airline-c16
 endpoints:                       # omit to use the embedded simulator
   agent:
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000  # /v1 is added when the URL has no path
     model: Qwen/Qwen3-8B
-    api_key_env: VLLM_API_KEY     # the env var's name; the key is never written down
+    api_key_env: VLLM_API_KEY     # the env var's name (default OPENAI_API_KEY when set)
     extra_body: {chat_template_kwargs: {enable_thinking: false}}
-    max_tokens: 1024
     temperature: 0.0
     timeouts: {connect: 10, first_token: 300, idle: 60, total: 900}
     retry: {max_attempts: 3}
-    metrics_url: http://127.0.0.1:8000/metrics
+    metrics_urls: [http://127.0.0.1:8000/metrics]  # replicas: list each (summed)
   user:                           # defaults to the agent's endpoint
     base_url: http://127.0.0.1:8001/v1
     model: Qwen/Qwen3-8B
@@ -731,6 +705,8 @@ workload:
   trials: 4
   shuffle: true
   seed: 7
+  request_seed: none              # none | episode | <int>: the `seed` each call carries
+  agent_max_tokens: 1024          # user_max_tokens: 256
   agent: tool-calling             # tool-calling | react | act | oracle | noop
   user: llm                       # llm | scripted
   tool_latency: {kind: lognormal, mean_s: 0.2, spread: 0.5}

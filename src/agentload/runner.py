@@ -1,10 +1,12 @@
-"""One run, wired end to end: config → (embedded sim) → clients → scheduler → recorder →
-summary and report. Also the sweep: the same run at several load points.
+"""One run, wired end to end: config → workload → (embedded sim) → clients → scheduler →
+recorder → summary and report. `execute_run` reads as the run's phases; the workload kind
+(episodes, replay, …) plugs in through `agentload.workloads.base.Workload`.
 
 Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on):
-0 finished (all planned episodes, or the duration elapsed); 1 the run failed or aborted (harness
-error, the simulator did not start, or every episode failed on infrastructure); 2 bad usage or
-configuration; 130 interrupted (SIGINT / SIGTERM) — results so far are written and resumable.
+0 finished (all planned sessions, or the duration elapsed); 1 the run failed or aborted
+(harness error, the simulator did not start, or every session failed on infrastructure);
+2 bad usage or configuration; 130 interrupted (SIGINT / SIGTERM) — results so far are written
+and resumable.
 """
 
 from __future__ import annotations
@@ -18,40 +20,35 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
-from agentload.config import (
-    ConfigError,
-    RunConfig,
-    build_config,
-    config_to_dict,
-)
+from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
 from agentload.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from agentload.scheduler import (
     EpisodePlan,
     LoadSpec,
-    PlanError,
     ProgressDisplay,
     ProgressTracker,
     Scheduler,
     SchedulerReport,
     WorkItem,
-    select_tasks,
 )
-from agentload.scheduler.outage import OutageGate
-from agentload.util import dig
+
+if TYPE_CHECKING:
+    from agentload.results.recorder import Recorder
+    from agentload.scheduler.outage import OutageGate
+    from agentload.workloads.base import SessionOutcome, Workload
 
 log = logging.getLogger("agentload.run")
 
-
-SWEEP_SCHEMA = "agentload.sweep/1"
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunFailed", "execute_run"]
 
 
 class RunFailed(Exception):
@@ -61,7 +58,7 @@ class RunFailed(Exception):
 Say = Callable[[str], None]
 
 
-def _stderr(msg: str) -> None:
+def say_stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -76,7 +73,413 @@ class RunOutcome:
     message: str = ""
 
 
-# ---- embedded simulator ------------------------------------------------------------------
+@dataclass
+class RunOptions:
+    """How a run is driven (not what it measures: that is the RunConfig)."""
+
+    resume: bool = False
+    progress: str = "auto"  # auto | live | plain | off
+    progress_interval_s: float = 10.0
+    say: Say = say_stderr
+    install_signals: bool = True
+    progress_title: str = ""
+    overwrite: bool = False
+    tune_gc: bool = True
+
+
+@dataclass
+class RunState:
+    """One run's parts, from opening the results folder to the summary."""
+
+    cfg: RunConfig
+    opts: RunOptions
+    workload: Workload
+    recorder: Recorder
+    plan: EpisodePlan
+    meta: dict[str, Any]
+    attempt: int
+    tracker: ProgressTracker
+    workers: int = 1
+    """Closed loop: sessions in flight (the configured concurrency, capped at the plan)."""
+    sched: Scheduler | None = None
+    gate: OutageGate | None = None
+    sim: Any = None
+    interrupts: int = 0
+    finishing_interrupts: int = -1
+    """Signals received once the sessions are over (-1 until then)."""
+    engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.cfg.out)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.cfg.run_id)
+
+
+# ---- the run -----------------------------------------------------------------------------
+
+
+async def execute_run(
+    cfg: RunConfig,
+    *,
+    resume: bool = False,
+    progress: str = "auto",
+    progress_interval_s: float = 10.0,
+    say: Say = say_stderr,
+    install_signals: bool = True,
+    progress_title: str = "",
+    overwrite: bool = False,
+    tune_gc: bool = True,
+) -> RunOutcome:
+    """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
+    opts = RunOptions(
+        resume=resume,
+        progress=progress,
+        progress_interval_s=progress_interval_s,
+        say=say,
+        install_signals=install_signals,
+        progress_title=progress_title,
+        overwrite=overwrite,
+        tune_gc=tune_gc,
+    )
+    checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
+    if not _late_preflight(cfg):
+        # Before the results folder is touched: a failed preflight leaves nothing behind, so
+        # the same --out works for the next try.
+        checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
+        cfg = cfg.model_copy(update={"endpoints": checked[0]})
+    from agentload.results.jsonl import ResultsError
+    from agentload.workloads.base import make_workload
+
+    workload = make_workload(cfg)
+    workload.units()  # a selection that matches nothing fails before the folder is touched
+    out_dir = Path(cfg.out)
+    with results_lock(out_dir, "resume" if resume else "run"):
+        try:
+            run = open_run(cfg, opts, workload)
+            if checked is not None:
+                _note_endpoints(run, *checked)
+            with _signal_handlers(run):
+                try:
+                    rep = await drive(run)
+                except BaseException as e:
+                    # Whatever stops the run here, run.json must not stay "running".
+                    _mark_ended(run, e)
+                    raise
+                finally:
+                    run.recorder.close()
+                _raise_write_error(run)
+                run.finishing_interrupts = 0
+                return await conclude(run, rep)
+        except ResultsError as e:  # a damaged folder, a full disk: one line, no traceback
+            raise RunFailed(str(e)) from None
+        except OSError as e:
+            where = e.filename or out_dir
+            raise RunFailed(f"cannot write results to {where}: {e.strerror or e}") from None
+
+
+def results_lock(out_dir: Path, purpose: str) -> Any:
+    """The folder's writer lock; a held or unwritable folder is a one-line RunFailed."""
+    from agentload.results.lock import FolderLocked, ResultsLock
+
+    lock = ResultsLock(out_dir, purpose=purpose)
+    try:
+        lock.acquire()
+    except FolderLocked as e:
+        raise RunFailed(str(e)) from None
+    except OSError as e:
+        raise RunFailed(f"cannot write results to {out_dir}: {e.strerror or e}") from None
+    return contextlib.closing(lock)
+
+
+def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
+    """Phase 1: the results folder (fresh or resumed), the plan, run.json."""
+    out_dir = Path(cfg.out)
+    prev = _previous_meta(out_dir) if opts.resume else {}
+    if cfg.run_id is None:
+        cfg = cfg.model_copy(update={"run_id": prev.get("run_id") or new_run_id()})
+    from agentload.outcome import concurrency_cap, drop_infra_sessions
+
+    # Sessions that ended on infrastructure errors did not run: a resume redoes them.
+    redo = drop_infra_sessions(out_dir) if opts.resume else 0
+    recorder = _open_recorder(out_dir, opts)
+    from agentload.redact import endpoint_secrets
+
+    for ep_cfg in cfg.endpoints.values():
+        recorder.add_secrets(endpoint_secrets(ep_cfg))
+    plan = workload.plan(recorder.finished_keys())
+    issue = None if plan.to_issue is None else plan.to_issue + cfg.load.warmup.episodes
+    workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
+    if note:
+        opts.say(note)
+    recorder.write_config(config_to_dict(cfg))
+    prev_count = prev.get("resume_count", -1)
+    attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if opts.resume else 0
+    meta: dict[str, Any] = {
+        "run_id": cfg.run_id,
+        "kind": workload.kind,
+        "command": sys.argv,
+        "started_at": time.time(),
+        "seed": cfg.workload.seed,
+        **workload.metadata(),
+        "planned_episodes": plan.total,
+        "status": "running",
+    }
+    recorder.write_meta(meta)
+    if opts.resume:
+        total = "∞" if plan.total is None else plan.total
+        opts.say(
+            f"resuming {out_dir}: {plan.resume_done} of {total} {workload.noun} already "
+            f"finished; {recorder.dropped_calls} calls of unfinished {workload.noun} set aside "
+            "in dropped/"
+            + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
+            + (f"; {redo} {workload.noun} ended by infrastructure errors run again" if redo else "")
+        )
+    tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
+    return RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker, workers)
+
+
+async def drive(run: RunState) -> SchedulerReport:
+    """Phase 2: endpoints, clients and scrapers up; the scheduler runs the plan."""
+    from agentload.util import gc_tuned
+
+    async with contextlib.AsyncExitStack() as stack:
+        endpoints = await stack.enter_async_context(_endpoints(run))
+        # The simulator or a launched engine, once it is up (unless the run was interrupted
+        # while it started).
+        if _late_preflight(run.cfg) and not run.interrupts:
+            endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
+            _note_endpoints(run, endpoints, detected)
+        await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
+        gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
+        stack.push_async_callback(gate.close)
+        run.tracker.outage = gate.status
+        clients = await _open_clients(run, endpoints, stack)
+        await _start_scrapers(run, endpoints, stack)
+        spec = _load_spec(run.cfg, run.workers)
+        run.sched = Scheduler(run.plan, spec, _session_runner(run, clients), gate=gate)
+        sched = run.sched
+        run.recorder.on_write_error = lambda _e: _stop_on_write_error(sched)
+        run.tracker.active = lambda: sched.active
+        run.tracker.lag_p99 = sched.lag.recent_p99
+        if run.interrupts:
+            sched.stop("interrupted")
+        with gc_tuned(run.opts.tune_gc):
+            async with ProgressDisplay(
+                run.tracker,
+                mode=run.opts.progress,
+                interval_s=run.opts.progress_interval_s,
+                title=run.opts.progress_title,
+            ):
+                return await sched.run()
+    raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
+
+
+async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
+    """Phase 3: summary, exit code, final run.json, report.
+
+    run.json ends with the status the exit code says, whatever fails here: a summary or
+    report that cannot be written makes the run `failed` (exit 1) with the reason, and an
+    interrupt while the summary is written makes it `interrupted` (exit 130) with the report
+    skipped.
+    """
+    from agentload.outcome import Verdict
+
+    summary, verdict = _summarize(run, rep)
+    if await _interrupted(run):
+        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+    _settle(run, rep, verdict)
+    if summary is not None:
+        try:
+            _write_summary(run, summary)
+        except Exception as e:
+            verdict = Verdict(EXIT_FAILED, f"failed: summary.json could not be written: {_why(e)}")
+            _settle(run, rep, verdict)
+    if await _interrupted(run) and verdict.code != EXIT_INTERRUPTED:
+        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+        _settle(run, rep, verdict, summary)
+    files: list[Path] = []
+    if run.cfg.report and summary is not None:
+        if verdict.code == EXIT_INTERRUPTED and run.finishing_interrupts > 0:
+            run.opts.say(
+                f"interrupted: report skipped (write it with `agentload report {run.out_dir}`)"
+            )
+        else:
+            files, verdict = _report(run, rep, summary, verdict)
+    if verdict.code == EXIT_FAILED and rep.stop_reason != "failed":
+        run.opts.say(f"the {run.workload.noun} ran, but the run {verdict.status}")
+    return RunOutcome(run.out_dir, verdict.code, verdict.status, summary, rep, files)
+
+
+# ---- phase 1 helpers ---------------------------------------------------------------------
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def _previous_meta(out_dir: Path) -> dict[str, Any]:
+    from agentload.results.summary import load_run_meta
+
+    return load_run_meta(out_dir) or {}
+
+
+def _open_recorder(out_dir: Path, opts: RunOptions) -> Recorder:
+    from agentload.results.recorder import Recorder
+
+    try:
+        return Recorder(out_dir, resume=opts.resume, overwrite=opts.overwrite and not opts.resume)
+    except FileExistsError as e:
+        raise ConfigError(f"{e} (agentload run --resume {out_dir}, or --overwrite)") from None
+    except OSError as e:
+        raise ConfigError(f"cannot write results to {out_dir}: {e.strerror}") from None
+
+
+def load_saved_config(out_dir: Path) -> RunConfig:
+    path = out_dir / "config.yaml"
+    if not path.exists():
+        raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
+    try:
+        return build_config(path=path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
+        raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
+
+
+# ---- phase 2 helpers ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signal_handlers(run: RunState) -> Iterator[None]:
+    """SIGINT / SIGTERM: the first stops issuing and drains, the second cancels."""
+    loop = asyncio.get_running_loop()
+    say, noun = run.opts.say, run.workload.noun
+
+    def on_signal(signame: str) -> None:
+        run.interrupts += 1
+        if run.finishing_interrupts >= 0:
+            run.finishing_interrupts += 1
+            say(f"{signame}: finishing summary.json, then stopping (report skipped)")
+            return
+        sched = run.sched
+        if sched is None:
+            if run.engines:
+                run.engines.cancel()  # interrupted while engines start: stop at once
+            return
+        if run.interrupts == 1:
+            say(
+                f"{signame}: no new {noun}; waiting up to {run.cfg.load.drain_timeout_s:g}s "
+                f"for {sched.active} in flight (again to stop now)"
+            )
+            sched.stop("interrupted")
+        else:
+            say(f"{signame}: cancelling {noun} in flight")
+            sched.abort()
+
+    installed: list[int] = []
+    if run.opts.install_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, on_signal, sig.name)
+                installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+@contextlib.asynccontextmanager
+async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
+    """The configured endpoints by role, or the embedded simulator for every role (started
+    here, stopped on the way out)."""
+    cfg = run.cfg
+    if not cfg.embedded:
+        async with _launched(run) as endpoints:
+            run.meta["endpoints"] = _describe_endpoints(endpoints)
+            yield endpoints
+        return
+    # Started from the main thread: the death signal is tied to the starting thread.
+    sim = run.sim = start_embedded_sim(cfg, run.out_dir / "sim.log")
+    try:
+        ep = EndpointConfig(
+            name="sim", base_url=sim.base_url, model=sim.config.model, metrics_url=sim.metrics_url
+        )
+        endpoints = {role: ep for role in run.workload.roles}
+        run.meta["endpoints"] = _describe_endpoints(endpoints)
+        run.opts.say(
+            f"no endpoint given: started the embedded simulator on {sim.base_url} "
+            f"(profile {cfg.sim.profile}, speedup {cfg.sim.speedup:g}"
+            + (f", fault rate {cfg.sim.fault_rate:g}" if cfg.sim.fault_rate else "")
+            + "); it stops when the run ends. Use --base-url to benchmark a real server, "
+            "--sim-profile / --sim-speedup to change the simulator."
+        )
+        yield endpoints
+    finally:
+        await asyncio.to_thread(sim.stop)
+
+
+def _late_preflight(cfg: RunConfig) -> bool:
+    """Endpoints that exist only once the run starts them (the embedded simulator, engines
+    with `launch:`) are checked then; the others before the results folder is touched."""
+    return cfg.embedded or any(ep.launch is not None for ep in cfg.endpoints.values())
+
+
+async def _preflight(
+    cfg: RunConfig, endpoints: dict[str, EndpointConfig], say: Say
+) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
+    """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
+    use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
+    from agentload.engines.preflight import preflight_for_run
+    from agentload.workloads.base import make_workload
+
+    return await preflight_for_run(
+        endpoints,
+        enabled=cfg.preflight,
+        tool_roles=make_workload(cfg).tool_roles(),
+        metrics=cfg.metrics.enabled,
+        say=say,
+    )
+
+
+def _note_endpoints(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], detected: dict[str, Any] | None
+) -> None:
+    """run.json: what preflight found, and the sampling parameters every call carries."""
+    from agentload.workloads.sampling import describe, sampling_block
+
+    if detected is not None:
+        run.meta["endpoints_detected"] = detected
+    run.meta["sampling"] = sampling_block(run.cfg, endpoints)
+    run.recorder.write_meta(run.meta)
+    run.opts.say(describe(run.meta["sampling"]))
+
+
+@contextlib.asynccontextmanager
+async def _launched(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
+    """Endpoints with `launch:` get their engine before the first episode (stopped at the
+    end); a launch problem is exit 2, an engine that does not come up exit 1."""
+    from agentload.engines.launch import EngineError, EngineStartError
+    from agentload.engines.run import RunEngines, launched_engines
+
+    run.engines = RunEngines(run.cfg.endpoints, run.out_dir, run.opts.say)
+    try:
+        async with launched_engines(run.engines, run.cfg.endpoints) as endpoints:
+            if run.engines:
+                run.meta["engines"] = run.engines.meta()
+            yield endpoints
+    except EngineError as e:
+        raise ConfigError(str(e)) from None
+    except EngineStartError as e:
+        raise RunFailed(str(e)) from None
+
+
+def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
+    return {
+        r: {"name": e.name, "base_url": e.base_url, "model": e.model} for r, e in endpoints.items()
+    }
 
 
 def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
@@ -109,117 +512,45 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
         raise RunFailed(f"the embedded simulator did not start: {e}") from None
 
 
-async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:
-    """One unrecorded request per domain so the simulator loads the domain's data before the
-    first measured call (otherwise the first episodes' TTFT carries a one-off load time)."""
-    import aiohttp
+async def _open_clients(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], stack: contextlib.AsyncExitStack
+) -> dict[str, ChatClient]:
+    recorder, tracker = run.recorder, run.tracker
 
-    firsts: dict[str, str] = {}
-    for t in tasks:
-        firsts.setdefault(t.partition("/")[0], t)
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "hello"}],
-        "max_tokens": 1,
-        "stream": False,
+    gate = run.gate
+
+    def on_record(rec: CallRecord) -> None:
+        recorder.record_call(rec)
+        tracker.on_call(rec)
+        if gate is not None:
+            gate.on_record(rec)
+
+    return {
+        role: await stack.enter_async_context(ChatClient(ep, on_record=on_record))
+        for role, ep in endpoints.items()
     }
-    async with aiohttp.ClientSession() as http:
-        for task in firsts.values():
-            for role in ("agent", "user"):
-                hdrs = {
-                    "X-Agentload-Role": role,
-                    "X-Agentload-Task": task,
-                    "X-Session-ID": "agentload-prime",
-                }
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with http.post(
-                        f"{base_url}/chat/completions",
-                        json=body,
-                        headers=hdrs,
-                        timeout=aiohttp.ClientTimeout(total=30),
-                    ) as r:
-                        await r.read()
 
 
-# ---- helpers -----------------------------------------------------------------------------
+async def _start_scrapers(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], stack: contextlib.AsyncExitStack
+) -> None:
+    """One Prometheus scraper per distinct metrics URL, for the run's whole length."""
+    if not run.cfg.metrics.enabled:
+        return
+    from agentload.servermetrics.scraper import MetricsScraper
 
-
-def available_tasks(domains: list[str]) -> dict[str, list[str]]:
-    from agentload.domains import domain_names, get_domain
-
-    names = domain_names()
-    wanted = [d for d in domains if d in names] or names
-    out = {}
-    for d in names:
-        out[d] = [t.id for t in get_domain(d).tasks()] if d in wanted else []
-    return out
-
-
-def _needed_domains(cfg: RunConfig) -> list[str]:
-    doms = list(cfg.workload.domains)
-    for sel in cfg.workload.tasks:
-        d = sel.partition("/")[0]
-        if d not in doms:
-            doms.append(d)
-    return doms
-
-
-def resolve_tasks(cfg: RunConfig) -> list[str]:
-    from agentload.domains import domain_names
-
-    needed = _needed_domains(cfg)
-    unknown = [d for d in needed if d not in domain_names()]
-    if unknown:  # said before any domain loads its tasks (seconds for a large one)
-        raise ConfigError(
-            f"invalid configuration: field 'workload.tasks': unknown domain {unknown[0]!r} "
-            f"(known: {', '.join(domain_names())})"
-        )
-    try:
-        available = available_tasks(needed)
-        if needed:  # a domain the selectors name must be loaded even when not listed
-            for d in needed:
-                if d in domain_names() and not available[d]:
-                    available.update(available_tasks([d]))
-        return select_tasks(cfg.workload.tasks, cfg.workload.domains, available)
-    except PlanError as e:
-        raise ConfigError(f"invalid configuration: field 'workload.tasks': {e}") from None
-
-
-def make_plan(cfg: RunConfig, tasks: list[str], finished: set[tuple[str, int]]) -> EpisodePlan:
-    w, ld = cfg.workload, cfg.load
-    return EpisodePlan(
-        tasks,
-        trials=w.trials,
-        num_episodes=ld.num_episodes,
-        unbounded=ld.num_episodes is None and ld.duration_s is not None,
-        shuffle=w.shuffle,
-        seed=w.seed,
-        warmup_episodes=ld.warmup.episodes,
-        warmup_seconds=ld.warmup.seconds,
-        finished=finished,
-    )
-
-
-def episode_options(cfg: RunConfig) -> Any:
-    from agentload.workloads.episode import EpisodeOptions, ToolLatency
-
-    w = cfg.workload
-    return EpisodeOptions(
-        agent=w.agent,
-        user=w.user,
-        temperature=w.temperature,
-        max_steps=w.max_steps,
-        max_user_turns=w.max_user_turns,
-        budget_s=w.budget_s,
-        max_errors=w.max_errors,
-        keep_reasoning=w.keep_reasoning,
-        chat_template_kwargs=w.chat_template_kwargs,
-        tool_latency=ToolLatency(
-            kind=w.tool_latency.kind, mean_s=w.tool_latency.mean_s, spread=w.tool_latency.spread
-        ),
-        agent_max_tokens=w.agent_max_tokens,
-        user_max_tokens=w.user_max_tokens,
-    )
+    seen: set[str] = set()
+    for ep in endpoints.values():
+        urls = ep.all_metrics_urls  # several: replicas, one sample summed over them
+        if urls and ",".join(urls) not in seen:
+            seen.add(",".join(urls))
+            scraper = MetricsScraper(
+                urls,
+                run.recorder,
+                interval_s=run.cfg.metrics.interval_s,
+                endpoint=ep.name,
+            )
+            await stack.enter_async_context(scraper)
 
 
 def session_id_for(run_id: str, item: WorkItem, attempt: int) -> str:
@@ -230,15 +561,93 @@ def session_id_for(run_id: str, item: WorkItem, attempt: int) -> str:
     return f"{run_id}-{task}-t{item.trial}"
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
+    """The scheduler's `run_one`: one session of the workload, recorded with its timing."""
+    recorder, tracker = run.recorder, run.tracker
+    run_id, attempt = run.run_id, run.attempt
+
+    async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
+        sid = session_id_for(run_id, item, attempt)
+        out = await _run_with_infra_retries(run, item, sid, clients)
+        session = out.session
+        session["run_id"] = run_id
+        session["warmup"] = item.warmup
+        session["attempt"] = attempt  # groups the monotonic clock's records
+        session["intended_start_ns"] = intended_ns
+        session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
+        recorder.record_episode(session, out.trajectory)
+        tracker.on_episode(session)
+
+    return run_one
 
 
-def load_saved_config(out_dir: Path) -> RunConfig:
-    path = out_dir / "config.yaml"
-    if not path.exists():
-        raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
-    return build_config(path=path)
+async def _run_with_infra_retries(
+    run: RunState, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
+) -> SessionOutcome:
+    """One session; when it ended on infrastructure errors during an outage, it is re-queued
+    (not burned): wait the outage out and run it again, up to `load.retry_infra` times."""
+    gate, retries = run.gate, run.cfg.load.retry_infra
+    tries = 0
+    while True:
+        # A rerun is a new session; the failed one's calls stay unfinished.
+        began = time.monotonic()
+        out = await run.workload.run_session(
+            item, sid if tries == 0 else f"{sid}-rerun{tries}", clients
+        )
+        sched = run.sched
+        if (
+            out.session.get("termination") != "infra_error"
+            or tries >= retries
+            or gate is None
+            or sched is None
+            or sched.stopping
+            # A lone failure of a live endpoint is a measured failure.
+            or not await gate.confirm(began)
+            or not await gate.wait_open()
+            or sched.stopping
+        ):
+            return out
+        gate.note_retry()
+        tries += 1
+
+
+def make_gate(
+    cfg: RunConfig, endpoints: Mapping[str, EndpointConfig], sim: Any, say: Say
+) -> OutageGate:
+    """The outage gate of a run: probes the endpoints' model lists; an embedded simulator
+    whose process exited can never come back, so the run stops at once."""
+    from agentload.scheduler.outage import OutageGate, OutagePolicy, http_probe, probe_urls
+
+    def sim_gone() -> str | None:
+        proc = getattr(sim, "proc", None)
+        if proc is None or proc.poll() is None:
+            return None
+        return f"the embedded simulator exited (status {proc.returncode}; see sim.log)"
+
+    return OutageGate(
+        http_probe(probe_urls(endpoints)),
+        OutagePolicy(give_up_s=cfg.load.outage_timeout_s),
+        say=say,
+        gone=sim_gone if sim is not None else None,
+    )
+
+
+def _load_spec(cfg: RunConfig, workers: int) -> LoadSpec:
+    ld = cfg.load
+    return LoadSpec(
+        mode=ld.mode,
+        concurrency=workers,
+        rate=ld.rate,
+        burstiness=ld.burstiness,
+        max_concurrency=ld.max_concurrency,
+        duration_s=ld.duration_s,
+        drain_timeout_s=ld.drain_timeout_s,
+        lag_interval_s=ld.lag_interval_s,
+        seed=cfg.workload.seed,
+    )
+
+
+# ---- phase 3 helpers ---------------------------------------------------------------------
 
 
 def _process_stats() -> dict[str, Any]:
@@ -278,370 +687,103 @@ def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any])
     }
 
 
-def make_gate(
-    cfg: RunConfig, endpoints: Mapping[str, EndpointConfig], sim: Any, say: Say
-) -> OutageGate:
-    """The outage gate of a run: probes the endpoints' model lists; an embedded simulator
-    whose process exited can never come back, so the run stops at once."""
-    from agentload.scheduler.outage import OutagePolicy, http_probe, probe_urls
-
-    def sim_gone() -> str | None:
-        proc = getattr(sim, "proc", None)
-        if proc is None or proc.poll() is None:
-            return None
-        return f"the embedded simulator exited (status {proc.returncode}; see sim.log)"
-
-    return OutageGate(
-        http_probe(probe_urls(endpoints)),
-        OutagePolicy(give_up_s=cfg.load.outage_timeout_s),
-        say=say,
-        gone=sim_gone if sim is not None else None,
-    )
-
-
-# ---- the run -----------------------------------------------------------------------------
-
-
-async def execute_run(
-    cfg: RunConfig,
-    *,
-    resume: bool = False,
-    progress: str = "auto",  # auto | live | plain | off
-    progress_interval_s: float = 10.0,
-    say: Say = _stderr,
-    install_signals: bool = True,
-    progress_title: str = "",
-    overwrite: bool = False,
-    tune_gc: bool = True,
-) -> RunOutcome:
-    """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
-    from agentload.results.recorder import Recorder
-    from agentload.util import gc_tuned
-    from agentload.workloads.episode import episode_seed, run_episode
-
-    out_dir = Path(cfg.out)
-    tasks = resolve_tasks(cfg)
-    prev_meta: dict[str, Any] = {}
-    if resume and (out_dir / "run.json").exists():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            prev_meta = orjson.loads((out_dir / "run.json").read_bytes())
-    if cfg.run_id is None:
-        cfg = cfg.model_copy(update={"run_id": prev_meta.get("run_id") or new_run_id()})
-    run_id = str(cfg.run_id)
-    attempt = int(prev_meta.get("resume_count", -1)) + 1 if resume else 0
-
-    from agentload.outcome import concurrency_cap, drop_infra_sessions
-
-    # Episodes that ended on infrastructure errors did not run: a resume redoes them.
-    redo = drop_infra_sessions(out_dir) if resume else 0
-    try:
-        recorder = Recorder(out_dir, resume=resume, overwrite=overwrite and not resume)
-    except FileExistsError as e:
-        raise ConfigError(f"{e} (agentload run --resume {out_dir}, or --overwrite)") from None
-    except OSError as e:
-        raise ConfigError(f"cannot write results to {out_dir}: {e.strerror}") from None
-    finished = recorder.finished_keys()
-    plan = make_plan(cfg, tasks, finished)
-    issue = None if plan.to_issue is None else plan.to_issue + cfg.load.warmup.episodes
-    workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
-    if note:
-        say(note)
-    options = episode_options(cfg)
-    recorder.write_config(config_to_dict(cfg))
-    started_at = time.time()
-    meta: dict[str, Any] = {
-        "run_id": run_id,
-        "command": sys.argv,
-        "started_at": started_at,
-        "seed": cfg.workload.seed,
-        "tasks": len(tasks),
-        "trials": cfg.workload.trials,
-        "planned_episodes": plan.total,
-        "status": "running",
-    }
-    with contextlib.suppress(Exception):
-        from agentload.domains import GRADER_VERSION, get_domain
-
-        meta["grader_version"] = GRADER_VERSION
-        meta["data_versions"] = {
-            d: get_domain(d).data_version for d in sorted({t.partition("/")[0] for t in tasks})
-        }
-    recorder.write_meta(meta)
-    if resume:
-        total = "∞" if plan.total is None else plan.total
-        say(
-            f"resuming {out_dir}: {plan.resume_done} of {total} episodes already finished; "
-            f"{recorder.dropped_calls} calls of unfinished episodes dropped"
-            + (f"; {redo} episodes ended by infrastructure errors run again" if redo else "")
-        )
-
-    sim = None
-    endpoints: dict[str, EndpointConfig] = dict(cfg.endpoints)
-    loop = asyncio.get_running_loop()
-    sched: Scheduler | None = None
-    interrupts = 0
-
-    finishing = {"interrupts": -1}  # counts signals once the episodes are over
-
-    def on_signal(signame: str) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if finishing["interrupts"] >= 0:
-            finishing["interrupts"] += 1
-            say(f"{signame}: finishing summary.json, then stopping (report skipped)")
-            return
-        if sched is None:
-            return
-        if interrupts == 1:
-            say(
-                f"{signame}: no new episodes; waiting up to {cfg.load.drain_timeout_s:g}s for "
-                f"{sched.active} in flight (again to stop now)"
-            )
-            sched.stop("interrupted")
-        else:
-            say(f"{signame}: cancelling episodes in flight")
-            sched.abort()
-
-    installed: list[int] = []
-    if install_signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, on_signal, sig.name)
-                installed.append(sig)
-
-    tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
-    rep: SchedulerReport | None = None
-    gate: OutageGate | None = None
-    try:
-        if cfg.embedded:
-            # Started from the main thread: the death signal is tied to the starting thread.
-            sim = start_embedded_sim(cfg, out_dir / "sim.log")
-            model = sim.config.model
-            ep = EndpointConfig(
-                name="sim", base_url=sim.base_url, model=model, metrics_url=sim.metrics_url
-            )
-            endpoints = {"agent": ep, "user": ep}
-            await prime_sim(sim.base_url, model, tasks)
-            say(
-                f"no endpoint given: started the embedded simulator on {sim.base_url} "
-                f"(profile {cfg.sim.profile}, speedup {cfg.sim.speedup:g}"
-                + (f", fault rate {cfg.sim.fault_rate:g}" if cfg.sim.fault_rate else "")
-                + "); it stops when the run ends. Use --base-url to benchmark a real server, "
-                "--sim-profile / --sim-speedup to change the simulator."
-            )
-        meta["endpoints"] = {
-            r: {"name": e.name, "base_url": e.base_url, "model": e.model}
-            for r, e in endpoints.items()
-        }
-
-        gate = make_gate(cfg, endpoints, sim, say)
-        tracker.outage = gate.status
-
-        def on_record(rec: CallRecord) -> None:
-            recorder.record_call(rec)
-            tracker.on_call(rec)
-            gate.on_record(rec)  # type: ignore[union-attr]
-
-        clients: dict[str, ChatClient] = {}
-        scrapers: list[Any] = []
-        async with contextlib.AsyncExitStack() as stack:
-            for role, ep in endpoints.items():
-                clients[role] = await stack.enter_async_context(ChatClient(ep, on_record=on_record))
-            if cfg.metrics.enabled:
-                from agentload.servermetrics.scraper import MetricsScraper
-
-                seen: set[str] = set()
-                for ep in endpoints.values():
-                    if ep.metrics_url and ep.metrics_url not in seen:
-                        seen.add(ep.metrics_url)
-                        sc = MetricsScraper(
-                            ep.metrics_url,
-                            recorder,
-                            interval_s=cfg.metrics.interval_s,
-                            endpoint=ep.name,
-                        )
-                        scrapers.append(await stack.enter_async_context(sc))
-
-            base_seed = cfg.workload.seed
-
-            async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
-                from agentload.workloads.episode import EpisodeSpec
-
-                assert gate is not None
-                sid = session_id_for(run_id, item, attempt)
-                for tries in range(cfg.load.retry_infra + 1):
-                    spec = EpisodeSpec(
-                        task_id=item.task_id,
-                        trial=item.trial,
-                        seed=episode_seed(base_seed, item.task_id, item.trial),
-                        # A rerun is a new session; the failed one's calls stay unfinished.
-                        session_id=sid if tries == 0 else f"{sid}-rerun{tries}",
-                    )
-                    began = time.monotonic()
-                    res = await run_episode(spec, clients, options)
-                    if (
-                        res.session.get("termination") != "infra_error"
-                        or tries == cfg.load.retry_infra
-                        or sched is None
-                        or sched.stopping
-                        # A lone failure of a live endpoint is a measured failure.
-                        or not await gate.confirm(began)
-                    ):
-                        break
-                    # Failed in an outage: re-queued, not burned. Wait it out, run it again.
-                    if not await gate.wait_open() or sched.stopping:
-                        break
-                    gate.note_retry()
-                session = dict(res.session)
-                session["run_id"] = run_id
-                session["warmup"] = item.warmup
-                session["intended_start_ns"] = intended_ns
-                session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
-                recorder.record_episode(session, res.trajectory)
-                tracker.on_episode(session)
-
-            spec = LoadSpec(
-                mode=cfg.load.mode,
-                concurrency=workers,
-                rate=cfg.load.rate,
-                burstiness=cfg.load.burstiness,
-                max_concurrency=cfg.load.max_concurrency,
-                duration_s=cfg.load.duration_s,
-                drain_timeout_s=cfg.load.drain_timeout_s,
-                lag_interval_s=cfg.load.lag_interval_s,
-                seed=cfg.workload.seed,
-            )
-            sched = Scheduler(plan, spec, run_one, gate=gate)
-            tracker.active = lambda: sched.active if sched else 0
-            tracker.lag_p99 = sched.lag.recent_p99
-            if interrupts:
-                sched.stop("interrupted")
-            with gc_tuned(tune_gc):
-                async with ProgressDisplay(
-                    tracker, mode=progress, interval_s=progress_interval_s, title=progress_title
-                ):
-                    rep = await sched.run()
-    except BaseException as e:
-        # Whatever stops the run here, run.json must not stay "running".
-        _mark_ended(out_dir, meta, e)
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        raise
-    finally:
-        if gate is not None:
-            await gate.close()
-        if sim is not None:
-            await asyncio.to_thread(sim.stop)
-        recorder.close()
-    finishing["interrupts"] = 0
-
-    assert rep is not None and gate is not None
-    try:
-        return await finish_run(
-            cfg,
-            out_dir,
-            rep,
-            meta,
-            extra={"resume_attempt": attempt, "outages": gate.summary()},
-            interrupted=lambda: finishing["interrupts"] > 0,
-            say=say,
-        )
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-
-
-async def finish_run(
-    cfg: RunConfig,
-    out_dir: Path,
-    rep: SchedulerReport,
-    meta: dict[str, Any],
-    *,
-    extra: Mapping[str, Any],
-    interrupted: Callable[[], bool],
-    say: Say,
-) -> RunOutcome:
-    """Summary, final status and report of a run whose episodes are over.
-
-    run.json ends with the status the exit code says, whatever fails here: a summary or
-    report that cannot be written makes the run `failed` (exit 1) with the reason, and an
-    interrupt while the summary is written makes it `interrupted` (exit 130) with the report
-    skipped.
-    """
+def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | None, Any]:
+    """(summary, verdict); odd records or a full disk must not leave run.json "running"."""
     from agentload.outcome import Verdict, count_infra_episodes, judge
-    from agentload.results.summary import load_run_meta, summarize, write_summary
+    from agentload.results.client import combine_client, lag_histogram
+    from agentload.results.summary import summarize
 
-    async def poll_signals() -> bool:
-        # Signal handlers run on the event loop: give it a turn between the blocking steps.
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        return interrupted()
-
-    summary: dict[str, Any] | None = None
+    out_dir = run.out_dir
     try:
-        summary = summarize(out_dir, slo=cfg.slo or None)
-        summary["client"] = client_block(rep, cfg, extra)
+        summary = summarize(out_dir, slo=run.cfg.slo or None)
+        extra = {
+            "resume_attempt": run.attempt,
+            "outages": run.gate.summary() if run.gate else None,
+        }
+        block = client_block(rep, run.cfg, extra)
+        block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
+        summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
         verdict = judge(
             stop_reason=rep.stop_reason,
             error=rep.error,
             summary=summary,
             infra_episodes=count_infra_episodes(out_dir),
-            max_infra_share=cfg.load.max_infra_error_share,
+            max_infra_share=run.cfg.load.max_infra_error_share,
         )
-    except Exception as e:  # odd records or a full disk must not leave run.json "running"
+    except Exception as e:
         log.debug("summary failed", exc_info=True)
-        verdict = Verdict(EXIT_FAILED, f"failed: the summary could not be computed: {_why(e)}")
-    if await poll_signals():
-        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+        return None, Verdict(EXIT_FAILED, f"failed: the summary could not be computed: {_why(e)}")
+    return summary, verdict
 
-    def settle(v: Verdict) -> None:
-        meta.update(
-            {
-                "ended_at": time.time(),
-                "status": v.status,
-                "exit_code": v.code,
-                "stop_reason": rep.stop_reason,
-            }
-        )
-        try:
-            update_meta(out_dir, meta)
-        except OSError as e:
-            say(f"cannot update run.json: {_why(e)}")
 
-    settle(verdict)
+async def _interrupted(run: RunState) -> bool:
+    # Signal handlers run on the event loop: give it a turn between the blocking steps.
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return run.finishing_interrupts > 0
+
+
+def _settle(
+    run: RunState, rep: SchedulerReport, verdict: Any, summary: dict[str, Any] | None = None
+) -> None:
+    """run.json takes the verdict (and summary.json's copy of run.json, when given)."""
+    run.meta.update(
+        ended_at=time.time(),
+        status=verdict.status,
+        exit_code=verdict.code,
+        stop_reason=rep.stop_reason,
+    )
+    try:
+        update_meta(run.out_dir, run.meta)
+    except OSError as e:
+        run.opts.say(f"cannot update run.json: {_why(e)}")
     if summary is not None:
-        try:
-            # The summary embeds run.json: take the final status, not the "running" it read.
-            summary["run"] = load_run_meta(out_dir)
-            write_summary(out_dir, summary)
-        except Exception as e:
-            verdict = Verdict(EXIT_FAILED, f"failed: summary.json could not be written: {_why(e)}")
-            settle(verdict)
-    files: list[Path] = []
-    if await poll_signals() and verdict.code != EXIT_INTERRUPTED:
-        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
-        settle(verdict)
-        _rewrite_summary_run(out_dir, summary)
-    if cfg.report and summary is not None and verdict.code == EXIT_INTERRUPTED and interrupted():
-        say(f"interrupted: report skipped (write it with `agentload report {out_dir}`)")
-    elif cfg.report and summary is not None:
-        try:
-            from agentload.report import write_report
-        except ImportError:  # the report package is optional for a run to be useful
-            log.warning("report module unavailable; wrote summary.json only")
-        else:
-            try:
-                files = list(write_report(out_dir, summary))
-            except Exception as e:
-                log.debug("report failed", exc_info=True)
-                if verdict.code != EXIT_INTERRUPTED:
-                    why = f"failed: the report could not be written: {_why(e)}"
-                    verdict = Verdict(EXIT_FAILED, why)
-                    settle(verdict)
-                    _rewrite_summary_run(out_dir, summary)
-    if verdict.code == EXIT_FAILED and rep.stop_reason != "failed":
-        say(f"the episodes ran, but the run {verdict.status}")
-    return RunOutcome(out_dir, verdict.code, verdict.status, summary, rep, files)
+        with contextlib.suppress(Exception):
+            _write_summary(run, summary)
+
+
+def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
+    from agentload.results.summary import load_run_meta, write_summary
+
+    # The summary embeds run.json: take the final status, not the "running" it read.
+    summary["run"] = load_run_meta(run.out_dir)
+    write_summary(run.out_dir, summary)
+
+
+def _report(
+    run: RunState, rep: SchedulerReport, summary: dict[str, Any], verdict: Any
+) -> tuple[list[Path], Any]:
+    from agentload.outcome import Verdict
+
+    try:
+        from agentload.report import write_report
+    except ImportError:  # the report package is optional for a run to be useful
+        log.warning("report module unavailable; wrote summary.json only")
+        return [], verdict
+    try:
+        return list(write_report(run.out_dir, summary)), verdict
+    except Exception as e:
+        log.debug("report failed", exc_info=True)
+        if verdict.code == EXIT_INTERRUPTED:
+            return [], verdict
+        verdict = Verdict(EXIT_FAILED, f"failed: the report could not be written: {_why(e)}")
+        _settle(run, rep, verdict, summary)
+        return [], verdict
+
+
+def _stop_on_write_error(sched: Scheduler | None) -> None:
+    """Results can no longer be written: start nothing more, cancel what is in flight."""
+    if sched is not None:
+        sched.stop("failed")
+        sched.abort()
+
+
+def _raise_write_error(run: RunState) -> None:
+    err = run.recorder.write_error
+    if err is not None:
+        with contextlib.suppress(OSError):  # the disk may still be full
+            update_meta(run.out_dir, {"status": f"failed: {err}", "exit_code": 1})
+        raise err
 
 
 def _why(e: BaseException) -> str:
@@ -650,229 +792,22 @@ def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def _rewrite_summary_run(out_dir: Path, summary: dict[str, Any] | None) -> None:
-    from agentload.results.summary import load_run_meta, write_summary
-
-    if summary is None:
-        return
-    with contextlib.suppress(Exception):
-        summary["run"] = load_run_meta(out_dir)
-        write_summary(out_dir, summary)
-
-
-def _mark_ended(out_dir: Path, meta: dict[str, Any], e: BaseException) -> None:
+def _mark_ended(run: RunState, e: BaseException) -> None:
     if isinstance(e, KeyboardInterrupt | asyncio.CancelledError):
         status, code = "interrupted", EXIT_INTERRUPTED
     else:
         status = f"failed: {e}" if isinstance(e, ConfigError | RunFailed) else f"failed: {_why(e)}"
         code = EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILED
-    meta.update({"ended_at": time.time(), "status": status, "exit_code": code})
+    run.meta.update(ended_at=time.time(), status=status, exit_code=code)
     with contextlib.suppress(Exception):
-        update_meta(out_dir, meta)
+        update_meta(run.out_dir, run.meta)
 
 
 def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
     """Update run.json after the recorder closed (merged, atomic)."""
+    from agentload.redact import redact_meta
     from agentload.results.jsonl import atomic_write_bytes
 
-    path = out_dir / "run.json"
-    cur: dict[str, Any] = {}
-    if path.exists():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            cur = orjson.loads(path.read_bytes())
-    cur.update(meta)
-    atomic_write_bytes(path, orjson.dumps(cur, option=orjson.OPT_INDENT_2))
-
-
-# ---- sweep -------------------------------------------------------------------------------
-
-
-def sweep_row(point: float, kind: str, out: RunOutcome) -> dict[str, Any]:
-    s = out.summary or {}
-    agent = dig(s, "calls", "by_role", "agent") or dig(s, "calls", "all") or {}
-    eps = dig(s, "episodes") or {}
-    slo = dig(s, "slo")
-    client = dig(s, "client") or {}
-    return {
-        kind: point,
-        "dir": out.out_dir.name,
-        "status": out.stop_reason,
-        "episodes": dig(s, "counts", "sessions"),
-        "episodes_per_min": dig(eps, "episodes_per_min"),
-        "calls_per_s": dig(agent, "throughput", "calls_per_s"),
-        "output_tokens_per_s": dig(agent, "throughput", "output_tokens_per_s"),
-        "ttft_p50": dig(agent, "ttft_s", "p50"),
-        "ttft_p90": dig(agent, "ttft_s", "p90"),
-        "ttft_p99": dig(agent, "ttft_s", "p99"),
-        "e2e_p50": dig(agent, "e2e_s", "p50"),
-        "e2e_p99": dig(agent, "e2e_s", "p99"),
-        "success_rate": dig(eps, "success_rate"),
-        "error_rate": dig(s, "errors", "error_rate"),
-        "slo_met": None if not slo else bool(slo.get("all_met")),
-        "slo_call_attainment": None if not slo else slo.get("call_attainment"),
-        "goodput_per_min": None if not slo else slo.get("goodput_per_min"),
-        "loop_lag_p99": dig(client, "event_loop_lag_s", "p99"),
-        "sched_delay_p99": dig(client, "sched_delay_s", "p99"),
-    }
-
-
-def point_dir_name(kind: str, point: float) -> str:
-    if kind == "concurrency":
-        return f"c{int(point):04d}"
-    return f"r{point:g}".replace(".", "_")
-
-
-def _fmt(v: Any, unit: str = "") -> str:
-    if v is None:
-        return "-"
-    if unit == "s":
-        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
-    if unit == "%":
-        return f"{100 * v:.1f}%"
-    if isinstance(v, float):
-        return f"{v:.2f}"
-    return str(v)
-
-
-SWEEP_COLUMNS = [
-    ("episodes", "episodes", ""),
-    ("episodes/min", "episodes_per_min", ""),
-    ("calls/s", "calls_per_s", ""),
-    ("out tok/s", "output_tokens_per_s", ""),
-    ("TTFT p50", "ttft_p50", "s"),
-    ("TTFT p90", "ttft_p90", "s"),
-    ("TTFT p99", "ttft_p99", "s"),
-    ("e2e p99", "e2e_p99", "s"),
-    ("success", "success_rate", "%"),
-    ("errors", "error_rate", "%"),
-    ("SLO", "slo_met", ""),
-    ("goodput/min", "goodput_per_min", ""),
-]
-
-
-def sweep_markdown(doc: Mapping[str, Any]) -> str:
-    kind = doc["kind"]
-    head = [kind] + [c[0] for c in SWEEP_COLUMNS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in doc["points"]:
-        cells = [f"{row[kind]:g}"]
-        for _, key, unit in SWEEP_COLUMNS:
-            v = row.get(key)
-            cells.append(
-                ("yes" if v else "no") if key == "slo_met" and v is not None else _fmt(v, unit)
-            )
-        lines.append("| " + " | ".join(cells) + " |")
-    best = doc.get("best_point")
-    if doc.get("slo"):
-        slo = ", ".join(f"{k} ≤ {v:g}s" for k, v in doc["slo"].items())
-        lines.append("")
-        lines.append(
-            f"Highest {kind} meeting the SLO ({slo}): **{best:g}**"
-            if best is not None
-            else f"No point met the SLO ({slo})."
-        )
-    return "\n".join(lines) + "\n"
-
-
-def sweep_table(doc: Mapping[str, Any]) -> Any:
-    from rich.table import Table
-
-    kind = doc["kind"]
-    t = Table(title=f"sweep over {kind}")
-    t.add_column(kind, justify="right")
-    for name, _, _ in SWEEP_COLUMNS:
-        t.add_column(name, justify="right")
-    for row in doc["points"]:
-        cells = [f"{row[kind]:g}"]
-        for _, key, unit in SWEEP_COLUMNS:
-            v = row.get(key)
-            if key == "slo_met" and v is not None:
-                cells.append("[green]yes[/]" if v else "[red]no[/]")
-            else:
-                cells.append(_fmt(v, unit))
-        t.add_row(*cells)
-    return t
-
-
-async def execute_sweep(
-    cfg: RunConfig,
-    *,
-    kind: str,  # concurrency | rate
-    points: list[float],
-    stop_on_slo_fail: bool = False,
-    progress: str = "auto",
-    say: Say = _stderr,
-    progress_interval_s: float = 10.0,
-    overwrite: bool = False,
-) -> tuple[dict[str, Any], int]:
-    """Run every point into <out>/<point>/; writes sweep.json and sweep.md in <out>."""
-    root = _sweep_root(cfg, overwrite)
-    base = cfg.model_dump(by_alias=True)
-    doc: dict[str, Any] = {
-        "schema": SWEEP_SCHEMA,
-        "kind": kind,
-        "points_planned": points,
-        "slo": dict(cfg.slo),
-        "started_at": time.time(),
-        "points": [],
-        "best_point": None,
-        "status": "running",
-    }
-    _write_text(root / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    code = EXIT_OK
-    for i, point in enumerate(points):
-        data = dict(base)
-        data["out"] = str(root / point_dir_name(kind, point))
-        load = dict(data["load"])
-        if kind == "concurrency":
-            load["concurrency"], load["rate"], load["max_concurrency"] = int(point), None, None
-        else:
-            load["rate"], load["concurrency"] = float(point), None
-        data["load"] = load
-        point_cfg = build_config(data=data)
-        say(f"sweep point {i + 1}/{len(points)}: {kind} {point:g}")
-        out = await execute_run(
-            point_cfg,
-            progress=progress,
-            say=say,
-            progress_interval_s=progress_interval_s,
-            progress_title=f"{kind} {point:g}",
-            overwrite=overwrite,
-        )
-        row = sweep_row(point, kind, out)
-        doc["points"].append(row)
-        if row["slo_met"]:
-            doc["best_point"] = (
-                point if doc["best_point"] is None else max(doc["best_point"], point)
-            )
-        _write_sweep(root, doc)
-        if out.exit_code != EXIT_OK:
-            code = out.exit_code
-            break
-        if stop_on_slo_fail and cfg.slo and row["slo_met"] is False:
-            say(f"{kind} {point:g} misses the SLO: stopping the sweep (--stop-on-slo-fail)")
-            doc["stopped_on_slo_fail"] = point
-            break
-    doc["ended_at"] = time.time()
-    doc["status"] = {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
-    _write_sweep(root, doc)
-    return doc, code
-
-
-def _sweep_root(cfg: RunConfig, overwrite: bool) -> Path:
-    root = Path(cfg.out)
-    root.mkdir(parents=True, exist_ok=True)
-    if (root / "sweep.json").exists() and not overwrite:
-        raise ConfigError(f"{root} already holds a sweep; choose another --out (or --overwrite)")
-    return root
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
-
-
-def _write_sweep(root: Path, doc: Mapping[str, Any]) -> None:
-    from agentload.results.jsonl import atomic_write_bytes
-
-    atomic_write_bytes(root / "sweep.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    atomic_write_bytes(root / "sweep.md", sweep_markdown(doc).encode())
+    cur = _previous_meta(out_dir)
+    cur.update(redact_meta(meta))
+    atomic_write_bytes(out_dir / "run.json", orjson.dumps(cur, option=orjson.OPT_INDENT_2))

@@ -28,7 +28,7 @@ from agentload.agents.prompts import (
     text_system_prompt,
 )
 from agentload.domains.base import Domain, Task
-from agentload.registry import Registry
+from agentload.plugins import AGENTS
 
 ORACLE_CLOSING = "Thank you for contacting us. Have a good day."
 
@@ -261,31 +261,17 @@ class NoopAgent:
         pass
 
 
-def _react(domain: Domain, task: Task, *, keep_reasoning: bool = False) -> TextActionAgent:
+def react_agent(domain: Domain, task: Task, *, keep_reasoning: bool = False) -> TextActionAgent:
     return TextActionAgent(domain, task, mode="react", keep_reasoning=keep_reasoning)
 
 
-def _act(domain: Domain, task: Task, *, keep_reasoning: bool = False) -> TextActionAgent:
+def act_agent(domain: Domain, task: Task, *, keep_reasoning: bool = False) -> TextActionAgent:
     return TextActionAgent(domain, task, mode="act", keep_reasoning=keep_reasoning)
 
 
 AgentFactory = Callable[..., Agent]
 """`factory(domain, task, *, keep_reasoning=False)`: a fresh agent for one episode (an Agent
 class is such a factory)."""
-
-AGENTS: Registry[AgentFactory] = Registry(
-    "agents",
-    "agent strategy",
-    {
-        "tool-calling": "agentload.agents.strategies:ToolCallingAgent",
-        "react": "agentload.agents.strategies:_react",
-        "act": "agentload.agents.strategies:_act",
-        "oracle": "agentload.agents.strategies:OracleAgent",
-        "noop": "agentload.agents.strategies:NoopAgent",
-    },
-)
-"""Agent strategies by name; outside packages add theirs in the `agentload.agents`
-entry-point group."""
 
 
 def make_agent(name: str, domain: Domain, task: Task, *, keep_reasoning: bool = False) -> Agent:

@@ -15,7 +15,7 @@ from agentload.agents.base import LLMCall
 from agentload.agents.prompts import AGENT_GREETING, STOP, STOP_TOKENS, user_system_prompt
 from agentload.client import CallResult
 from agentload.domains.base import Task, UserScenario
-from agentload.registry import Registry
+from agentload.plugins import USERS
 
 
 @dataclass(slots=True)
@@ -150,24 +150,16 @@ class ScriptedUser:
         return " ".join(f"My {self._labels[k]} is {info[k]}." for k in keys)
 
 
-def _scripted(task: Task, *, max_turns: int = 20) -> ScriptedUser:
+def scripted_user(task: Task, *, max_turns: int = 20) -> ScriptedUser:
     return ScriptedUser(task, max_turns=max_turns)
 
 
-def _llm(task: Task, *, max_turns: int = 20) -> LlmUser:
+def llm_user(task: Task, *, max_turns: int = 20) -> LlmUser:
     return LlmUser(task)
 
 
 UserFactory = Callable[..., Any]
 """`factory(task, *, max_turns)`: a fresh user simulator for one episode."""
-
-USERS: Registry[UserFactory] = Registry(
-    "users",
-    "user simulator",
-    {"llm": "agentload.agents.users:_llm", "scripted": "agentload.agents.users:_scripted"},
-)
-"""User simulators by name; outside packages add theirs in the `agentload.users`
-entry-point group."""
 
 
 def make_user(name: str, task: Task, *, max_turns: int = 20) -> Any:

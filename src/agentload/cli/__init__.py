@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "agentload.cli.run",
     "agentload.cli.report",
     "agentload.cli.metrics",
+    "agentload.cli.serve",
 )
 
 for _name in COMMAND_MODULES:

@@ -15,6 +15,7 @@ from agentload.cli.app import app
 from agentload.cli.options import parse_headers
 from agentload.client.client import CallResult, ChatClient
 from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
+from agentload.fmt import secs
 from agentload.util import run_async
 
 
@@ -25,12 +26,6 @@ def _load_json(path: Path, what: str) -> Any:
         raise typer.BadParameter(f"{what} file not found: {path}") from None
     except orjson.JSONDecodeError as e:
         raise typer.BadParameter(f"{path}: not valid JSON ({e})") from None
-
-
-def _fmt_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 1000:.1f} ms" if v < 10 else f"{v:.2f} s"
 
 
 def _print_human(res: CallResult, console: Console) -> None:
@@ -54,15 +49,15 @@ def _print_human(res: CallResult, console: Console) -> None:
         t.add_row("error", f"[red]{rec.error_kind}[/] {rec.error_message or ''}")
     t.add_row("status", f"{rec.status} (HTTP {rec.http_status or '-'}, attempts {rec.attempts})")
     t.add_row("finish reason", str(rec.finish_reason))
-    t.add_row("TTFT", _fmt_s(rec.ttft_s))
-    t.add_row("end-to-end", _fmt_s(rec.e2e_s))
-    t.add_row("TPOT", _fmt_s(rec.tpot_s))
+    t.add_row("TTFT", secs(rec.ttft_s))
+    t.add_row("end-to-end", secs(rec.e2e_s))
+    t.add_row("TPOT", secs(rec.tpot_s))
     itl = rec.itl
     if itl.count:
         t.add_row(
             "ITL",
-            f"mean {_fmt_s(itl.mean)}  p50 {_fmt_s(itl.p50)}  p90 {_fmt_s(itl.p90)}  "
-            f"p99 {_fmt_s(itl.p99)}  max {_fmt_s(itl.max)}  (n={itl.count})",
+            f"mean {secs(itl.mean)}  p50 {secs(itl.p50)}  p90 {secs(itl.p90)}  "
+            f"p99 {secs(itl.p99)}  max {secs(itl.max)}  (n={itl.count})",
         )
     est = " (estimated)" if rec.tokens_estimated else ""
     t.add_row(

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from rich.markup import escape
 
 from agentload.config import RunConfig
+from agentload.plugins import AGENTS, USERS
 
 ENDPOINT = "Endpoint"
 WORKLOAD = "Workload"
@@ -144,7 +145,7 @@ ENDPOINTS = [
         "base_url",
         ("--base-url",),
         str | None,
-        "Agent (and user) endpoint, e.g. http://127.0.0.1:8000/v1.",
+        "Agent (and user) endpoint: http://127.0.0.1:8000 or http://127.0.0.1:8000/v1.",
         ENDPOINT,
         metavar="URL",
     ),
@@ -162,7 +163,7 @@ ENDPOINTS = [
         "api_key_env",
         ("--api-key-env",),
         str | None,
-        "Env var holding the API key.",
+        "Env var holding the API key (default: OPENAI_API_KEY when set, else no key).",
         ENDPOINT,
         metavar="VAR",
     ),
@@ -170,11 +171,19 @@ ENDPOINTS = [
         "metrics_url",
         ("--metrics-url",),
         str | None,
-        "Prometheus URL of the agent's server.",
+        "Prometheus URL of the agent's server; comma-separated for replicas (summed). "
+        "Default: <server>/metrics when it answers.",
         ENDPOINT,
         metavar="URL",
     ),
-    Opt("max_tokens", ("--max-tokens",), int | None, "Per call.", ENDPOINT, metavar="N"),
+    Opt(
+        "max_tokens",
+        ("--max-tokens",),
+        int | None,
+        "max_tokens of agent and user calls (default: agent 1024, user 256).",
+        ENDPOINT,
+        metavar="N",
+    ),
     Opt(
         "temperature",
         ("--temperature",),
@@ -191,6 +200,14 @@ ENDPOINTS = [
         '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
         ENDPOINT,
         metavar="JSON",
+    ),
+    Opt(
+        "no_preflight",
+        ("--no-preflight",),
+        bool,
+        "Skip the endpoint checks before the first episode (model, engine, tool calling).",
+        ENDPOINT,
+        False,
     ),
     Opt(
         "header",
@@ -243,7 +260,7 @@ EPISODES = [
         "agent",
         ("--agent",),
         str | None,
-        "Agent strategy: tool-calling | react | act | oracle | noop, or a plugged-in one.",
+        "Agent strategy: " + " | ".join(AGENTS.names()) + ".",
         WORKLOAD,
         path="workload.agent",
         metavar="NAME",
@@ -252,10 +269,37 @@ EPISODES = [
         "user",
         ("--user",),
         str | None,
-        "User simulator: llm | scripted.",
+        "User simulator: " + " | ".join(USERS.names()) + ".",
         WORKLOAD,
         path="workload.user",
         metavar="NAME",
+    ),
+    Opt(
+        "request_seed",
+        ("--request-seed",),
+        str | None,
+        "`seed` sent with each call: none | episode | N.",
+        WORKLOAD,
+        path="workload.request_seed",
+        metavar="SEED",
+    ),
+    Opt(
+        "agent_max_tokens",
+        ("--agent-max-tokens",),
+        int | None,
+        "max_tokens of agent calls (default: --max-tokens, else 1024).",
+        WORKLOAD,
+        path="workload.agent_max_tokens",
+        metavar="N",
+    ),
+    Opt(
+        "user_max_tokens",
+        ("--user-max-tokens",),
+        int | None,
+        "max_tokens of user-simulator calls (default: --max-tokens, else 256).",
+        WORKLOAD,
+        path="workload.user_max_tokens",
+        metavar="N",
     ),
     Opt(
         "max_steps",

@@ -23,7 +23,6 @@ from agentload.config import (
     ConfigError,
     RunConfig,
     build_config,
-    parse_duration,
     set_path,
 )
 from agentload.runner import (
@@ -34,10 +33,10 @@ from agentload.runner import (
     RunFailed,
     RunOutcome,
     execute_run,
-    execute_sweep,
     load_saved_config,
-    sweep_table,
 )
+from agentload.sweep import execute_sweep, sweep_table
+from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\
@@ -77,6 +76,7 @@ _OUTPUT_ONLY = {
     "no_metrics",
     "metrics_interval",
     "outage_timeout",
+    "no_preflight",
 }
 # Flags --resume takes on top of the saved config: (config path, flag, value).
 _RESUME_FLAGS = {
@@ -97,6 +97,8 @@ def resume_overrides(a: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]
         ov["report"], flags["report"] = False, "--no-report"
     if a.get("no_metrics"):
         ov["metrics.enabled"], flags["metrics.enabled"] = False, "--no-metrics"
+    if a.get("no_preflight"):
+        ov["preflight"], flags["preflight"] = False, "--no-preflight"
     return ov, flags
 
 
@@ -188,7 +190,13 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
             put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
     # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
     if a.get("metrics_url") is not None:
-        put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
+        urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
+        if len(urls) > 1:  # replicas behind one address: scraped and summed
+            put("endpoints.agent.metrics_urls", urls, "--metrics-url")
+        else:
+            put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
+    if a.get("no_preflight"):
+        put("preflight", False, "--no-preflight")
     return ov, flags
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentload.engines.config import LaunchConfig
 
 # Error kinds worth another attempt: the request never reached a model, or the server said
 # "not now". Anything that produced tokens or a definite rejection is not retried.
@@ -88,16 +91,50 @@ class RetryPolicy(BaseModel):
         return kinds
 
 
+# Read when an endpoint names no api_key_env, as the OpenAI SDK does.
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+def normalize_base_url(url: str) -> str:
+    """The OpenAI API root of a server address: `http://host:8000`, `http://host:8000/`,
+    `http://host:8000/v1/` and `http://host:8000/v1/chat/completions` all give
+    `http://host:8000/v1`. Any other path (a gateway's prefix) is kept as given."""
+    v = url.strip().rstrip("/")
+    if not v.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got {v!r}")
+    parts = urlsplit(v)
+    if not parts.netloc:
+        raise ValueError(f"base_url has no host: {v!r}")
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/completions"):
+        if path.endswith(tail):
+            path = path[: -len(tail)]
+            break
+    if not path:
+        path = "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def server_root(base_url: str) -> str:
+    """`scheme://host:port` of a base URL: where vLLM and SGLang serve /metrics, /version."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 class EndpointConfig(BaseModel):
     """One OpenAI-compatible endpoint (a role in a run maps to one of these)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "default"
-    base_url: str = Field(..., description="e.g. http://127.0.0.1:8000/v1")
+    base_url: str = Field(
+        ..., description="e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1 (same)."
+    )
     model: str
     api_key_env: str | None = Field(
-        None, description="Environment variable holding the bearer key (the key is never stored)."
+        None,
+        description="Environment variable holding the bearer key (the key is never stored); "
+        f"none: {DEFAULT_KEY_ENV} when set, else no key.",
     )
     headers: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -109,24 +146,62 @@ class EndpointConfig(BaseModel):
     max_connections: int = Field(
         0, ge=0, le=1_000_000, strict=True, description="Connection-pool size; 0 = unlimited."
     )
-    metrics_url: str | None = Field(None, description="Prometheus endpoint of the server.")
+    metrics_url: str | None = Field(
+        None,
+        description="Prometheus endpoint of the server; none: <server>/metrics when it answers.",
+    )
+    metrics_urls: list[str] = Field(
+        default_factory=list,
+        description="Several Prometheus endpoints (replicas behind one address), summed.",
+    )
+    launch: LaunchConfig | None = Field(
+        None, description="Start this engine for the run (see docs/engines.md)."
+    )
 
     @field_validator("base_url")
     @classmethod
-    def _strip_slash(cls, v: str) -> str:
-        v = v.strip().rstrip("/")
-        if not v.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {v!r}")
-        return v
+    def _normalize(cls, v: str) -> str:
+        return normalize_base_url(v)
+
+    @field_validator("metrics_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @property
+    def all_metrics_urls(self) -> list[str]:
+        """metrics_url and metrics_urls together, without repeats, in order."""
+        urls = ([self.metrics_url] if self.metrics_url else []) + list(self.metrics_urls)
+        return list(dict.fromkeys(urls))
+
+    @property
+    def key_source(self) -> str | None:
+        """The name of the environment variable the key comes from (None: no key is sent)."""
+        if self.api_key_env:
+            return self.api_key_env
+        return DEFAULT_KEY_ENV if os.environ.get(DEFAULT_KEY_ENV) else None
 
     def api_key(self) -> str | None:
-        """The bearer key from the environment, read at call time and never stored."""
+        """The bearer key from the environment, read at call time and never stored.
+
+        `api_key_env` names the variable (it must then be set); without it, OPENAI_API_KEY is
+        used when set, as OpenAI clients do, and otherwise no key is sent."""
         if not self.api_key_env:
-            return None
+            return os.environ.get(DEFAULT_KEY_ENV) or None
         key = os.environ.get(self.api_key_env)
         if key is None:
             raise KeyError(f"environment variable {self.api_key_env} (api_key_env) is not set")
         return key
+
+    def auth_headers(self) -> dict[str, str]:
+        """The endpoint's own headers plus the bearer key (raises KeyError like api_key)."""
+        key = self.api_key()
+        hdrs = dict(self.headers)
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        return hdrs
 
     @property
     def chat_url(self) -> str:

@@ -26,7 +26,7 @@ from agentload.domains.base import (
     grade,
     pass_hat_k,
 )
-from agentload.registry import Registry
+from agentload.plugins import DOMAINS
 
 __all__ = [
     "DOMAINS",
@@ -45,10 +45,11 @@ __all__ = [
     "get_task",
     "grade",
     "pass_hat_k",
+    "to_domain",
 ]
 
 
-def _to_domain(name: str, obj: Any) -> Domain:
+def to_domain(name: str, obj: Any) -> Domain:
     """A Domain from what a registry path names: an instance, a Domain subclass, a factory,
     or a module holding one of those (`DOMAIN`, `make_domain()`, a class named `name`)."""
     if isinstance(obj, Domain):
@@ -61,24 +62,14 @@ def _to_domain(name: str, obj: Any) -> Domain:
             return inst
         factory = getattr(obj, "make_domain", None)
         if callable(factory):
-            return _to_domain(name, factory())
+            return to_domain(name, factory())
         for _, cls in inspect.getmembers(obj, inspect.isclass):
             if issubclass(cls, Domain) and cls is not Domain and cls.name == name:
                 return cls()
         raise LookupError(f"module {obj.__name__} defines no Domain named {name!r}")
     if callable(obj):
-        return _to_domain(name, obj())
+        return to_domain(name, obj())
     raise LookupError(f"domain {name!r}: {obj!r} is not a Domain")
-
-
-DOMAINS: Registry[Domain] = Registry(
-    "domains",
-    "domain",
-    {"airline": "agentload.domains.airline", "retail": "agentload.domains.retail"},
-    convert=_to_domain,
-)
-"""The domain registry; outside packages add theirs in the `agentload.domains` entry-point
-group (see docs/architecture.md)."""
 
 
 def domain_names() -> list[str]:

@@ -2,7 +2,8 @@
 
 from agentload.results.jsonl import JsonlError, load_jsonl
 from agentload.results.recorder import Recorder, redact
-from agentload.results.summary import SUMMARY_SCHEMA, parse_slo, summarize, write_summary
+from agentload.results.summary import SUMMARY_SCHEMA, summarize, write_summary
+from agentload.units import parse_slo
 
 __all__ = [
     "SUMMARY_SCHEMA",

@@ -9,8 +9,8 @@ defines every figure.
 
 from __future__ import annotations
 
+import logging
 import math
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -23,15 +23,20 @@ import orjson
 import yaml
 
 from agentload import __version__, stats
-from agentload.results.jsonl import atomic_write_bytes, load_jsonl
+from agentload.results.errors import top_error_messages
+from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
+from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
+from agentload.results.window import call_window, session_window
+from agentload.units import check_slo_key, parse_duration
+
+log = logging.getLogger("agentload.results")
 
 SUMMARY_SCHEMA = "agentload.summary/1"
 SUCCESS_REWARD = 1.0 - 1e-6  # an episode succeeds when its reward is 1 (float tolerance)
 CDF_POINTS = 101  # quantiles at 0, 1, ..., 100 % for the CDF charts
 TURN_PERCENTILES = (50, 90, 99)
 
-_SLO_KEY = re.compile(r"^(ttft|e2e|itl|tpot)_(p(\d+(?:\.\d+)?)|mean|max)$")
 
 NAN = math.nan
 
@@ -79,6 +84,7 @@ class CallArrays:
         self.tpot = col("tpot_s")
         self.started_at = col("started_at")
         self.total_s = col("total_s")
+        self.end_ns = col("end_ns")
         self.prompt = col("prompt_tokens")
         self.cached = col("cached_tokens")
         self.completion = col("completion_tokens")
@@ -213,17 +219,6 @@ def _quantile_grid(values: np.ndarray) -> list[float] | None:
 # ---- SLOs ---------------------------------------------------------------------------------
 
 
-def parse_slo_key(key: str) -> tuple[str, str]:
-    """`ttft_p90` -> ("ttft", "p90"); metric ttft|e2e|itl|tpot, stat pN|mean|max."""
-    m = _SLO_KEY.match(key)
-    if not m:
-        raise ValueError(
-            f"SLO key {key!r}: expected <metric>_<stat>, metric ttft|e2e|itl|tpot, "
-            "stat pN|mean|max (e.g. ttft_p90)"
-        )
-    return m.group(1), m.group(2)
-
-
 def _per_call_values(a: CallArrays, metric: str, stat: str) -> tuple[np.ndarray, np.ndarray]:
     """(value each call is judged by, measured value) for an SLO key.
 
@@ -272,7 +267,7 @@ def _slo_block(
     meet_all = np.ones(a.n, dtype=bool)
     conditions: dict[str, Any] = {}
     for key, threshold in slo.items():
-        metric, stat = parse_slo_key(key)
+        metric, stat = check_slo_key(key)
         vals, raw = _per_call_values(a, metric, stat)
         with np.errstate(invalid="ignore"):
             meet = vals <= float(threshold)  # NaN (failed call) compares False: a miss
@@ -396,24 +391,13 @@ def _episodes(
 
 
 def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+    """First start -> last end of the measured episodes (calls when there are none), from the
+    monotonic clock (agentload.results.window)."""
     if sessions:
-        starts = np.array([float(s.get("started_at") or 0.0) for s in sessions])
-        ends = np.array([session_end(s) for s in sessions])
-        source = "sessions"
-    elif m.any():
-        starts = np.nan_to_num(a.started_at[m])
-        ends = starts + np.nan_to_num(a.total_s[m])
-        source = "calls"
-    else:
-        return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
-    start, end = float(starts.min()), float(ends.max())
-    return {
-        "start": start,
-        "end": end,
-        "duration_s": max(0.0, end - start),
-        "active_s": _union_length(starts, ends),
-        "source": source,
-    }
+        return session_window(sessions)
+    if m.any():
+        return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
+    return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -441,50 +425,19 @@ def _config_slo(out_dir: Path) -> dict[str, float]:
         return {}
     try:
         cfg = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+        log.warning("%s: unreadable; no SLO thresholds taken from it", path)
         return {}
     slo = cfg.get("slo") if isinstance(cfg, dict) else None
     if not isinstance(slo, dict):
         return {}
-    return {str(k): parse_seconds(v) for k, v in slo.items()}
-
-
-_DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|us|µs|s|m)?\s*$")
-
-
-def parse_seconds(value: Any) -> float:
-    """2, "2s", "150ms", "0.5m" -> seconds."""
-    if isinstance(value, int | float):
-        return float(value)
-    m = _DUR.match(str(value))
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (expected e.g. 2s or 150ms)")
-    scale = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "m": 60.0}.get(m.group(2) or "s", 1.0)
-    return float(m.group(1)) * scale
-
-
-def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]:
-    """`"ttft_p90=2s,e2e_p99=10s"`, a list of such terms, or a mapping -> {key: seconds}."""
-    if isinstance(spec, Mapping):
-        items = [(str(k), v) for k, v in spec.items()]
-    else:
-        terms = (
-            spec.split(",")
-            if isinstance(spec, str)
-            else [t for part in spec for t in part.split(",")]
-        )
-        items = []
-        for term in terms:
-            if not term.strip():
-                continue
-            key, sep, val = term.partition("=")
-            if not sep:
-                raise ValueError(f"SLO term {term!r}: expected key=value like ttft_p90=2s")
-            items.append((key.strip(), val))
     out: dict[str, float] = {}
-    for key, val in items:
-        parse_slo_key(key)
-        out[key] = parse_seconds(val)
+    for k, v in slo.items():
+        try:
+            check_slo_key(str(k))
+            out[str(k)] = parse_duration(v)
+        except ValueError as e:
+            log.warning("%s: slo.%s ignored: %s", path, k, e)
     return out
 
 
@@ -499,12 +452,14 @@ class MeasuredRun:
     unfinished: np.ndarray  # calls of episodes with no session line
     sessions: list[dict[str, Any]]  # finished non-warmup episodes
     warmup_sessions: int
+    integrity: Integrity
 
 
 def load_measured(out_dir: Path | str) -> MeasuredRun:
     out_dir = Path(out_dir)
-    all_sessions = load_jsonl(out_dir / SESSIONS)
-    all_calls = load_jsonl(out_dir / CALLS)
+    integ = Integrity()
+    all_sessions = clean_sessions(read_jsonl(out_dir / SESSIONS), integ)
+    all_calls = clean_calls(read_jsonl(out_dir / CALLS), integ)
     warm_ids = {str(s.get("session_id")) for s in all_sessions if s.get("warmup")}
     sessions = [s for s in all_sessions if not s.get("warmup")]
     done_ids = {str(s.get("session_id")) for s in sessions}
@@ -517,7 +472,14 @@ def load_measured(out_dir: Path | str) -> MeasuredRun:
     # runner) is a calls-only run: every call counts.
     m = no_session | in_done if all_sessions else np.ones(a.n, dtype=bool)
     return MeasuredRun(
-        a, all_calls, m, in_warm, ~(m | in_warm), sessions, len(all_sessions) - len(sessions)
+        a,
+        all_calls,
+        m,
+        in_warm,
+        ~(m | in_warm),
+        sessions,
+        len(all_sessions) - len(sessions),
+        integ,
     )
 
 
@@ -530,7 +492,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     if slo is None:
         slo = _config_slo(out_dir)
     for key in slo:
-        parse_slo_key(key)
+        check_slo_key(key)
     run = load_measured(out_dir)
     a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
     in_warm, unfinished = run.warmup, run.unfinished
@@ -562,6 +524,8 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "retried_calls": int(
             sum(1 for i in np.flatnonzero(m) if (all_calls[i].get("attempts") or 1) > 1)
         ),
+        # The servers' own words, per kind (redacted): what the counts above do not say.
+        "messages": top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
     }
 
     success = np.array([_success(s) for s in sessions], dtype=bool)
@@ -600,7 +564,9 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
                 )
             )
         },
-        "server": _server(out_dir, window),
+        "server": _server(out_dir, window, run.integrity),
+        # What the readers skipped, flagged or counted once (agentload.results.validate).
+        "integrity": run.integrity.to_dict(),
     }
     return summary
 
@@ -611,13 +577,20 @@ def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError:
+        meta = orjson.loads(path.read_bytes())
+    except (orjson.JSONDecodeError, OSError):
+        log.warning("%s: unreadable run metadata, ignored", path)
         return None
+    if not isinstance(meta, dict):
+        log.warning("%s: not a JSON object, ignored", path)
+        return None
+    return meta
 
 
-def _server(out_dir: Path, window: Mapping[str, Any]) -> dict[str, Any] | None:
-    samples = load_jsonl(out_dir / SERVER_METRICS)
+def _server(
+    out_dir: Path, window: Mapping[str, Any], integ: Integrity | None = None
+) -> dict[str, Any] | None:
+    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS), integ or Integrity())
     if not samples:
         return None
     from agentload.servermetrics.summary import summarize_server

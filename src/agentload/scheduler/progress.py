@@ -21,34 +21,15 @@ from rich.live import Live
 from rich.table import Table
 
 from agentload.client.record import CallRecord
+from agentload.fmt import eta, secs
+from agentload.stats import percentile_sorted
+
+
+def secs_c(v: float | None) -> str:
+    return secs(v, compact=True)
+
 
 _RESERVOIR = 20_000
-
-
-def fmt_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v < 1:
-        return f"{v * 1000:.0f}ms"
-    return f"{v:.2f}s"
-
-
-def fmt_eta(v: float | None) -> str:
-    if v is None:
-        return "?"
-    v = int(max(0.0, v))
-    h, rem = divmod(v, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-def _pct(sorted_vals: list[float], q: float) -> float | None:
-    if not sorted_vals:
-        return None
-    pos = (len(sorted_vals) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
 class ProgressTracker:
@@ -133,8 +114,8 @@ class ProgressTracker:
             "calls_per_s": calls_s,
             "tokens_per_s": tok_s,
             "error_rate": self.call_errors / self.calls if self.calls else 0.0,
-            "ttft_p50": _pct(ttft, 0.5),
-            "ttft_p90": _pct(ttft, 0.9),
+            "ttft_p50": percentile_sorted(ttft, 0.5),
+            "ttft_p90": percentile_sorted(ttft, 0.9),
             "success_rate": self.successes / self.episodes if self.episodes else None,
             "lag_p99": self.lag_p99(),
             "outage": self.outage(),
@@ -149,10 +130,10 @@ def progress_line(s: dict[str, Any]) -> str:
     succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
     outage = f"{s['outage']} | " if s.get("outage") else ""
     return outage + (
-        f"episodes {done}{pct}{warm} ETA {fmt_eta(s['eta_s'])} | active {s['active']} | "
+        f"episodes {done}{pct}{warm} ETA {eta(s['eta_s'])} | active {s['active']} | "
         f"calls/s {s['calls_per_s']:.1f} | tok/s {s['tokens_per_s']:.0f} | "
-        f"errors {100 * s['error_rate']:.1f}% | TTFT p50 {fmt_s(s['ttft_p50'])} "
-        f"p90 {fmt_s(s['ttft_p90'])} | success {succ} | loop lag p99 {fmt_s(s['lag_p99'])}"
+        f"errors {100 * s['error_rate']:.1f}% | TTFT p50 {secs_c(s['ttft_p50'])} "
+        f"p90 {secs_c(s['ttft_p90'])} | success {succ} | loop lag p99 {secs_c(s['lag_p99'])}"
     )
 
 
@@ -166,16 +147,16 @@ def progress_table(s: dict[str, Any], title: str = "") -> Table:
         width = 30
         fill = int(width * min(1.0, s["episodes"] / total))
         done = f"[green]{'━' * fill}[/][dim]{'━' * (width - fill)}[/] {done}"
-    t.add_row("episodes", f"{done}   ETA {fmt_eta(s['eta_s'])}   elapsed {fmt_eta(s['elapsed_s'])}")
+    t.add_row("episodes", f"{done}   ETA {eta(s['eta_s'])}   elapsed {eta(s['elapsed_s'])}")
     if s["warmup_episodes"]:
         t.add_row("warmup", f"{s['warmup_episodes']} episodes (not in statistics)")
     t.add_row("active", str(s["active"]))
     t.add_row("throughput", f"{s['calls_per_s']:.1f} calls/s   {s['tokens_per_s']:.0f} tokens/s")
     t.add_row("errors", f"{100 * s['error_rate']:.1f}% of {s['calls']} calls")
-    t.add_row("TTFT", f"p50 {fmt_s(s['ttft_p50'])}   p90 {fmt_s(s['ttft_p90'])}")
+    t.add_row("TTFT", f"p50 {secs_c(s['ttft_p50'])}   p90 {secs_c(s['ttft_p90'])}")
     succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}%"
     t.add_row("success", succ)
-    t.add_row("loop lag p99", fmt_s(s["lag_p99"]))
+    t.add_row("loop lag p99", secs_c(s["lag_p99"]))
     if s.get("outage"):
         t.add_row("outage", f"[bold red]{s['outage']}[/]")
     return t

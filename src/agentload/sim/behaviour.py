@@ -28,8 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentload.registry import Registry
+from agentload.plugins import BEHAVIOURS
 from agentload.sim.tokenizer import split_pieces
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 if TYPE_CHECKING:
     from agentload.sim.config import SimConfig
@@ -73,15 +74,15 @@ class RequestView:
 
     @property
     def role(self) -> str | None:
-        return self.headers.get("X-Agentload-Role")
+        return self.headers.get(ROLE_HEADER)
 
     @property
     def task(self) -> str | None:
-        return self.headers.get("X-Agentload-Task")
+        return self.headers.get(TASK_HEADER)
 
     @property
     def session_id(self) -> str | None:
-        return self.headers.get("X-Session-ID")
+        return self.headers.get(SESSION_HEADER)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -107,18 +108,6 @@ class Behaviour(Protocol):
 
 
 BehaviourFactory = Callable[["SimConfig"], Behaviour]
-
-BEHAVIOURS: Registry[BehaviourFactory] = Registry(
-    "sim_behaviours",
-    "simulator behaviour",
-    {
-        GENERIC_ROLE: "agentload.sim.behaviour:GenericBehaviour",
-        "agent": "agentload.sim.roles:SkilledAgent",
-        "user": "agentload.sim.roles:CooperativeUser",
-    },
-)
-"""Behaviour factories by the role they play (the request's ``X-Agentload-Role``); outside
-packages add theirs in the `agentload.sim_behaviours` entry-point group."""
 
 
 def register_behaviour(role: str, factory: BehaviourFactory) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from agentload.wire import FAULT_HEADER
+
 HTTP_FAULTS = {"http_500": 500, "http_429": 429, "http_503": 503}
 STREAM_FAULTS = ("reset", "truncate", "malformed", "stall", "stall_first_token", "error_event")
 ALL_FAULTS = (*HTTP_FAULTS, *STREAM_FAULTS)
-
-FAULT_HEADER = "X-Agentload-Fault"
 
 
 def predict_fault(seed: int, counter: int, rate: float, kinds: Sequence[str]) -> str | None:

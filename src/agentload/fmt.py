@@ -1,4 +1,5 @@
-"""Number formatting shared by the report and the console table."""
+"""Number and duration formatting: one home for the report, console tables, progress lines
+and sweep tables."""
 
 from __future__ import annotations
 
@@ -8,21 +9,23 @@ from typing import Any
 DASH = "–"
 
 
-def secs(v: Any) -> str:
-    """Latency: µs / ms below a second, seconds above."""
+def secs(v: Any, *, compact: bool = False) -> str:
+    """Latency: µs / ms below a second, seconds above ("92.5 ms"; compact: "92.5ms", for
+    progress lines)."""
     if v is None:
         return DASH
     v = float(v)
     a = abs(v)
+    sep = "" if compact else " "
     if a == 0:
         return "0"
     if a < 1e-3:
-        return f"{v * 1e6:.0f} µs"
+        return f"{v * 1e6:.0f}{sep}µs"
     if a < 1.0:
-        return f"{v * 1e3:.1f} ms" if a < 0.1 else f"{v * 1e3:.0f} ms"
+        return f"{v * 1e3:.1f}{sep}ms" if a < 0.1 else f"{v * 1e3:.0f}{sep}ms"
     if a < 100:
-        return f"{v:.2f} s"
-    return f"{v:.0f} s"
+        return f"{v:.2f}{sep}s"
+    return f"{v:.0f}{sep}s"
 
 
 def pct(v: Any, digits: int = 1) -> str:
@@ -48,6 +51,16 @@ def when(t: Any) -> str:
     if t is None:
         return DASH
     return dt.datetime.fromtimestamp(float(t), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def eta(v: Any) -> str:
+    """A countdown: "45s", "3m05s", "2h10m"; "?" when unknown."""
+    if v is None:
+        return "?"
+    v = int(max(0.0, float(v)))
+    h, rem = divmod(v, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 def duration(v: Any) -> str:

@@ -1,0 +1,166 @@
+"""The `episodes` workload kind: live agent ↔ environment ↔ user episodes over the domains'
+tasks, graded, trial after trial (the default kind)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentload.config import ConfigError, RunConfig
+from agentload.scheduler import PlanError, WorkItem, select_tasks
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
+from agentload.workloads.base import SessionOutcome, Workload
+from agentload.workloads.episode import (
+    EpisodeOptions,
+    EpisodeSpec,
+    ToolLatency,
+    episode_seed,
+    run_episode,
+)
+
+if TYPE_CHECKING:
+    from agentload.client import ChatClient, EndpointConfig
+
+
+def available_tasks(domains: list[str]) -> dict[str, list[str]]:
+    """Task ids of each registered domain; only the `domains` asked for are loaded (all when
+    none is named)."""
+    from agentload.domains import domain_names, get_domain
+
+    names = domain_names()
+    wanted = [d for d in domains if d in names] or names
+    return {d: [t.id for t in get_domain(d).tasks()] if d in wanted else [] for d in names}
+
+
+def needed_domains(cfg: RunConfig) -> list[str]:
+    """The domains the configuration names, in `domains` or through task selectors."""
+    doms = list(cfg.workload.domains)
+    for sel in cfg.workload.tasks:
+        d = sel.partition("/")[0]
+        if d not in doms:
+            doms.append(d)
+    return doms
+
+
+def resolve_tasks(cfg: RunConfig) -> list[str]:
+    """The task ids the configuration selects, in order."""
+    from agentload.domains import domain_names
+
+    needed = needed_domains(cfg)
+    unknown = [d for d in needed if d not in domain_names()]
+    if unknown:  # said before any domain loads its tasks (seconds for a large one)
+        raise ConfigError(
+            f"invalid configuration: field 'workload.tasks': unknown domain {unknown[0]!r} "
+            f"(known: {', '.join(domain_names())})"
+        )
+    try:
+        available = available_tasks(needed)
+        for d in needed:  # a domain the selectors name must be loaded even when not listed
+            if d in domain_names() and not available[d]:
+                available.update(available_tasks([d]))
+        return select_tasks(cfg.workload.tasks, cfg.workload.domains, available)
+    except PlanError as e:
+        raise ConfigError(f"invalid configuration: field 'workload.tasks': {e}") from None
+
+
+def episode_options(cfg: RunConfig) -> EpisodeOptions:
+    w = cfg.workload
+    return EpisodeOptions(
+        agent=w.agent,
+        user=w.user,
+        temperature=w.temperature,
+        max_steps=w.max_steps,
+        max_user_turns=w.max_user_turns,
+        budget_s=w.budget_s,
+        max_errors=w.max_errors,
+        keep_reasoning=w.keep_reasoning,
+        chat_template_kwargs=w.chat_template_kwargs,
+        tool_latency=ToolLatency(
+            kind=w.tool_latency.kind, mean_s=w.tool_latency.mean_s, spread=w.tool_latency.spread
+        ),
+        agent_max_tokens=w.agent_max_tokens,
+        user_max_tokens=w.user_max_tokens,
+        request_seed=w.request_seed,
+    )
+
+
+async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:
+    """One unrecorded request per domain and role so the simulator loads the domain's data
+    before the first measured call (otherwise the first episodes' TTFT carries a one-off
+    load time)."""
+    import aiohttp
+
+    firsts: dict[str, str] = {}
+    for t in tasks:
+        firsts.setdefault(t.partition("/")[0], t)
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 1,
+        "stream": False,
+    }
+    async with aiohttp.ClientSession() as http:
+        for task in firsts.values():
+            for role in ("agent", "user"):
+                hdrs = {ROLE_HEADER: role, TASK_HEADER: task, SESSION_HEADER: "agentload-prime"}
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.post(
+                        f"{base_url}/chat/completions",
+                        json=body,
+                        headers=hdrs,
+                        timeout=aiohttp.ClientTimeout(total=30),
+                    ) as r:
+                        await r.read()
+
+
+class EpisodesWorkload(Workload):
+    """Live episodes of the selected tasks, `trials` times each."""
+
+    kind = "episodes"
+    noun = "episodes"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self._tasks: list[str] | None = None
+        self.options = episode_options(cfg)
+
+    def units(self) -> list[str]:
+        if self._tasks is None:
+            self._tasks = resolve_tasks(self.cfg)
+        return self._tasks
+
+    def trials(self) -> int:
+        return self.cfg.workload.trials
+
+    def metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"tasks": len(self.units()), "trials": self.trials()}
+        with contextlib.suppress(Exception):
+            from agentload.domains import GRADER_VERSION, get_domain
+
+            domains = sorted({t.partition("/")[0] for t in self.units()})
+            meta["grader_version"] = GRADER_VERSION
+            meta["data_versions"] = {d: get_domain(d).data_version for d in domains}
+        return meta
+
+    def tool_roles(self) -> tuple[str, ...]:
+        # react / act describe the tools in the prompt; oracle / noop call no model. A
+        # plugged-in strategy is assumed to offer tools.
+        return () if self.cfg.workload.agent in ("react", "act", "oracle", "noop") else ("agent",)
+
+    async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
+        if embedded:
+            ep = endpoints["agent"]
+            await prime_sim(ep.base_url, ep.model, self.units())
+
+    async def run_session(
+        self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]
+    ) -> SessionOutcome:
+        spec = EpisodeSpec(
+            task_id=item.task_id,
+            trial=item.trial,
+            seed=episode_seed(self.cfg.workload.seed, item.task_id, item.trial),
+            session_id=session_id,
+        )
+        res = await run_episode(spec, clients, self.options)
+        return SessionOutcome(dict(res.session), res.trajectory)
