@@ -177,6 +177,8 @@ async def test_server_that_never_answers_with_duration_exits_1(tmp_path: Path) -
             },
             "workload": {"tasks": ["airline/000-003"]},
             "load": {"concurrency": 2, "duration_s": "1s", "drain_timeout_s": "0.5s"},
+            # Preflight would refuse this server up front; the run's own verdict is tested.
+            "preflight": False,
             "metrics": {"enabled": False},
             "report": False,
         }
