@@ -40,10 +40,11 @@ from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\
-Exit codes: 0 finished; 1 the run failed or aborted (harness error, simulator did not start,
-every episode failed on infrastructure); 2 bad usage or configuration; 130 interrupted
-(Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for --drain-timeout, the summary is
-written and `agentload run --resume DIR` continues)."""
+Exit codes: 0 episodes completed; 1 the run failed (0 episodes measured, every call failed,
+more than --max-infra-error-share of the episodes ended on infrastructure errors, the endpoint
+stayed down, a harness error, or the summary / report could not be written); 2 bad usage or
+configuration; 130 interrupted (Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for
+--drain-timeout, the summary is written and `agentload run --resume DIR` continues)."""
 
 RUN_HELP = f"""Run agentic episodes against an endpoint (or the embedded simulator) and record
 every call, session and trajectory, then write summary.json and a report.
