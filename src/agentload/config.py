@@ -621,7 +621,11 @@ def format_validation_error(
             ),
             None,
         )
-        if flag:
+        inner = sorted({f for p, f in flags.items() if loc and p.startswith(loc + ".")})
+        if flag is None and inner:
+            # A check across fields (e.g. load's loop mode): name the flags that set them.
+            where = ("flag " if len(inner) == 1 else "flags ") + ", ".join(inner)
+        elif flag:
             where = f"flag {flag}"
         elif source:
             where = source

@@ -2,11 +2,11 @@
 recorder → summary and report. `execute_run` reads as the run's phases; the workload kind
 (episodes, replay, …) plugs in through `agentload.workloads.base.Workload`.
 
-Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on):
-0 finished (all planned sessions, or the duration elapsed); 1 the run failed or aborted
-(harness error, the simulator did not start, or every session failed on infrastructure);
-2 bad usage or configuration; 130 interrupted (SIGINT / SIGTERM) — results so far are written
-and resumable.
+Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on; decided in
+`agentload.outcome`, see docs/reliability.md): 0 sessions completed; 1 the run failed (nothing
+measured, every call failed, too many infrastructure errors, the endpoint stayed down, a
+harness error, or the summary / report could not be written); 2 bad usage or configuration;
+130 interrupted (SIGINT / SIGTERM) — results so far are written and resumable.
 """
 
 from __future__ import annotations

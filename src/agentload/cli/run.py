@@ -17,7 +17,14 @@ from agentload.cli.options import (
     parse_headers,
     simple_paths,
 )
-from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, set_path
+from agentload.config import (
+    EXAMPLE_CONFIG,
+    MAX_CONCURRENCY,
+    ConfigError,
+    RunConfig,
+    build_config,
+    set_path,
+)
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -33,10 +40,11 @@ from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\
-Exit codes: 0 finished; 1 the run failed or aborted (harness error, simulator did not start,
-every episode failed on infrastructure); 2 bad usage or configuration; 130 interrupted
-(Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for --drain-timeout, the summary is
-written and `agentload run --resume DIR` continues)."""
+Exit codes: 0 episodes completed; 1 the run failed (0 episodes measured, every call failed,
+more than --max-infra-error-share of the episodes ended on infrastructure errors, the endpoint
+stayed down, a harness error, or the summary / report could not be written); 2 bad usage or
+configuration; 130 interrupted (Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for
+--drain-timeout, the summary is written and `agentload run --resume DIR` continues)."""
 
 RUN_HELP = f"""Run agentic episodes against an endpoint (or the embedded simulator) and record
 every call, session and trajectory, then write summary.json and a report.
@@ -347,13 +355,16 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
     return out.exit_code
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, most: float) -> list[float]:
     try:
         vals = [float(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise ConfigError(f"flag {flag}: expected numbers like 1,2,4,8, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise ConfigError(f"flag {flag}: expected positive numbers like 1,2,4,8")
+    # Every point is checked before the first one runs.
+    if not vals or any(not 0 < v <= most for v in vals):  # also false for NaN
+        raise ConfigError(
+            f"flag {flag}: expected numbers above 0 and at most {most:g}, got {text!r}"
+        )
     return vals
 
 
@@ -362,11 +373,11 @@ def _sweep_points(a: dict[str, Any]) -> tuple[str, list[float]]:
     if (c is None) == (r is None):
         raise ConfigError("sweep needs exactly one of --concurrency 1,2,4,… or --rates 0.5,1,…")
     if c is not None:
-        vals = _floats(c, "--concurrency")
+        vals = _floats(c, "--concurrency", MAX_CONCURRENCY)
         if any(v != int(v) for v in vals):
             raise ConfigError("flag --concurrency: expected whole numbers")
         return "concurrency", vals
-    return "rate", _floats(r, "--rates")
+    return "rate", _floats(r, "--rates", 1e6)
 
 
 app.command(
