@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,29 +20,73 @@ DEFAULT_RETRY_ON: tuple[str, ...] = (
     "http_504",
 )
 
+# Error kinds `retry_on` may name (besides http_NNN).
+RETRYABLE_KINDS = frozenset(
+    {
+        "connect_error",
+        "timeout_connect",
+        "timeout_first_token",
+        "timeout_idle",
+        "timeout_total",
+        "malformed_stream",
+        "stream_error",
+        "context_overflow",
+    }
+)
+_DAY = 86_400.0
+_HTTP_KIND = re.compile(r"http_[1-5]\d\d")
+
 
 class Timeouts(BaseModel):
     """Per-call deadlines in seconds; `None` disables one."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    connect: float | None = Field(10.0, gt=0, description="TCP connect (and pool wait).")
-    first_token: float | None = Field(
-        300.0, gt=0, description="Request start to the first token of any kind."
+    connect: float | None = Field(
+        10.0, gt=0, le=_DAY, strict=True, description="TCP connect (and pool wait)."
     )
-    idle: float | None = Field(60.0, gt=0, description="Longest gap between two stream chunks.")
-    total: float | None = Field(900.0, gt=0, description="Whole attempt, start to end.")
+    first_token: float | None = Field(
+        300.0,
+        gt=0,
+        le=_DAY,
+        strict=True,
+        description="Request start to the first token of any kind.",
+    )
+    idle: float | None = Field(
+        60.0, gt=0, le=_DAY, strict=True, description="Longest gap between two stream chunks."
+    )
+    total: float | None = Field(
+        900.0, gt=0, le=_DAY, strict=True, description="Whole attempt, start to end."
+    )
 
 
 class RetryPolicy(BaseModel):
     """Exponential backoff with full jitter for retryable error kinds."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    max_attempts: int = Field(3, ge=1, description="Attempts in all, the first included.")
-    backoff_base: float = Field(0.5, ge=0, description="First backoff ceiling in seconds.")
-    backoff_max: float = Field(10.0, ge=0, description="Largest backoff ceiling in seconds.")
+    max_attempts: int = Field(
+        3, ge=1, le=100, strict=True, description="Attempts in all, the first included."
+    )
+    backoff_base: float = Field(
+        0.5, ge=0, le=3600, strict=True, description="First backoff ceiling in seconds."
+    )
+    backoff_max: float = Field(
+        10.0, ge=0, le=3600, strict=True, description="Largest backoff ceiling in seconds."
+    )
     retry_on: tuple[str, ...] = DEFAULT_RETRY_ON
+
+    @field_validator("retry_on")
+    @classmethod
+    def _known_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        # A misspelt kind would silently never retry anything.
+        for k in kinds:
+            if k not in RETRYABLE_KINDS and not _HTTP_KIND.fullmatch(k):
+                raise ValueError(
+                    f"unknown error kind {k!r}; use http_NNN (e.g. http_503) or one of "
+                    + ", ".join(sorted(RETRYABLE_KINDS))
+                )
+        return kinds
 
 
 # Read when an endpoint names no api_key_env, as the OpenAI SDK does.
@@ -77,7 +122,7 @@ def server_root(base_url: str) -> str:
 class EndpointConfig(BaseModel):
     """One OpenAI-compatible endpoint (a role in a run maps to one of these)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "default"
     base_url: str = Field(
@@ -91,12 +136,14 @@ class EndpointConfig(BaseModel):
     )
     headers: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
-    stream: bool = True
+    max_tokens: int | None = Field(None, ge=1, le=10_000_000, strict=True)
+    temperature: float | None = Field(None, ge=0, le=100, strict=True)
+    stream: bool = Field(True, strict=True)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    max_connections: int = Field(0, ge=0, description="Connection-pool size; 0 = unlimited.")
+    max_connections: int = Field(
+        0, ge=0, le=1_000_000, strict=True, description="Connection-pool size; 0 = unlimited."
+    )
     metrics_url: str | None = Field(
         None,
         description="Prometheus endpoint of the server; none: <server>/metrics when it answers.",

@@ -48,6 +48,12 @@ def resolve_tasks(cfg: RunConfig) -> list[str]:
     from agentload.domains import domain_names
 
     needed = needed_domains(cfg)
+    unknown = [d for d in needed if d not in domain_names()]
+    if unknown:  # said before any domain loads its tasks (seconds for a large one)
+        raise ConfigError(
+            f"invalid configuration: field 'workload.tasks': unknown domain {unknown[0]!r} "
+            f"(known: {', '.join(domain_names())})"
+        )
     try:
         available = available_tasks(needed)
         for d in needed:  # a domain the selectors name must be loaded even when not listed
