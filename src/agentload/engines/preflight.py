@@ -260,7 +260,10 @@ def _probe_endpoint(ep: EndpointConfig, timeout_s: float) -> EndpointConfig:
         update={
             "retry": RetryPolicy(max_attempts=1),
             "timeouts": Timeouts(
-                connect=min(5.0, timeout_s), first_token=timeout_s, idle=timeout_s, total=timeout_s
+                connect=float(min(5.0, timeout_s)),
+                first_token=float(timeout_s),
+                idle=float(timeout_s),
+                total=float(timeout_s),
             ),
         }
     )
