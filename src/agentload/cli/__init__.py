@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "agentload.cli.tasks",
     "agentload.cli.sim",
     "agentload.cli.run",
+    "agentload.cli.replay",
     "agentload.cli.report",
     "agentload.cli.metrics",
 )

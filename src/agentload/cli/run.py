@@ -2,6 +2,7 @@
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -202,7 +203,11 @@ def _progress_mode(a: dict[str, Any]) -> str:
     return mode
 
 
-def _main(command: str, a: dict[str, Any]) -> None:
+def _main(
+    command: str, a: dict[str, Any], configure: Callable[[dict[str, Any]], RunConfig] | None = None
+) -> None:
+    """The flow of run-like commands (flags → RunConfig → execute_run); `configure` builds
+    the RunConfig of commands with options of their own (replay)."""
     quiet = bool(a.get("quiet"))
     logging.basicConfig(level=logging.WARNING, format="agentload: %(levelname)s: %(message)s")
 
@@ -211,9 +216,9 @@ def _main(command: str, a: dict[str, Any]) -> None:
             print(f"[agentload] {msg}", file=sys.stderr, flush=True)
 
     try:
-        cfg = _configure(a)
+        cfg = (configure or _configure)(a)
         mode = _progress_mode(a)
-        if command == "run":
+        if command != "sweep":
             outcome = run_async(
                 execute_run(
                     cfg,

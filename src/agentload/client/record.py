@@ -79,6 +79,9 @@ class CallRecord:
     error_message: str | None = None
     http_status: int | None = None
     attempts: int = 1
+    replay: dict[str, Any] | None = None
+    """Replayed calls: conversation id, dataset turn, recorded output tokens, send timing,
+    divergence (see docs/replay.md)."""
     schema: str = CALL_SCHEMA
 
     @property
