@@ -305,3 +305,42 @@ async def test_embedded_simulator_output_lengths_from_the_dataset(tmp_path: Path
     for c in calls:
         assert c["status"] == "ok"
         assert c["completion_tokens"] == c["replay"]["recorded_output_tokens"], c
+
+
+async def test_round_trip_live_run_then_replay_of_its_trajectories(tmp_path: Path) -> None:
+    """A live `run` records trajectories; replaying them sends, per conversation, as many
+    calls as the live agent made, each with the messages the agent had at that point."""
+    live = tmp_path / "live"
+    cfg = build_config(
+        data={
+            "out": str(live),
+            "sim": {"profile": "tiny-cpu", "speedup": 50.0},
+            "workload": {"tasks": ["airline/000-003", "retail/000-002"]},
+            "load": {"concurrency": 4},
+            "metrics": {"enabled": False},
+            "report": False,
+        }
+    )
+    res = await _run(cfg)
+    assert res.exit_code == 0, res.stop_reason
+    live_calls: dict[str, int] = {}
+    for c in load_jsonl(live / "calls.jsonl"):
+        if c["role"] == "agent":
+            live_calls[c["session_id"]] = live_calls.get(c["session_id"], 0) + 1
+    trajectories = {t["session_id"]: t for t in load_jsonl(live / "trajectories.jsonl")}
+    assert len(trajectories) == 7
+
+    async with RecordingServer() as srv:
+        res = await _run(_cfg(tmp_path / "replayed", live / "trajectories.jsonl", srv.base_url))
+    assert res.exit_code == 0, res.stop_reason
+    sent = srv.by_session()
+    assert sorted(sent) == sorted(trajectories)
+    for sid, traj in trajectories.items():
+        bodies = sent[sid]
+        assert len(bodies) == live_calls[sid], sid
+        msgs = traj["messages"]
+        answers = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for k, body in enumerate(bodies):
+            upto = answers[k] if k < len(answers) else len(msgs)
+            assert body["messages"] == msgs[:upto], (sid, k)
+            assert body.get("tools") == (traj["tools"] or None)
