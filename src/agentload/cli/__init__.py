@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "agentload.cli.sim",
     "agentload.cli.run",
     "agentload.cli.replay",
+    "agentload.cli.dataset",
     "agentload.cli.report",
     "agentload.cli.metrics",
 )

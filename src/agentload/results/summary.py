@@ -551,6 +551,11 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         },
         "server": _server(out_dir, window),
     }
+    from agentload.results.replay_summary import replay_summary
+
+    replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
+    if replay is not None:
+        summary["replay"] = replay
     return summary
 
 

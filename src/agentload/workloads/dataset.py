@@ -9,7 +9,7 @@ not by the dataset.
 
 Flat rows (one message per row, a conversation's rows contiguous, turns 1..N): user and tool
 rows are client turns (what is sent), assistant rows are the recorded answers. Consecutive
-tool rows form one client turn (results of one assistant message).
+tool rows (results of one assistant message), like consecutive user rows, form one client turn.
 """
 
 from __future__ import annotations
@@ -313,6 +313,11 @@ class _Builder:
             t.answer_tokens = max(1, self.counter.count(message_text(msg)))
             if t.max_tokens is None and mt is not None:
                 t.max_tokens = mt  # a per-row limit given on the answer row
+        elif role == "user" and prev == "user":
+            # Consecutive user rows are one client turn, as consecutive user messages are.
+            t = turns[-1]
+            t.messages.append({"role": "user", "content": content})
+            t.delay_s += float(delay)
         elif role == "user":
             self.open_ids = set()
             turns.append(

@@ -1,0 +1,142 @@
+"""summary.json "replay": the roll-ups of a replay run (see docs/replay.md).
+
+- windows: MLPerf's performance window ends when the first slot has no next conversation
+  left, i.e. at the first conversation end after the last conversation start; conversations
+  still running then finish for completeness (the complete window). Both are reported.
+- per conversation: duration percentiles, terminations, turns sent / aborted, divergences;
+- per turn index: calls, TTFT, cached share, divergences;
+- send lag: actual minus intended send time of every call (coordinated omission).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agentload import stats
+
+
+def _desc(values: Sequence[float]) -> dict[str, Any]:
+    return stats.describe([v for v in values if v is not None and math.isfinite(v)])
+
+
+def _brief(values: Sequence[float]) -> dict[str, Any]:
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {
+        "count": int(v.size),
+        "mean": float(v.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+    }
+
+
+def _call_end(c: Mapping[str, Any]) -> float:
+    return float(c.get("started_at") or 0.0) + float(c.get("total_s") or 0.0)
+
+
+def _session_end(s: Mapping[str, Any]) -> float:
+    return float(s.get("started_at") or 0.0) + float(
+        (s.get("durations") or {}).get("total_s") or 0.0
+    )
+
+
+def _window(
+    name: str, start: float, end: float, calls: list[Mapping[str, Any]], conversations: int
+) -> dict[str, Any]:
+    inside = [
+        c for c in calls if float(c.get("started_at") or 0.0) >= start and _call_end(c) <= end
+    ]
+    ok = [c for c in inside if c.get("status", "ok") == "ok"]
+    dur = max(0.0, end - start)
+    out_tok = sum(int(c.get("completion_tokens") or 0) for c in ok)
+    return {
+        "window": name,
+        "start": start,
+        "end": end,
+        "duration_s": dur,
+        "conversations_ended": conversations,
+        "calls": len(inside),
+        "failed_calls": len(inside) - len(ok),
+        "calls_per_s": len(inside) / dur if dur > 0 else None,
+        "output_tokens": out_tok,
+        "output_tokens_per_s": out_tok / dur if dur > 0 else None,
+        "ttft_s": _brief([c.get("ttft_s") for c in ok]),
+        "e2e_s": _brief([c.get("e2e_s") for c in ok]),
+    }
+
+
+def replay_summary(
+    sessions: Sequence[Mapping[str, Any]], calls: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The "replay" block from the measured sessions and their calls; None when the run
+    replayed nothing."""
+    conv = [s for s in sessions if s.get("kind") == "replay"]
+    if not conv:
+        return None
+    ids = {str(s.get("session_id")) for s in conv}
+    rcalls = [c for c in calls if c.get("replay") and str(c.get("session_id")) in ids]
+    starts = [float(s.get("started_at") or 0.0) for s in conv]
+    ends = [_session_end(s) for s in conv]
+    first, last_start, last_end = min(starts), max(starts), max(ends)
+    tail = min((e for e in ends if e >= last_start), default=last_end)
+    counts: Counter[str] = Counter()
+    for s in conv:
+        for k in ("turns", "turns_sent", "turns_aborted", "divergences"):
+            counts[k] += int((s.get("counts") or {}).get(k) or 0)
+    by_turn: dict[int, list[Mapping[str, Any]]] = {}
+    for c in rcalls:
+        by_turn.setdefault(int(c.get("turn") or 0), []).append(c)
+    turns = []
+    for t in sorted(by_turn):
+        cs = by_turn[t]
+        ok = [c for c in cs if c.get("status", "ok") == "ok"]
+        prompt = sum(int(c.get("prompt_tokens") or 0) for c in ok)
+        cached = sum(int(c.get("cached_tokens") or 0) for c in ok)
+        turns.append(
+            {
+                "turn": t,
+                "calls": len(cs),
+                "failed": len(cs) - len(ok),
+                "diverged": sum(1 for c in cs if c["replay"].get("diverged")),
+                "ttft_s": _brief([c.get("ttft_s") for c in ok]),
+                "cached_share": cached / prompt if prompt else None,
+                "prompt_tokens_mean": prompt / len(ok) if ok else None,
+            }
+        )
+    recorded = [c["replay"].get("recorded_output_tokens") for c in rcalls]
+    actual = [c.get("completion_tokens") for c in rcalls]
+    pairs = [(r, a) for r, a in zip(recorded, actual, strict=True) if r and a is not None]
+    return {
+        "conversations": len(conv),
+        "history": sorted({str(s.get("history")) for s in conv}),
+        "terminations": dict(Counter(str(s.get("termination")) for s in conv).most_common()),
+        "turns": counts["turns"],
+        "turns_sent": counts["turns_sent"],
+        "turns_aborted": counts["turns_aborted"],
+        "divergences": counts["divergences"],
+        "conversation_duration_s": _desc(
+            [_session_end(s) - float(s.get("started_at") or 0.0) for s in conv]
+        ),
+        "send_lag_s": _desc([c["replay"].get("send_lag_s") for c in rcalls]),
+        "output_tokens": {
+            "recorded": int(sum(r for r, _ in pairs)),
+            "actual": int(sum(a for _, a in pairs)),
+            "matching_calls": sum(1 for r, a in pairs if r == a),
+            "calls": len(pairs),
+        },
+        "windows": {
+            "performance": _window(
+                "performance", first, tail, rcalls, sum(1 for e in ends if e <= tail)
+            ),
+            "complete": _window("complete", first, last_end, rcalls, len(conv)),
+        },
+        "by_turn": turns,
+    }
