@@ -30,6 +30,7 @@ class Seen:
 @dataclass
 class RecordingServer:
     answer: Answer = text_answer
+    delay: Callable[[dict[str, str]], float] = lambda headers: 0.002
     seen: list[Seen] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -74,7 +75,7 @@ class RecordingServer:
         self.in_flight_by_session[key] = self.in_flight_by_session.get(key, 0) + 1
         self.max_per_session = max(self.max_per_session, self.in_flight_by_session[key])
         try:
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(self.delay(headers))
             msg = self.answer(body, headers)
             if msg is None:
                 await asyncio.sleep(3600)

@@ -344,3 +344,40 @@ async def test_round_trip_live_run_then_replay_of_its_trajectories(tmp_path: Pat
             upto = answers[k] if k < len(answers) else len(msgs)
             assert body["messages"] == msgs[:upto], (sid, k)
             assert body.get("tools") == (traj["tools"] or None)
+
+
+async def test_tail_window_ends_when_the_first_slot_runs_dry(tmp_path: Path) -> None:
+    """Two slots, four conversations: conv-000 is slow and holds one slot; the other slot
+    runs the rest. The performance window ends at the first end after the last start
+    (conv-003's); conv-000 finishes in the complete window only."""
+    ds = write_dataset(tmp_path / "d.jsonl", n=4)
+
+    def delay(headers: dict[str, str]) -> float:
+        return 0.4 if headers.get("X-Session-ID") == "conv-000" else 0.01
+
+    async with RecordingServer(delay=delay) as srv:
+        res = await _run(
+            _cfg(
+                tmp_path / "out",
+                ds,
+                srv.base_url,
+                load={"concurrency": 2},
+                delay_scale=0,
+            )
+        )
+    assert res.exit_code == 0
+    sessions = {s["task_id"]: s for s in load_jsonl(tmp_path / "out" / "sessions.jsonl")}
+    rp = res.summary["replay"]
+    perf, full = rp["windows"]["performance"], rp["windows"]["complete"]
+    end3 = sessions["conv-003"]["started_at"] + sessions["conv-003"]["durations"]["total_s"]
+    assert perf["end"] == pytest.approx(end3)
+    assert perf["conversations_ended"] == 3 and full["conversations_ended"] == 4
+    assert full["end"] > perf["end"] + 0.3
+    n_slow = sessions["conv-000"]["counts"]["turns_sent"]
+    total = sum(s["counts"]["turns_sent"] for s in sessions.values())
+    assert full["calls"] == total
+    assert perf["calls"] <= total - n_slow + 1  # conv-000's later calls end after the tail
+    assert rp["conversations"] == 4 and rp["turns_aborted"] == 0
+    assert rp["conversation_duration_s"]["count"] == 4
+    assert rp["by_turn"][0]["turn"] == 0 and rp["by_turn"][0]["calls"] == 4
+    assert rp["send_lag_s"]["count"] == total
