@@ -26,6 +26,7 @@ from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
 
 FORMATS = ("mlperf", "trajectories", "openai")
 ROLES = ("user", "assistant", "tool")
+CACHED_CONVERSATIONS = 4096
 MAX_TOKEN_KEYS = ("max_new_tokens", "max_completion_tokens", "max_tokens")
 # Episodes that ended with these reasons stopped before sending their last client turn (the
 # user's stop message, the results of a hand-over or of the last allowed step).
@@ -102,8 +103,20 @@ class Dataset:
 
     def __post_init__(self) -> None:
         self._by_id = {s.id: s for s in self.spans}
+        self._cache: dict[str, Conversation] = {}
 
     def load(self, cid: str, counter: TokenCounter | None = None) -> Conversation:
+        """One conversation, parsed from its span; the most recent ones are kept (replays
+        never change a Conversation), so repeats do not parse again."""
+        conv = self._cache.get(cid)
+        if conv is None:
+            conv = self._read(cid, counter)
+            if len(self._cache) >= CACHED_CONVERSATIONS:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[cid] = conv
+        return conv
+
+    def _read(self, cid: str, counter: TokenCounter | None) -> Conversation:
         s = self._by_id[cid]
         with self.path.open("rb") as f:
             f.seek(s.offset)
