@@ -107,7 +107,8 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     doc = Document(title)
     window = summary.get("window") or {}
     counts = summary.get("counts") or {}
-    ep = summary.get("episodes")
+    # A replay's sessions are not graded: its own section replaces the episodes'.
+    ep = summary.get("episodes") if not summary.get("replay") else None
     slo = summary.get("slo")
 
     doc.h("Run")
@@ -252,6 +253,10 @@ def build_document(summary: Mapping[str, Any]) -> Document:
 
     if ep:
         _episodes(doc, ep)
+    if summary.get("replay"):
+        from agentload.report.replay import replay_section
+
+        replay_section(doc, summary["replay"])
     if slo:
         _slo(doc, slo)
 
