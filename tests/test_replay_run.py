@@ -369,8 +369,13 @@ async def test_tail_window_ends_when_the_first_slot_runs_dry(tmp_path: Path) -> 
     sessions = {s["task_id"]: s for s in load_jsonl(tmp_path / "out" / "sessions.jsonl")}
     rp = res.summary["replay"]
     perf, full = rp["windows"]["performance"], rp["windows"]["complete"]
-    end3 = sessions["conv-003"]["started_at"] + sessions["conv-003"]["durations"]["total_s"]
-    assert perf["end"] == pytest.approx(end3)
+    t0 = min(s["start_ns"] for s in sessions.values())
+    # from the monotonic clock: first start -> conv-003's end
+    assert perf["duration_s"] == pytest.approx(
+        (sessions["conv-003"]["end_ns"] - t0) / 1e9, abs=1e-6
+    )
+    last_end = max(s["end_ns"] for s in sessions.values())
+    assert full["duration_s"] == pytest.approx((last_end - t0) / 1e9, abs=1e-6)
     assert perf["conversations_ended"] == 3 and full["conversations_ended"] == 4
     assert full["end"] > perf["end"] + 0.3
     n_slow = sessions["conv-000"]["counts"]["turns_sent"]

@@ -6,6 +6,8 @@
 - per conversation: duration percentiles, terminations, turns sent / aborted, divergences;
 - per turn index: calls, TTFT, cached share, divergences;
 - send lag: actual minus intended send time of every call (coordinated omission).
+
+Times come from the monotonic clock when the records are of one process (see `_Clock`).
 """
 
 from __future__ import annotations
@@ -38,22 +40,52 @@ def _brief(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _call_end(c: Mapping[str, Any]) -> float:
-    return float(c.get("started_at") or 0.0) + float(c.get("total_s") or 0.0)
+class _Clock:
+    """Times of sessions and calls in seconds on one axis: the monotonic `*_ns` fields when
+    every record comes from one process (one resume attempt), else the wall clock (the
+    monotonic clocks of two processes are not comparable)."""
 
+    def __init__(self, sessions: Sequence[Mapping[str, Any]]) -> None:
+        attempts = {s.get("attempt") for s in sessions}
+        self.mono = len(attempts) <= 1 and all(
+            isinstance(s.get("start_ns"), int) and isinstance(s.get("end_ns"), int)
+            for s in sessions
+        )
+        # Shown as wall-clock times: the first session's start anchors the monotonic axis.
+        first = min(sessions, key=lambda s: float(s.get("started_at") or 0.0))
+        self.anchor = float(first.get("started_at") or 0.0)
+        self.t0 = int(first.get("start_ns") or 0) if self.mono else 0
 
-def _session_end(s: Mapping[str, Any]) -> float:
-    return float(s.get("started_at") or 0.0) + float(
-        (s.get("durations") or {}).get("total_s") or 0.0
-    )
+    def _at(self, r: Mapping[str, Any], ns_key: str, fallback: float) -> float:
+        if self.mono and isinstance(r.get(ns_key), int):
+            return self.anchor + (int(r[ns_key]) - self.t0) / 1e9
+        return fallback
+
+    def session(self, s: Mapping[str, Any]) -> tuple[float, float]:
+        wall0 = float(s.get("started_at") or 0.0)
+        wall1 = wall0 + float((s.get("durations") or {}).get("total_s") or 0.0)
+        return self._at(s, "start_ns", wall0), self._at(s, "end_ns", wall1)
+
+    def call(self, c: Mapping[str, Any]) -> tuple[float, float]:
+        wall0 = float(c.get("started_at") or 0.0)
+        wall1 = wall0 + float(c.get("total_s") or 0.0)
+        end = self._at(c, "end_ns", wall1)
+        return end - float(c.get("total_s") or 0.0), end
 
 
 def _window(
-    name: str, start: float, end: float, calls: list[Mapping[str, Any]], conversations: int
+    name: str,
+    start: float,
+    end: float,
+    calls: list[Mapping[str, Any]],
+    clock: _Clock,
+    conversations: int,
 ) -> dict[str, Any]:
-    inside = [
-        c for c in calls if float(c.get("started_at") or 0.0) >= start and _call_end(c) <= end
-    ]
+    inside = []
+    for c in calls:
+        c0, c1 = clock.call(c)
+        if c0 >= start - 1e-6 and c1 <= end + 1e-6:
+            inside.append(c)
     ok = [c for c in inside if c.get("status", "ok") == "ok"]
     dur = max(0.0, end - start)
     out_tok = sum(int(c.get("completion_tokens") or 0) for c in ok)
@@ -83,8 +115,10 @@ def replay_summary(
         return None
     ids = {str(s.get("session_id")) for s in conv}
     rcalls = [c for c in calls if c.get("replay") and str(c.get("session_id")) in ids]
-    starts = [float(s.get("started_at") or 0.0) for s in conv]
-    ends = [_session_end(s) for s in conv]
+    clock = _Clock(conv)
+    spans = [clock.session(s) for s in conv]
+    starts = [a for a, _ in spans]
+    ends = [b for _, b in spans]
     first, last_start, last_end = min(starts), max(starts), max(ends)
     tail = min((e for e in ends if e >= last_start), default=last_end)
     counts: Counter[str] = Counter()
@@ -122,9 +156,7 @@ def replay_summary(
         "turns_sent": counts["turns_sent"],
         "turns_aborted": counts["turns_aborted"],
         "divergences": counts["divergences"],
-        "conversation_duration_s": _desc(
-            [_session_end(s) - float(s.get("started_at") or 0.0) for s in conv]
-        ),
+        "conversation_duration_s": _desc([b - a for a, b in spans]),
         "send_lag_s": _desc([c["replay"].get("send_lag_s") for c in rcalls]),
         "output_tokens": {
             "recorded": int(sum(r for r, _ in pairs)),
@@ -134,9 +166,9 @@ def replay_summary(
         },
         "windows": {
             "performance": _window(
-                "performance", first, tail, rcalls, sum(1 for e in ends if e <= tail)
+                "performance", first, tail, rcalls, clock, sum(1 for e in ends if e <= tail)
             ),
-            "complete": _window("complete", first, last_end, rcalls, len(conv)),
+            "complete": _window("complete", first, last_end, rcalls, clock, len(conv)),
         },
         "by_turn": turns,
     }
