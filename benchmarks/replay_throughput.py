@@ -5,8 +5,9 @@ shared system prompt), then runs `agentload replay` in this process against the 
 simulator's `instant` profile (no model time, in its own process) with a closed loop of
 1,000 active conversations, and reports calls per second (whole run and steady state: while
 the loop was full), the send-time lag of every turn (actual minus intended send time, from
-calls.jsonl), the client's event-loop lag and CPU time. Results: benchmarks/README.md,
-"Replay throughput".
+calls.jsonl), the client's event-loop lag and its CPU time per call in the steady state (the
+figure that does not depend on how busy the machine is: one core sustains 1e6 / that many
+calls per second). Results: benchmarks/README.md, "Replay throughput".
 
     .venv/bin/python benchmarks/replay_throughput.py --concurrency 1000 --conversations 3000
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -64,18 +66,57 @@ def write_dataset(path: Path, conversations: int, turns: int, answer_words: int)
     return n
 
 
-def steady_calls_per_s(calls: list[dict], sessions: list[dict], concurrency: int) -> dict:
-    """Calls ended per second from the time the first `concurrency` conversations ended
-    (ramp-up over) to the last conversation start (drain not begun)."""
+class CpuSampler:
+    """(perf_counter_ns, process CPU s) every 0.2 s from a thread, so the client's CPU time
+    per call can be taken over the steady window only (no start-up, no summary)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):
+            self.samples.append((time.perf_counter_ns(), time.process_time()))
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_between(self, t_a: int, t_b: int) -> tuple[float, float] | None:
+        """(CPU s, wall s) between the samples nearest inside [t_a, t_b]."""
+        inside = [x for x in self.samples if t_a <= x[0] <= t_b]
+        if len(inside) < 2:
+            return None
+        (n0, c0), (n1, c1) = inside[0], inside[-1]
+        return c1 - c0, (n1 - n0) / 1e9
+
+
+def steady(calls: list[dict], sessions: list[dict], concurrency: int, cpu: CpuSampler) -> dict:
+    """Calls ended per second, and client CPU per call, from the time the first
+    `concurrency` conversations ended (ramp-up over) to the last conversation start (drain
+    not begun)."""
     ends = sorted(s["end_ns"] for s in sessions)
     if len(ends) <= concurrency:
-        return {"calls_per_s": None, "window_s": None}
+        return {"calls_per_s": None, "window_s": None, "cpu_us_per_call": None, "cpu_share": None}
     t_a, t_b = ends[concurrency - 1], max(s["start_ns"] for s in sessions)
-    n = sum(1 for c in calls if t_a < c["end_ns"] <= t_b)
     window = (t_b - t_a) / 1e9
+    used = cpu.cpu_between(t_a, t_b)
+    per_call = share = None
+    if used is not None:
+        n_cpu = sum(1 for c in calls if t_a < c["end_ns"] <= t_a + int(used[1] * 1e9))
+        per_call = round(used[0] / n_cpu * 1e6, 1) if n_cpu else None
+        share = round(used[0] / used[1], 3) if used[1] > 0 else None
+    n = sum(1 for c in calls if t_a < c["end_ns"] <= t_b)
     return {
         "calls_per_s": round(n / window, 1) if window > 0 else None,
         "window_s": round(window, 2),
+        "cpu_us_per_call": per_call,
+        "cpu_share": share,
     }
 
 
@@ -114,7 +155,8 @@ def main() -> None:
         )
     cfg = build_config(data=cfg_data)
     t = time.perf_counter()
-    res = run_async(execute_run(cfg, progress="plain", progress_interval_s=10.0))
+    with CpuSampler() as cpu:
+        res = run_async(execute_run(cfg, progress="plain", progress_interval_s=10.0))
     wall = time.perf_counter() - t
     s = res.summary or {}
     c = s["client"]
@@ -122,7 +164,7 @@ def main() -> None:
     calls = load_jsonl(out / "run" / "calls.jsonl")
     sessions = load_jsonl(out / "run" / "sessions.jsonl")
     send_lag = np.array([x["replay"]["send_lag_s"] for x in calls])
-    steady = steady_calls_per_s(calls, sessions, args.concurrency)
+    st = steady(calls, sessions, args.concurrency, cpu)
     rp = s.get("replay") or {}
     result = {
         "concurrency": args.concurrency,
@@ -135,8 +177,10 @@ def main() -> None:
         "max_active": c["max_active"],
         "elapsed_s": round(c["elapsed_s"], 2),
         "calls_per_s": round(len(calls) / c["elapsed_s"], 1),
-        "steady_calls_per_s": steady["calls_per_s"],
-        "steady_window_s": steady["window_s"],
+        "steady_calls_per_s": st["calls_per_s"],
+        "steady_window_s": st["window_s"],
+        "steady_client_cpu_us_per_call": st["cpu_us_per_call"],
+        "steady_client_cpu_share": st["cpu_share"],
         "send_lag_p50_ms": round(float(np.percentile(send_lag, 50)) * 1000, 2),
         "send_lag_p99_ms": round(float(np.percentile(send_lag, 99)) * 1000, 2),
         "send_lag_max_ms": round(float(send_lag.max()) * 1000, 2),

@@ -60,7 +60,7 @@ def validate_command(dataset: Dataset, format: Format = "auto", json_out: Json =
         "valid": True,
         "format": ds.format,
         "conversations": len(ds.spans),
-        "client_turns": ds.rows,
+        "client_turns": ds.client_turns,
         "without_system_prompt": sum(1 for s in ds.spans if not s.has_system),
     }
     if json_out:

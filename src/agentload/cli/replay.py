@@ -91,7 +91,7 @@ REPLAY = [
     Opt(
         "ignore_eos",
         ("--ignore-eos/--no-ignore-eos",),
-        bool | None,
+        bool,
         "Output length = the recorded answer's (default: on the simulator only).",
         PANEL,
         path="replay.ignore_eos",
@@ -125,9 +125,10 @@ turn by turn; results as for `run` (calls, sessions = one line per conversation,
 report). --concurrency is active conversations (one call in flight each), --rate
 conversation arrivals per second. Details: docs/replay.md.
 
-\b
-Exit codes: 0 finished; 1 the run failed; 2 bad usage, configuration or dataset (one line
-naming file:line and field); 130 interrupted (continue with --resume DIR)."""
+""" + (
+    "Exit codes: 0 finished; 1 the run failed; 2 bad usage, configuration or dataset (one "
+    "line naming file:line and field); 130 interrupted (continue with --resume DIR)."
+)
 
 
 def configure(a: dict[str, Any]) -> RunConfig:

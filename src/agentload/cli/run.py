@@ -278,8 +278,9 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             pass
         client = (out.summary or {}).get("client") or {}
         lag = (client.get("event_loop_lag_s") or {}).get("p99")
+        noun = "conversations" if (out.summary or {}).get("replay") else "episodes"
         print(
-            f"{out.stop_reason}: {client.get('episodes_finished', 0)} episodes in "
+            f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun} in "
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )

@@ -92,7 +92,7 @@ class Dataset:
     path: Path
     format: str
     spans: list[Span]
-    rows: int = 0
+    client_turns: int = 0
 
     @property
     def ids(self) -> list[str]:
@@ -584,16 +584,16 @@ def index_dataset(path: str | Path, fmt: str | None = None) -> Dataset:
     fmt = fmt or detect_format(path)
     spans: list[Span] = []
     counter = HeuristicCounter()
-    rows = 0
+    n_turns = 0
     try:
         with path.open("rb") as f:
             for conv, start, end in _iter(path, f, fmt, counter):
                 spans.append(
                     Span(conv.id, start, end, conv.line, conv.system is not None, len(conv.turns))
                 )
-                rows += len(conv.turns)
+                n_turns += len(conv.turns)
     except OSError as e:
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
     if not spans:
         raise DatasetError(f"{path}: no conversations")
-    return Dataset(path, fmt, spans, rows)
+    return Dataset(path, fmt, spans, n_turns)
