@@ -44,6 +44,9 @@ def test_fixture_reads_into_client_turns(tmp_path: Path) -> None:
     assert ds.load("conv-003").turns[-1].max_tokens == 64
     # the whole conversation round-trips to messages: system + all rows
     assert len(conv.messages()) == 1 + len(conversation_rows(2)) + 1  # 2 results in one row
+    # a dataset over the keep size is parsed again from its byte span: the same result
+    reread = index_dataset(ds.path, keep_bytes=0)
+    assert reread.load("conv-002") == conv and reread.load("conv-023") == ds.load("conv-023")
 
 
 def _rows(i: int = 1) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
 FORMATS = ("mlperf", "trajectories", "openai")
 ROLES = ("user", "assistant", "tool")
 CACHED_CONVERSATIONS = 4096
+KEEP_BYTES = 32 << 20  # datasets up to this size stay parsed in memory after the index
 MAX_TOKEN_KEYS = ("max_new_tokens", "max_completion_tokens", "max_tokens")
 # Episodes that ended with these reasons stopped before sending their last client turn (the
 # user's stop message, the results of a hand-over or of the last allowed step).
@@ -104,13 +105,18 @@ class Dataset:
     def __post_init__(self) -> None:
         self._by_id = {s.id: s for s in self.spans}
         self._cache: dict[str, Conversation] = {}
+        self._kept: dict[str, Conversation] = {}
 
-    def load(self, cid: str, counter: TokenCounter | None = None) -> Conversation:
+    def keep(self, convs: dict[str, Conversation]) -> None:
+        """Hold these conversations for good (a small dataset is parsed once, at index)."""
+        self._kept = convs
+
+    def load(self, cid: str) -> Conversation:
         """One conversation, parsed from its span; the most recent ones are kept (replays
         never change a Conversation), so repeats do not parse again."""
-        conv = self._cache.get(cid)
+        conv = self._kept.get(cid) or self._cache.get(cid)
         if conv is None:
-            conv = self._read(cid, counter)
+            conv = self._read(cid, None)
             if len(self._cache) >= CACHED_CONVERSATIONS:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[cid] = conv
@@ -576,8 +582,12 @@ def iter_conversations(
         yield conv
 
 
-def index_dataset(path: str | Path, fmt: str | None = None) -> Dataset:
-    """Check every record of `path` and index its conversations (see the module docs)."""
+def index_dataset(
+    path: str | Path, fmt: str | None = None, *, keep_bytes: int = KEEP_BYTES
+) -> Dataset:
+    """Check every record of `path` and index its conversations (see the module docs). A
+    file of at most `keep_bytes` keeps its parsed conversations, so replaying it parses
+    nothing more."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path}: no such dataset file")
@@ -585,6 +595,7 @@ def index_dataset(path: str | Path, fmt: str | None = None) -> Dataset:
     spans: list[Span] = []
     counter = HeuristicCounter()
     n_turns = 0
+    kept: dict[str, Conversation] | None = {} if path.stat().st_size <= keep_bytes else None
     try:
         with path.open("rb") as f:
             for conv, start, end in _iter(path, f, fmt, counter):
@@ -592,8 +603,13 @@ def index_dataset(path: str | Path, fmt: str | None = None) -> Dataset:
                     Span(conv.id, start, end, conv.line, conv.system is not None, len(conv.turns))
                 )
                 n_turns += len(conv.turns)
+                if kept is not None:
+                    kept[conv.id] = conv
     except OSError as e:
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
     if not spans:
         raise DatasetError(f"{path}: no conversations")
-    return Dataset(path, fmt, spans, n_turns)
+    ds = Dataset(path, fmt, spans, n_turns)
+    if kept:
+        ds.keep(kept)
+    return ds

@@ -12,6 +12,7 @@ and the actual send time are kept, so client lag cannot hide as server latency.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -204,6 +205,10 @@ class _Replay:
         self.lag_s: list[float] = []
         self.tool_calls = 0
 
+    def timeout(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        t = self.rc.turn_timeout_s
+        return asyncio.timeout(t) if t is not None else contextlib.nullcontext()
+
     def _max_tokens(self, t: ClientTurn) -> int | None:
         if self.w.ignore_eos and t.answer_tokens is not None:
             return t.answer_tokens
@@ -273,7 +278,7 @@ class _Replay:
         res: CallResult | None = None
         try:
             try:
-                async with asyncio.timeout(rc.turn_timeout_s):
+                async with self.timeout():
                     res = await self.client.chat(
                         self.history,
                         tools=self.conv.tools,
