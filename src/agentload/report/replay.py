@@ -76,6 +76,13 @@ def replay_section(doc: Document, rp: Mapping[str, Any]) -> None:
         "performance: from the first start until the first slot had no next conversation "
         "(MLPerf's window); complete: until the last conversation ended."
     )
+    perf = windows.get("performance") or {}
+    ub = perf.get("ttft_s_upper_bound") or {}
+    if ub.get("p90") is not None:
+        doc.p(
+            f"Early stopping (performance window, {pct(ub.get('confidence'), 0)} confidence): "
+            f"TTFT p90 ≤ {secs(ub.get('p90'))}, p99 ≤ {secs(ub.get('p99'))}."
+        )
     turns = rp.get("by_turn") or []
     if turns:
         doc.h("By turn", 3)

@@ -5,7 +5,9 @@
   still running then finish for completeness (the complete window). Both are reported.
 - per conversation: duration percentiles, terminations, turns sent / aborted, divergences;
 - per turn index: calls, TTFT, cached share, divergences;
-- send lag: actual minus intended send time of every call (coordinated omission).
+- send lag: actual minus intended send time of every call (coordinated omission);
+- early-stopping bounds (`*_upper_bound`): for p90 and p99, the value the true percentile
+  stays under with 99 % confidence given the number of samples (MLPerf's early stopping).
 
 Times come from the monotonic clock when the records are of one process (see `_Clock`).
 """
@@ -20,6 +22,36 @@ from typing import Any
 import numpy as np
 
 from agentload import stats
+
+EARLY_STOPPING_CONFIDENCE = 0.99
+
+
+def quantile_upper_bound(
+    values: Sequence[float], q: float, confidence: float = EARLY_STOPPING_CONFIDENCE
+) -> float | None:
+    """MLPerf-style early-stopping bound: the smallest order statistic that is at least the
+    true q-quantile with the given confidence, i.e. x_(j) for the smallest j with
+    P(Binomial(n, q) <= j - 1) >= confidence. None when n samples are too few to say."""
+    v = sorted(x for x in values if x is not None and math.isfinite(x))
+    n = len(v)
+    if n == 0 or not 0 < q < 1:
+        return None
+    lq, l1q = math.log(q), math.log1p(-q)
+    lgn = math.lgamma(n + 1)
+    cdf = 0.0
+    for k in range(n):  # k = j - 1
+        cdf += math.exp(lgn - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * l1q)
+        if cdf >= confidence:
+            return v[k]
+    return None
+
+
+def _early(values: Sequence[float]) -> dict[str, Any]:
+    return {
+        "confidence": EARLY_STOPPING_CONFIDENCE,
+        "p90": quantile_upper_bound(values, 0.90),
+        "p99": quantile_upper_bound(values, 0.99),
+    }
 
 
 def _desc(values: Sequence[float]) -> dict[str, Any]:
@@ -102,6 +134,7 @@ def _window(
         "output_tokens_per_s": out_tok / dur if dur > 0 else None,
         "ttft_s": _brief([c.get("ttft_s") for c in ok]),
         "e2e_s": _brief([c.get("e2e_s") for c in ok]),
+        "ttft_s_upper_bound": _early([c.get("ttft_s") for c in ok]),
     }
 
 
@@ -157,6 +190,7 @@ def replay_summary(
         "turns_aborted": counts["turns_aborted"],
         "divergences": counts["divergences"],
         "conversation_duration_s": _desc([b - a for a, b in spans]),
+        "conversation_duration_s_upper_bound": _early([b - a for a, b in spans]),
         "send_lag_s": _desc([c["replay"].get("send_lag_s") for c in rcalls]),
         "output_tokens": {
             "recorded": int(sum(r for r, _ in pairs)),
