@@ -305,6 +305,7 @@ async def test_embedded_simulator_output_lengths_from_the_dataset(tmp_path: Path
     for c in calls:
         assert c["status"] == "ok"
         assert c["completion_tokens"] == c["replay"]["recorded_output_tokens"], c
+        assert c["ttft_s"] is not None and c["token_chunks"] == c["completion_tokens"], c
 
 
 async def test_round_trip_live_run_then_replay_of_its_trajectories(tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ class ReplayWorkload(Workload):
         self._dataset: Dataset | None = None
         self._units: list[str] | None = None
         self.ignore_eos = bool(self.rc.ignore_eos) if self.rc.ignore_eos is not None else None
+        self.text_answers = False
 
     @property
     def dataset(self) -> Dataset:
@@ -166,6 +167,10 @@ class ReplayWorkload(Workload):
             # On the simulator the recorded output lengths are the load; a real engine
             # answers until its own end of sequence unless asked.
             self.ignore_eos = embedded
+        # The simulator's generic answers pick tool calls at random; a tool call cut short
+        # by a small max_tokens streams only hidden tokens (as vLLM's would), leaving the
+        # call without a first token. Text answers of the recorded length keep the load.
+        self.text_answers = embedded
 
     async def run_session(
         self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]
@@ -282,6 +287,7 @@ class _Replay:
                     res = await self.client.chat(
                         self.history,
                         tools=self.conv.tools,
+                        tool_choice="none" if self.w.text_answers and self.conv.tools else None,
                         max_tokens=self._max_tokens(t),
                         extra_body={"ignore_eos": True} if self.w.ignore_eos else None,
                         headers=self.headers,
