@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -127,6 +128,13 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=8, help="client turns per conversation")
     ap.add_argument("--answer-words", type=int, default=8, help="recorded answer length")
     ap.add_argument("--profile", default="instant")
+    ap.add_argument(
+        "--server",
+        default="sim",
+        choices=["sim", "canned"],
+        help="sim: the embedded simulator; canned: client_throughput.py's canned-stream server "
+        "(16 tokens per answer, a fraction of a core), so the client alone is measured",
+    )
     ap.add_argument("--history", default="dataset", choices=["dataset", "live"])
     ap.add_argument("--no-stream", action="store_true", help="non-streamed calls")
     ap.add_argument("--out", default=None, help="results folder (default: a temporary one)")
@@ -153,10 +161,27 @@ def main() -> None:
         data.write_bytes(
             data.read_bytes().replace(b'"role":"user"', b'"role":"user","stream":false')
         )
+    srv = None
+    if args.server == "canned":
+        import multiprocessing as mp
+
+        from client_throughput import _serve
+
+        q: mp.Queue = mp.Queue()
+        srv = mp.Process(target=_serve, args=(q, (os.cpu_count() or 1) - 1), daemon=True)
+        srv.start()
+        port = q.get(timeout=10)
+        cfg_data["endpoints"] = {
+            "agent": {"base_url": f"http://127.0.0.1:{port}/v1", "model": "bench"}
+        }
     cfg = build_config(data=cfg_data)
     t = time.perf_counter()
-    with CpuSampler() as cpu:
-        res = run_async(execute_run(cfg, progress="plain", progress_interval_s=10.0))
+    try:
+        with CpuSampler() as cpu:
+            res = run_async(execute_run(cfg, progress="plain", progress_interval_s=10.0))
+    finally:
+        if srv is not None:
+            srv.terminate()
     wall = time.perf_counter() - t
     s = res.summary or {}
     c = s["client"]
@@ -172,6 +197,7 @@ def main() -> None:
         "client_turns_planned": turns,
         "calls": len(calls),
         "failed_calls": s["errors"]["calls_failed"],
+        "server": args.server,
         "history": args.history,
         "stream": not args.no_stream,
         "max_active": c["max_active"],
