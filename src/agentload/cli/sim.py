@@ -7,9 +7,10 @@ from typing import Any, cast
 
 import typer
 import yaml
+from pydantic import ValidationError
 
 from agentload.cli.app import app
-from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig
+from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig, describe_errors
 from agentload.sim.profiles import BUILTIN_PROFILES
 
 
@@ -124,6 +125,12 @@ def sim_command(
     log_interval: float = typer.Option(
         10.0, help="Seconds between log lines with queue, KV and emission-lag figures; 0: none."
     ),
+    header_timeout: float = typer.Option(
+        10.0, help="Seconds a connection has to send a request's headers, then it is closed."
+    ),
+    body_timeout: float = typer.Option(
+        30.0, help="Seconds a request's body may take to arrive (408 and close otherwise)."
+    ),
     log_level: str = typer.Option("INFO", help="Logging level."),
 ) -> None:
     """Run the embedded engine simulator: an OpenAI-compatible server with vLLM's wire format,
@@ -158,10 +165,13 @@ def sim_command(
             fault_stall_s=fault_stall_s,
             fault_after_tokens=fault_after_tokens,
             log_interval_s=log_interval,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
         )
-    except ValueError as exc:
-        typer.echo(f"agentload sim: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    except ValidationError as exc:
+        for line in describe_errors(exc):
+            typer.echo(f"agentload sim: {line}", err=True)
+        raise typer.Exit(2) from None
     from agentload.sim.api import run_blocking
 
     run_blocking(config)

@@ -25,6 +25,8 @@ ERROR_KINDS: tuple[str, ...] = (
     "malformed_stream",
     "context_overflow",
     "cancelled",
+    "config_error",
+    "client_error",
 )
 
 
@@ -83,6 +85,10 @@ class CallRecord:
     """Replayed calls: conversation id, dataset turn, recorded output tokens, send timing,
     divergence (see docs/replay.md)."""
     schema: str = CALL_SCHEMA
+    # Seconds slept between attempts (backoff and Retry-After together), and the last wait a
+    # server asked for with Retry-After (after the cap), if any.
+    retry_wait_s: float = 0.0
+    retry_after_s: float | None = None
 
     @property
     def ok(self) -> bool:

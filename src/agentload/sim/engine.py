@@ -332,45 +332,9 @@ class Engine:
                 prefill_pairs += n * before + n * (n + 1) / 2
             i += 1
         if not preempted:
-            waiting = self.waiting
-            max_seqs = p.max_num_seqs
-            while waiting and budget > 0 and len(running) < max_seqs:
-                seq = waiting[0]
-                if seq.aborted:
-                    waiting.popleft()
-                    self._finish_stats(seq, "abort", time.monotonic())
-                    continue
-                hits: list[int] = []
-                if seq.num_computed == 0:
-                    max_hit = min(len(seq.block_hashes), (seq.total_len - 1) // bs)
-                    hits = pool.lookup(seq.block_hashes, max_hit)
-                    pool.acquire(hits)
-                start = len(hits) * bs
-                n = min(seq.total_len - start, budget)
-                need = -(-(start + n) // bs) - len(hits)
-                new = pool.allocate(need)
-                if new is None:
-                    pool.release(hits)
-                    break
-                waiting.popleft()
-                seq.blocks = hits + new
-                seq.num_computed = start
-                seq.num_registered = len(hits)
-                if seq.preemptions == 0:
-                    seq.cached_tokens = start
-                    full = seq.prompt_len // bs
-                    seq.created_cache_tokens = max(0, full * bs - start) if pool.caching else 0
-                    seq.scheduled_t = time.monotonic()
-                    m = self.metrics
-                    m.prefix_queries += seq.prompt_len
-                    m.prefix_hits += start
-                    m.prompt_tokens += seq.prompt_len
-                    m.prompt_tokens_computed += seq.prompt_len - start
-                running.append(seq)
-                scheduled.append((seq, n))
-                budget -= n
-                prefill_tokens += n
-                prefill_pairs += n * start + n * (n + 1) / 2
+            budget, prefill_tokens, prefill_pairs = self._admit_waiting(
+                scheduled, budget, prefill_tokens, prefill_pairs
+            )
         dt = 0.0
         if scheduled:
             dt = (
@@ -383,23 +347,81 @@ class Engine:
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
 
+    def _admit_waiting(
+        self,
+        scheduled: list[tuple[Seq, int]],
+        budget: int,
+        prefill_tokens: int,
+        prefill_pairs: float,
+    ) -> tuple[int, int, float]:
+        """Start waiting sequences (prefix-cache hits first) while budget, seats and blocks
+        allow; returns the budget left and the updated prefill totals."""
+        p, bs, pool = self.p, self.bs, self.pool
+        running = self.running
+        waiting = self.waiting
+        max_seqs = p.max_num_seqs
+        while waiting and budget > 0 and len(running) < max_seqs:
+            seq = waiting[0]
+            if seq.aborted:
+                waiting.popleft()
+                self._finish_stats(seq, "abort", time.monotonic())
+                continue
+            hits: list[int] = []
+            if seq.num_computed == 0:
+                max_hit = min(len(seq.block_hashes), (seq.total_len - 1) // bs)
+                hits = pool.lookup(seq.block_hashes, max_hit)
+                pool.acquire(hits)
+            start = len(hits) * bs
+            n = min(seq.total_len - start, budget)
+            need = -(-(start + n) // bs) - len(hits)
+            new = pool.allocate(need)
+            if new is None:
+                pool.release(hits)
+                break
+            waiting.popleft()
+            seq.blocks = hits + new
+            seq.num_computed = start
+            seq.num_registered = len(hits)
+            if seq.preemptions == 0:
+                seq.cached_tokens = start
+                full = seq.prompt_len // bs
+                seq.created_cache_tokens = max(0, full * bs - start) if pool.caching else 0
+                seq.scheduled_t = time.monotonic()
+                m = self.metrics
+                m.prefix_queries += seq.prompt_len
+                m.prefix_hits += start
+                m.prompt_tokens += seq.prompt_len
+                m.prompt_tokens_computed += seq.prompt_len - start
+            running.append(seq)
+            scheduled.append((seq, n))
+            budget -= n
+            prefill_tokens += n
+            prefill_pairs += n * start + n * (n + 1) / 2
+        return budget, prefill_tokens, prefill_pairs
+
     # -- completion of a step --------------------------------------------------------------
     def complete(self, scheduled: list[tuple[Seq, int]], deadline: float) -> None:
         """Apply a step's results: advance KV state, emit one token per finished forward."""
-        pool, bs = self.pool, self.bs
-        m = self.metrics
-        fine = m.fine_lag
-        lag_counts, lag_scale, lag_size = fine.counts, fine.SCALE, fine.SIZE
-        itl = m.itl
-        itl_counts, itl_bounds = itl.counts, itl.bounds
-        itl_sum = 0.0
-        itl_n = 0
-        lag_sum = 0.0
-        worst = 0.0
-        produced = 0
-        finished_any = False
         clock = time.monotonic
         t_first = clock()
+        emitted, finished_any = self._emit_tokens(scheduled)
+        self._account_emissions(emitted, deadline, t_first)
+        if finished_any or self._aborts:
+            self._release_finished()
+        m = self.metrics
+        m.num_running = len(self.running)
+        m.num_waiting = len(self.waiting)
+        m.kv_usage = self.pool.usage()
+
+    def _emit_tokens(
+        self, scheduled: list[tuple[Seq, int]]
+    ) -> tuple[list[tuple[Seq, int, float]], bool]:
+        """Advance each sequence; write a token for each that finished a forward.
+
+        Returns (sequence, token index, write time) per token, and whether any finished."""
+        pool, bs = self.pool, self.bs
+        finished_any = False
+        clock = time.monotonic
         emitted: list[tuple[Seq, int, float]] = []
         for seq, n in scheduled:
             if seq.aborted or seq.finished:
@@ -416,7 +438,6 @@ class Engine:
             # a forward over the sequence's last token: one new token
             seq.num_output += 1
             seq.total_len += 1
-            produced += 1
             idx = seq.num_output - 1
             finish: str | None = None
             if seq.num_output >= seq.max_tokens:
@@ -432,6 +453,22 @@ class Engine:
             # write of the step moves the step's later tokens away from their assigned time.
             seq.out.token(seq, idx, finish, now)
             emitted.append((seq, idx, now))
+        return emitted, finished_any
+
+    def _account_emissions(
+        self, emitted: list[tuple[Seq, int, float]], deadline: float, t_first: float
+    ) -> None:
+        """Emission lag, inter-token latency and the cost of emitting, after the writes."""
+        m = self.metrics
+        fine = m.fine_lag
+        lag_counts, lag_scale, lag_size = fine.counts, fine.SCALE, fine.SIZE
+        itl = m.itl
+        itl_counts, itl_bounds = itl.counts, itl.bounds
+        itl_sum = 0.0
+        itl_n = 0
+        lag_sum = 0.0
+        worst = 0.0
+        produced = len(emitted)
         for seq, idx, now in emitted:
             lag = now - deadline
             if lag < 0:
@@ -463,24 +500,24 @@ class Engine:
         m.generation_tokens += produced
         if worst > LATE_STEP_S:
             m.step_overrun += 1
-        if finished_any or self._aborts:
-            keep: list[Seq] = []
-            now = clock()
-            for seq in self.running:
-                if seq.finished:
-                    pool.release(seq.blocks)
-                    seq.blocks = []
-                    self._finish_stats(seq, seq.finish_reason or "stop", now)
-                elif seq.aborted:
-                    pool.release(seq.blocks)
-                    seq.blocks = []
-                    self._finish_stats(seq, "abort", now)
-                else:
-                    keep.append(seq)
-            self.running = keep
-        m.num_running = len(self.running)
-        m.num_waiting = len(self.waiting)
-        m.kv_usage = pool.usage()
+
+    def _release_finished(self) -> None:
+        """Free the blocks of finished and aborted sequences and take them off the batch."""
+        pool = self.pool
+        keep: list[Seq] = []
+        now = time.monotonic()
+        for seq in self.running:
+            if seq.finished:
+                pool.release(seq.blocks)
+                seq.blocks = []
+                self._finish_stats(seq, seq.finish_reason or "stop", now)
+            elif seq.aborted:
+                pool.release(seq.blocks)
+                seq.blocks = []
+                self._finish_stats(seq, "abort", now)
+            else:
+                keep.append(seq)
+        self.running = keep
 
     def _finish_stats(self, seq: Seq, reason: str, now: float) -> None:
         if seq.stats_done:

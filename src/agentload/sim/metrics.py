@@ -245,6 +245,33 @@ class FineLag:
         return out
 
 
+class _Families:
+    """Builders of metric families with the model_name / engine labels every vLLM metric has."""
+
+    def __init__(self, model_name: str, created: float) -> None:
+        self.labels = ["model_name", "engine"]
+        self.base = [model_name, "0"]
+        self.created = created
+
+    def gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=self.labels)
+        g.add_metric(self.base, value)
+        return g
+
+    def counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=self.labels)
+        c.add_metric(self.base, value, created=self.created)
+        return c
+
+    def hist(self, name: str, doc: str, h: Hist) -> HistogramMetricFamily:
+        m = HistogramMetricFamily(name, doc, labels=self.labels)
+        m.add_metric(self.base, h.cumulative(), h.sum)
+        m.samples.append(
+            Sample(f"{name}_created", dict(zip(self.labels, self.base, strict=True)), self.created)
+        )
+        return m
+
+
 class SimMetrics(Collector):
     """All counters, gauges and histograms of one simulator."""
 
@@ -302,73 +329,59 @@ class SimMetrics(Collector):
 
     # -- collection ----------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
-        labels = ["model_name", "engine"]
-        base = [self.model_name, "0"]
-        created = self.created
+        f = _Families(self.model_name, self.created)
+        yield from self._collect_engine(f)
+        yield from self._collect_histograms(f)
+        yield from self._collect_server(f)
+        yield from self._collect_own(f)
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=labels)
-            g.add_metric(base, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=labels)
-            c.add_metric(base, value, created=created)
-            return c
-
-        def hist(name: str, doc: str, h: Hist) -> HistogramMetricFamily:
-            m = HistogramMetricFamily(name, doc, labels=labels)
-            m.add_metric(base, h.cumulative(), h.sum)
-            m.samples.append(
-                Sample(f"{name}_created", dict(zip(labels, base, strict=True)), created)
-            )
-            return m
-
-        yield gauge(
+    def _collect_engine(self, f: _Families) -> Iterator[Metric]:
+        """Queue, KV-cache and token counters."""
+        yield f.gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
             self.num_running,
         )
-        yield gauge(
+        yield f.gauge(
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
             self.num_waiting,
         )
-        yield gauge(
+        yield f.gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage
         )
-        yield counter(
+        yield f.counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
             self.prefix_queries,
         )
-        yield counter(
+        yield f.counter(
             "vllm:prefix_cache_hits",
             "Prefix cache hits, in terms of number of cached tokens.",
             self.prefix_hits,
         )
-        yield counter(
+        yield f.counter(
             "vllm:num_preemptions",
             "Cumulative number of preemption from the engine.",
             self.preemptions,
         )
-        yield counter(
+        yield f.counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens
         )
         src = CounterMetricFamily(
             "vllm:prompt_tokens_by_source",
             "Number of prompt tokens by source.",
-            labels=[*labels, "source"],
+            labels=[*f.labels, "source"],
         )
-        src.add_metric([*base, "local_compute"], self.prompt_tokens_computed, created=created)
-        src.add_metric([*base, "local_cache_hit"], self.prefix_hits, created=created)
+        src.add_metric([*f.base, "local_compute"], self.prompt_tokens_computed, created=f.created)
+        src.add_metric([*f.base, "local_cache_hit"], self.prefix_hits, created=f.created)
         yield src
-        yield counter(
+        yield f.counter(
             "vllm:prompt_tokens_cached",
             "Number of cached prompt tokens (local + external).",
             self.prefix_hits,
         )
-        yield counter(
+        yield f.counter(
             "vllm:generation_tokens",
             "Number of generation tokens processed.",
             self.generation_tokens,
@@ -376,89 +389,95 @@ class SimMetrics(Collector):
         success = CounterMetricFamily(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            labels=[*labels, "finished_reason"],
+            labels=[*f.labels, "finished_reason"],
         )
         for reason, value in self.success.items():
-            success.add_metric([*base, reason], value, created=created)
+            success.add_metric([*f.base, reason], value, created=f.created)
         yield success
-        yield hist(
+
+    def _collect_histograms(self, f: _Families) -> Iterator[Metric]:
+        """Per-request and per-step histograms."""
+        yield f.hist(
             "vllm:request_prompt_tokens",
             "Number of prefill tokens processed.",
             self.request_prompt_tokens,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
             self.request_generation_tokens,
         )
-        yield hist(
+        yield f.hist(
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",
             self.iteration_tokens,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_max_num_generation_tokens",
             "Histogram of maximum number of requested generation tokens.",
             self.request_max_tokens,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_params_n", "Histogram of the n request parameter.", self.request_params_n
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_params_max_tokens",
             "Histogram of the max_tokens request parameter.",
             self.request_max_tokens,
         )
-        yield hist(
+        yield f.hist(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
             self.ttft,
         )
-        yield hist(
+        yield f.hist(
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             self.itl,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
             self.tpot,
         )
-        yield hist(
+        yield f.hist(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
             self.e2e,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_queue_time_seconds",
             "Histogram of time spent in WAITING phase for request.",
             self.queue_time,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_inference_time_seconds",
             "Histogram of time spent in RUNNING phase for request.",
             self.inference_time,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_prefill_time_seconds",
             "Histogram of time spent in PREFILL phase for request.",
             self.prefill_time,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_decode_time_seconds",
             "Histogram of time spent in DECODE phase for request.",
             self.decode_time,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_num_preemptions",
             "Histogram of the number of times a request was preempted.",
             self.request_preemptions,
         )
-        yield hist(
+        yield f.hist(
             "vllm:request_prefill_kv_computed_tokens",
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
             self.request_prefill_kv_computed,
         )
+
+    def _collect_server(self, f: _Families) -> Iterator[Metric]:
+        """Cache configuration and HTTP request counts."""
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -474,27 +493,30 @@ class SimMetrics(Collector):
             labels=["handler", "method", "status"],
         )
         for (handler, status, method), value in sorted(self.http_requests.items()):
-            http.add_metric([handler, method, status], value, created=created)
+            http.add_metric([handler, method, status], value, created=f.created)
         yield http
+
+    def _collect_own(self, f: _Families) -> Iterator[Metric]:
+        """The simulator's own figures: emission lag, late steps, faults."""
         lag = HistogramMetricFamily(
             "agentload_sim:emission_lag_seconds",
             "Distance between the time the timing model "
             "assigned to a token and the time the simulator wrote it. Tail values above a few ms "
             "mean the simulator, not the system under test, is the limit.",
-            labels=labels,
+            labels=f.labels,
         )
-        lag.add_metric(base, self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
+        lag.add_metric(f.base, self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
         yield lag
         overrun = CounterMetricFamily(
             "agentload_sim:late_steps",
             "Engine steps emitted more than 2 ms after their deadline.",
-            labels=labels,
+            labels=f.labels,
         )
-        overrun.add_metric(base, self.step_overrun, created=created)
+        overrun.add_metric(f.base, self.step_overrun, created=f.created)
         yield overrun
         faults = CounterMetricFamily(
-            "agentload_sim:faults_injected", "Faults injected, by kind.", labels=[*labels, "kind"]
+            "agentload_sim:faults_injected", "Faults injected, by kind.", labels=[*f.labels, "kind"]
         )
         for kind, value in sorted(self.faults.items()):
-            faults.add_metric([*base, kind], value, created=created)
+            faults.add_metric([*f.base, kind], value, created=f.created)
         yield faults
