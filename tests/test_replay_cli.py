@@ -144,3 +144,32 @@ def test_replay_command_errors(tmp_path: Path) -> None:
     ds = write_dataset(tmp_path / "d.jsonl", n=2)
     r = runner.invoke(app, ["replay", str(ds), "--history", "both", "-q"])
     assert r.exit_code == 2 and "replay.history" in r.stderr
+
+
+def test_stats_exact_with_a_tokenizer(tmp_path: Path) -> None:
+    """A tokenizer.json gives exact counts (here one token per whitespace-separated word)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    tok = Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    tok_path = tmp_path / "tokenizer.json"
+    tok.save(str(tok_path))
+    rows = [
+        {"conversation_id": "a", "turn": 1, "role": "user", "content": "one two three"},
+        {"conversation_id": "a", "turn": 2, "role": "assistant", "content": "four five"},
+        {"conversation_id": "a", "turn": 3, "role": "user", "content": "six"},
+        {"conversation_id": "a", "turn": 4, "role": "assistant", "content": "seven eight nine"},
+    ]
+    ds = tmp_path / "d.jsonl"
+    ds.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    r = runner.invoke(app, ["dataset", "stats", str(ds), "--tokenizer", str(tok_path), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = orjson.loads(r.stdout)
+    assert doc["tokens_estimated"] is False
+    assert doc["osl_tokens"]["min"] == 2 and doc["osl_tokens"]["max"] == 3
+    # ISL: 3 (+4 per message); then 3 + 2 + 1 words and three messages' overhead
+    assert doc["isl_tokens"]["min"] == 3 + 4 and doc["isl_tokens"]["max"] == 6 + 3 * 4
+    r = runner.invoke(app, ["dataset", "stats", str(ds), "--tokenizer", str(tmp_path / "no")])
+    assert r.exit_code == 1 and "cannot load the tokenizer" in r.stderr
