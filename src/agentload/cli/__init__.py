@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "agentload.cli.dataset",
     "agentload.cli.report",
     "agentload.cli.metrics",
+    "agentload.cli.serve",
 )
 
 for _name in COMMAND_MODULES:
