@@ -31,6 +31,8 @@ def _cfg(out: Path, dataset: Path, base_url: str | None, **replay: Any) -> Any:
         "load": load,
         "metrics": {"enabled": False},
         "report": False,
+        # The recording server answers chat completions only, not an engine's preflight.
+        "preflight": False,
     }
     if base_url is not None:
         data["endpoints"] = {"agent": {"base_url": base_url, "model": "m", "stream": False}}

@@ -86,6 +86,7 @@ class Span:
     line: int
     has_system: bool = False
     turns: int = 0
+    has_tools: bool = False
 
 
 @dataclass
@@ -600,7 +601,15 @@ def index_dataset(
         with path.open("rb") as f:
             for conv, start, end in _iter(path, f, fmt, counter):
                 spans.append(
-                    Span(conv.id, start, end, conv.line, conv.system is not None, len(conv.turns))
+                    Span(
+                        conv.id,
+                        start,
+                        end,
+                        conv.line,
+                        conv.system is not None,
+                        len(conv.turns),
+                        bool(conv.tools),
+                    )
                 )
                 n_turns += len(conv.turns)
                 if kept is not None:

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentload.client import CallRecord, CallResult, ChatClient
@@ -95,6 +96,27 @@ def _hold(client: ChatClient) -> _Hold:
     return hold
 
 
+_INDEXES: dict[tuple[str, int, int, str | None], Dataset] = {}
+
+
+def _indexed(path: str, fmt: str | None) -> Dataset:
+    """The dataset's index, checked once per process for an unchanged file (the run makes
+    more than one workload object: preflight asks one which roles offer tools)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return index_dataset(p, fmt)  # raises the one-line error
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size, fmt)
+    ds = _INDEXES.get(key)
+    if ds is None:
+        ds = index_dataset(p, fmt)
+        if len(_INDEXES) >= 4:
+            _INDEXES.pop(next(iter(_INDEXES)))
+        _INDEXES[key] = ds
+    return ds
+
+
 class ReplayWorkload(Workload):
     """Conversations of a recorded dataset, `repeat` passes."""
 
@@ -117,10 +139,13 @@ class ReplayWorkload(Workload):
                 raise ConfigError("invalid configuration: field 'replay.dataset': required")
             fmt = None if self.rc.format == "auto" else self.rc.format
             try:
-                self._dataset = index_dataset(self.rc.dataset, fmt)
+                self._dataset = _indexed(self.rc.dataset, fmt)
             except DatasetError as e:
                 raise ConfigError(f"dataset {e}") from None
         return self._dataset
+
+    def tool_roles(self) -> tuple[str, ...]:
+        return ("agent",) if any(self.dataset.span(u).has_tools for u in self.units()) else ()
 
     def units(self) -> list[str]:
         if self._units is None:
