@@ -13,6 +13,8 @@ COMMAND_MODULES = (
     "agentload.cli.tasks",
     "agentload.cli.sim",
     "agentload.cli.run",
+    "agentload.cli.replay",
+    "agentload.cli.dataset",
     "agentload.cli.report",
     "agentload.cli.metrics",
     "agentload.cli.serve",

@@ -2,6 +2,7 @@
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -253,7 +254,11 @@ def _progress_mode(a: dict[str, Any]) -> str:
     return mode
 
 
-def _main(command: str, a: dict[str, Any]) -> None:
+def _main(
+    command: str, a: dict[str, Any], configure: Callable[[dict[str, Any]], RunConfig] | None = None
+) -> None:
+    """The flow of run-like commands (flags → RunConfig → execute_run); `configure` builds
+    the RunConfig of commands with options of their own (replay)."""
     quiet = bool(a.get("quiet"))
     logging.basicConfig(level=logging.WARNING, format="agentload: %(levelname)s: %(message)s")
 
@@ -262,9 +267,9 @@ def _main(command: str, a: dict[str, Any]) -> None:
             print(f"[agentload] {msg}", file=sys.stderr, flush=True)
 
     try:
-        cfg = _configure(a)
+        cfg = (configure or _configure)(a)
         mode = _progress_mode(a)
-        if command == "run":
+        if command != "sweep":
             outcome = run_async(
                 execute_run(
                     cfg,
@@ -342,8 +347,9 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             pass
         client = (out.summary or {}).get("client") or {}
         lag = (client.get("event_loop_lag_s") or {}).get("p99")
+        noun = "conversations" if (out.summary or {}).get("replay") else "episodes"
         print(
-            f"{out.stop_reason}: {client.get('episodes_finished', 0)} episodes in "
+            f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun} in "
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )

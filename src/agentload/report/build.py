@@ -372,7 +372,12 @@ def build_document(
     _calls_section(doc, summary)
     _latency_section(doc, summary, series)
     _turns_section(doc, summary, pngs)
-    if summary.get("episodes"):
+    # A replay's sessions are not graded: its own section replaces the episodes'.
+    if summary.get("replay"):
+        from agentload.report.replay import replay_section
+
+        replay_section(doc, summary["replay"])
+    elif summary.get("episodes"):
         _episodes(doc, summary["episodes"], rates_meaningful(summary))
     if summary.get("slo"):
         _slo(doc, summary["slo"])

@@ -559,6 +559,11 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         # What the readers skipped, flagged or counted once (agentload.results.validate).
         "integrity": run.integrity.to_dict(),
     }
+    from agentload.results.replay_summary import replay_summary
+
+    replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
+    if replay is not None:
+        summary["replay"] = replay
     return summary
 
 
