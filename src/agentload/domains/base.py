@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import jsonschema
 import orjson
 
+from agentload.domains.text_actions import ActionParseError, parse_action
 from agentload.stats import pass_hat_k as pass_hat_k  # one implementation, re-exported
 
 # Bump when grading semantics change; it goes into every Grade (and so every result).
@@ -423,8 +424,6 @@ def trajectory_actions(trajectory: Mapping[str, Any]) -> tuple[list[Action], lis
         content = msg.get("content")
         calls = msg.get("tool_calls") or []
         if text_actions:
-            from agentload.agents.actions import ActionParseError, parse_action
-
             try:
                 parsed = parse_action(content if isinstance(content, str) else None)
             except ActionParseError:
@@ -436,7 +435,7 @@ def trajectory_actions(trajectory: Mapping[str, Any]) -> tuple[list[Action], lis
             continue
         for call in calls:
             fn = (call.get("function") or {}) if isinstance(call, Mapping) else {}
-            args = fn.get("arguments")
+            args: Any = fn.get("arguments")  # any JSON value; see the docstring
             if isinstance(args, str):
                 try:
                     args = orjson.loads(args)
