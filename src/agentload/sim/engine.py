@@ -291,9 +291,36 @@ class Engine:
         """Pick this step's work; returns ``[(seq, new_tokens)]`` and the step's model time."""
         if self._aborts:
             self._purge_aborted()
-        p, bs, pool = self.p, self.bs, self.pool
-        budget = p.max_num_batched_tokens
         scheduled: list[tuple[Seq, int]] = []
+        budget, preempted, prefill_tokens, prefill_pairs, decode_seqs, decode_ctx = (
+            self._continue_running(scheduled)
+        )
+        if not preempted:
+            # vLLM admits no new sequence in a step that had to preempt one.
+            budget, admitted_tokens, admitted_pairs = self._admit_waiting(scheduled, budget)
+            prefill_tokens += admitted_tokens
+            prefill_pairs += admitted_pairs
+        if not scheduled:
+            return scheduled, 0.0
+        p = self.p
+        dt = (
+            p.step_overhead_s
+            + p.prefill_token_s * prefill_tokens
+            + p.decode_seq_s * decode_seqs
+            + p.prefill_attention_s * prefill_pairs
+            + p.decode_context_token_s * decode_ctx
+        )
+        self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
+        return scheduled, dt
+
+    def _continue_running(
+        self, scheduled: list[tuple[Seq, int]]
+    ) -> tuple[int, bool, int, float, int, int]:
+        """Give the running sequences their next tokens, in order, preempting from the back
+        when KV blocks run out. Returns (budget left, preempted, prefill tokens, prefill
+        attention pairs, decoding sequences, decode context tokens)."""
+        bs, pool = self.bs, self.pool
+        budget = self.p.max_num_batched_tokens
         prefill_tokens = 0
         prefill_pairs = 0.0
         decode_seqs = 0
@@ -307,16 +334,10 @@ class Engine:
             if n > budget:
                 n = budget
             need = -(-(seq.num_computed + n) // bs) - len(seq.blocks)
-            self_preempted = False
-            while need > pool.num_free:
-                victim = running.pop()
-                self._preempt(victim)
+            if need > pool.num_free:
                 preempted = True
-                if victim is seq:
-                    self_preempted = True
+                if self._preempt_for(seq, need):
                     break
-            if self_preempted:
-                break
             if need > 0:
                 new = pool.allocate(need)
                 assert new is not None
@@ -331,75 +352,98 @@ class Engine:
                 prefill_tokens += n
                 prefill_pairs += n * before + n * (n + 1) / 2
             i += 1
-        if not preempted:
-            waiting = self.waiting
-            max_seqs = p.max_num_seqs
-            while waiting and budget > 0 and len(running) < max_seqs:
-                seq = waiting[0]
-                if seq.aborted:
-                    waiting.popleft()
-                    self._finish_stats(seq, "abort", time.monotonic())
-                    continue
-                hits: list[int] = []
-                if seq.num_computed == 0:
-                    max_hit = min(len(seq.block_hashes), (seq.total_len - 1) // bs)
-                    hits = pool.lookup(seq.block_hashes, max_hit)
-                    pool.acquire(hits)
-                start = len(hits) * bs
-                n = min(seq.total_len - start, budget)
-                need = -(-(start + n) // bs) - len(hits)
-                new = pool.allocate(need)
-                if new is None:
-                    pool.release(hits)
-                    break
+        return budget, preempted, prefill_tokens, prefill_pairs, decode_seqs, decode_ctx
+
+    def _preempt_for(self, seq: Seq, need: int) -> bool:
+        """Preempt the newest running sequences until `need` blocks are free; True when
+        `seq` itself had to go."""
+        running = self.running
+        while need > self.pool.num_free:
+            victim = running.pop()
+            self._preempt(victim)
+            if victim is seq:
+                return True
+        return False
+
+    def _admit_waiting(
+        self, scheduled: list[tuple[Seq, int]], budget: int
+    ) -> tuple[int, int, float]:
+        """Move waiting sequences into the batch while the budget, the batch size and the KV
+        cache allow, reusing cached prefix blocks. Returns (budget left, prefill tokens,
+        prefill attention pairs)."""
+        bs, pool = self.bs, self.pool
+        waiting, running = self.waiting, self.running
+        max_seqs = self.p.max_num_seqs
+        prefill_tokens = 0
+        prefill_pairs = 0.0
+        while waiting and budget > 0 and len(running) < max_seqs:
+            seq = waiting[0]
+            if seq.aborted:
                 waiting.popleft()
-                seq.blocks = hits + new
-                seq.num_computed = start
-                seq.num_registered = len(hits)
-                if seq.preemptions == 0:
-                    seq.cached_tokens = start
-                    full = seq.prompt_len // bs
-                    seq.created_cache_tokens = max(0, full * bs - start) if pool.caching else 0
-                    seq.scheduled_t = time.monotonic()
-                    m = self.metrics
-                    m.prefix_queries += seq.prompt_len
-                    m.prefix_hits += start
-                    m.prompt_tokens += seq.prompt_len
-                    m.prompt_tokens_computed += seq.prompt_len - start
-                running.append(seq)
-                scheduled.append((seq, n))
-                budget -= n
-                prefill_tokens += n
-                prefill_pairs += n * start + n * (n + 1) / 2
-        dt = 0.0
-        if scheduled:
-            dt = (
-                p.step_overhead_s
-                + p.prefill_token_s * prefill_tokens
-                + p.decode_seq_s * decode_seqs
-                + p.prefill_attention_s * prefill_pairs
-                + p.decode_context_token_s * decode_ctx
-            )
-            self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
-        return scheduled, dt
+                self._finish_stats(seq, "abort", time.monotonic())
+                continue
+            hits: list[int] = []
+            if seq.num_computed == 0:
+                max_hit = min(len(seq.block_hashes), (seq.total_len - 1) // bs)
+                hits = pool.lookup(seq.block_hashes, max_hit)
+                pool.acquire(hits)
+            start = len(hits) * bs
+            n = min(seq.total_len - start, budget)
+            need = -(-(start + n) // bs) - len(hits)
+            new = pool.allocate(need)
+            if new is None:
+                pool.release(hits)
+                break
+            waiting.popleft()
+            seq.blocks = hits + new
+            seq.num_computed = start
+            seq.num_registered = len(hits)
+            if seq.preemptions == 0:
+                self._count_admission(seq, start)
+            running.append(seq)
+            scheduled.append((seq, n))
+            budget -= n
+            prefill_tokens += n
+            prefill_pairs += n * start + n * (n + 1) / 2
+        return budget, prefill_tokens, prefill_pairs
+
+    def _count_admission(self, seq: Seq, cached: int) -> None:
+        """First admission of a sequence: its prefix-cache figures and queue time."""
+        bs = self.bs
+        seq.cached_tokens = cached
+        full = seq.prompt_len // bs
+        seq.created_cache_tokens = max(0, full * bs - cached) if self.pool.caching else 0
+        seq.scheduled_t = time.monotonic()
+        m = self.metrics
+        m.prefix_queries += seq.prompt_len
+        m.prefix_hits += cached
+        m.prompt_tokens += seq.prompt_len
+        m.prompt_tokens_computed += seq.prompt_len - cached
 
     # -- completion of a step --------------------------------------------------------------
     def complete(self, scheduled: list[tuple[Seq, int]], deadline: float) -> None:
         """Apply a step's results: advance KV state, emit one token per finished forward."""
-        pool, bs = self.pool, self.bs
+        t_first = time.monotonic()
+        emitted, finished_any = self._advance(scheduled)
+        # Write first, account afterwards: every µs spent per token before the last
+        # write of the step moves the step's later tokens away from their assigned time.
+        self._account_tokens(emitted, deadline, t_first)
+        if finished_any or self._aborts:
+            self._retire_finished()
         m = self.metrics
-        fine = m.fine_lag
-        lag_counts, lag_scale, lag_size = fine.counts, fine.SCALE, fine.SIZE
-        itl = m.itl
-        itl_counts, itl_bounds = itl.counts, itl.bounds
-        itl_sum = 0.0
-        itl_n = 0
-        lag_sum = 0.0
-        worst = 0.0
-        produced = 0
+        m.num_running = len(self.running)
+        m.num_waiting = len(self.waiting)
+        m.kv_usage = self.pool.usage()
+
+    def _advance(
+        self, scheduled: list[tuple[Seq, int]]
+    ) -> tuple[list[tuple[Seq, int, float]], bool]:
+        """Advance each scheduled sequence's KV state and register its full blocks; write a
+        token for each that reached its end. Returns [(seq, token index, write time)] and
+        whether any sequence finished."""
+        pool, bs = self.pool, self.bs
         finished_any = False
         clock = time.monotonic
-        t_first = clock()
         emitted: list[tuple[Seq, int, float]] = []
         for seq, n in scheduled:
             if seq.aborted or seq.finished:
@@ -416,7 +460,6 @@ class Engine:
             # a forward over the sequence's last token: one new token
             seq.num_output += 1
             seq.total_len += 1
-            produced += 1
             idx = seq.num_output - 1
             finish: str | None = None
             if seq.num_output >= seq.max_tokens:
@@ -428,10 +471,23 @@ class Engine:
                 seq.finished = True
                 seq.finish_reason = finish
                 finished_any = True
-            # Write first, account afterwards: every µs spent per token before the last
-            # write of the step moves the step's later tokens away from their assigned time.
             seq.out.token(seq, idx, finish, now)
             emitted.append((seq, idx, now))
+        return emitted, finished_any
+
+    def _account_tokens(
+        self, emitted: list[tuple[Seq, int, float]], deadline: float, t_first: float
+    ) -> None:
+        """Emission lag, inter-token gaps, write cost and token counts of a step's writes."""
+        m = self.metrics
+        fine = m.fine_lag
+        lag_counts, lag_scale, lag_size = fine.counts, fine.SCALE, fine.SIZE
+        itl = m.itl
+        itl_counts, itl_bounds = itl.counts, itl.bounds
+        itl_sum = 0.0
+        itl_n = 0
+        lag_sum = 0.0
+        worst = 0.0
         for seq, idx, now in emitted:
             lag = now - deadline
             if lag < 0:
@@ -449,6 +505,7 @@ class Engine:
                 itl_sum += gap
                 itl_n += 1
             seq.last_token_t = now
+        produced = len(emitted)
         if produced:
             per_token = (emitted[-1][2] - t_first) / produced
             self.emit_cost = 0.8 * self.emit_cost + 0.2 * per_token
@@ -463,24 +520,24 @@ class Engine:
         m.generation_tokens += produced
         if worst > LATE_STEP_S:
             m.step_overrun += 1
-        if finished_any or self._aborts:
-            keep: list[Seq] = []
-            now = clock()
-            for seq in self.running:
-                if seq.finished:
-                    pool.release(seq.blocks)
-                    seq.blocks = []
-                    self._finish_stats(seq, seq.finish_reason or "stop", now)
-                elif seq.aborted:
-                    pool.release(seq.blocks)
-                    seq.blocks = []
-                    self._finish_stats(seq, "abort", now)
-                else:
-                    keep.append(seq)
-            self.running = keep
-        m.num_running = len(self.running)
-        m.num_waiting = len(self.waiting)
-        m.kv_usage = pool.usage()
+
+    def _retire_finished(self) -> None:
+        """Free the blocks of finished and aborted sequences and record their statistics."""
+        pool = self.pool
+        keep: list[Seq] = []
+        now = time.monotonic()
+        for seq in self.running:
+            if seq.finished:
+                pool.release(seq.blocks)
+                seq.blocks = []
+                self._finish_stats(seq, seq.finish_reason or "stop", now)
+            elif seq.aborted:
+                pool.release(seq.blocks)
+                seq.blocks = []
+                self._finish_stats(seq, "abort", now)
+            else:
+                keep.append(seq)
+        self.running = keep
 
     def _finish_stats(self, seq: Seq, reason: str, now: float) -> None:
         if seq.stats_done:

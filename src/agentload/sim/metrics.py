@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -302,163 +302,64 @@ class SimMetrics(Collector):
 
     # -- collection ----------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
-        labels = ["model_name", "engine"]
-        base = [self.model_name, "0"]
-        created = self.created
+        """The metric families in vLLM's exposition order, then the simulator's own."""
+        yield from self._gauges()
+        yield from self._token_counters()
+        yield from (self._histogram(name, doc, getattr(self, attr)) for name, doc, attr in _HISTS)
+        yield from self._server_info()
+        yield from self._simulator_health()
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=labels)
-            g.add_metric(base, value)
-            return g
+    def _base(self) -> list[str]:
+        return [self.model_name, "0"]
 
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=labels)
-            c.add_metric(base, value, created=created)
-            return c
+    def _gauges(self) -> Iterator[Metric]:
+        for name, doc, attr in _GAUGES:
+            g = GaugeMetricFamily(name, doc, labels=_LABELS)
+            g.add_metric(self._base(), getattr(self, attr))
+            yield g
 
-        def hist(name: str, doc: str, h: Hist) -> HistogramMetricFamily:
-            m = HistogramMetricFamily(name, doc, labels=labels)
-            m.add_metric(base, h.cumulative(), h.sum)
-            m.samples.append(
-                Sample(f"{name}_created", dict(zip(labels, base, strict=True)), created)
-            )
-            return m
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=_LABELS)
+        c.add_metric(self._base(), value, created=self.created)
+        return c
 
-        yield gauge(
-            "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
-            self.num_running,
+    def _counter_by(
+        self, name: str, doc: str, label: str, values: Iterable[tuple[str, float]]
+    ) -> CounterMetricFamily:
+        """A counter with one more label than model and engine."""
+        c = CounterMetricFamily(name, doc, labels=[*_LABELS, label])
+        for key, value in values:
+            c.add_metric([*self._base(), key], value, created=self.created)
+        return c
+
+    def _histogram(self, name: str, doc: str, h: Hist) -> HistogramMetricFamily:
+        base = self._base()
+        m = HistogramMetricFamily(name, doc, labels=_LABELS)
+        m.add_metric(base, h.cumulative(), h.sum)
+        m.samples.append(
+            Sample(f"{name}_created", dict(zip(_LABELS, base, strict=True)), self.created)
         )
-        yield gauge(
-            "vllm:num_requests_waiting",
-            "Number of requests waiting to be processed.",
-            self.num_waiting,
-        )
-        yield gauge(
-            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage
-        )
-        yield counter(
-            "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            self.prefix_queries,
-        )
-        yield counter(
-            "vllm:prefix_cache_hits",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            self.prefix_hits,
-        )
-        yield counter(
-            "vllm:num_preemptions",
-            "Cumulative number of preemption from the engine.",
-            self.preemptions,
-        )
-        yield counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens
-        )
-        src = CounterMetricFamily(
+        return m
+
+    def _token_counters(self) -> Iterator[Metric]:
+        for name, doc, attr in _PROMPT_COUNTERS:
+            yield self._counter(name, doc, getattr(self, attr))
+        yield self._counter_by(
             "vllm:prompt_tokens_by_source",
             "Number of prompt tokens by source.",
-            labels=[*labels, "source"],
+            "source",
+            [("local_compute", self.prompt_tokens_computed), ("local_cache_hit", self.prefix_hits)],
         )
-        src.add_metric([*base, "local_compute"], self.prompt_tokens_computed, created=created)
-        src.add_metric([*base, "local_cache_hit"], self.prefix_hits, created=created)
-        yield src
-        yield counter(
-            "vllm:prompt_tokens_cached",
-            "Number of cached prompt tokens (local + external).",
-            self.prefix_hits,
-        )
-        yield counter(
-            "vllm:generation_tokens",
-            "Number of generation tokens processed.",
-            self.generation_tokens,
-        )
-        success = CounterMetricFamily(
+        for name, doc, attr in _OUTPUT_COUNTERS:
+            yield self._counter(name, doc, getattr(self, attr))
+        yield self._counter_by(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            labels=[*labels, "finished_reason"],
+            "finished_reason",
+            self.success.items(),
         )
-        for reason, value in self.success.items():
-            success.add_metric([*base, reason], value, created=created)
-        yield success
-        yield hist(
-            "vllm:request_prompt_tokens",
-            "Number of prefill tokens processed.",
-            self.request_prompt_tokens,
-        )
-        yield hist(
-            "vllm:request_generation_tokens",
-            "Number of generation tokens processed.",
-            self.request_generation_tokens,
-        )
-        yield hist(
-            "vllm:iteration_tokens_total",
-            "Histogram of number of tokens per engine_step.",
-            self.iteration_tokens,
-        )
-        yield hist(
-            "vllm:request_max_num_generation_tokens",
-            "Histogram of maximum number of requested generation tokens.",
-            self.request_max_tokens,
-        )
-        yield hist(
-            "vllm:request_params_n", "Histogram of the n request parameter.", self.request_params_n
-        )
-        yield hist(
-            "vllm:request_params_max_tokens",
-            "Histogram of the max_tokens request parameter.",
-            self.request_max_tokens,
-        )
-        yield hist(
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            self.ttft,
-        )
-        yield hist(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            self.itl,
-        )
-        yield hist(
-            "vllm:request_time_per_output_token_seconds",
-            "Histogram of time_per_output_token_seconds per request.",
-            self.tpot,
-        )
-        yield hist(
-            "vllm:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            self.e2e,
-        )
-        yield hist(
-            "vllm:request_queue_time_seconds",
-            "Histogram of time spent in WAITING phase for request.",
-            self.queue_time,
-        )
-        yield hist(
-            "vllm:request_inference_time_seconds",
-            "Histogram of time spent in RUNNING phase for request.",
-            self.inference_time,
-        )
-        yield hist(
-            "vllm:request_prefill_time_seconds",
-            "Histogram of time spent in PREFILL phase for request.",
-            self.prefill_time,
-        )
-        yield hist(
-            "vllm:request_decode_time_seconds",
-            "Histogram of time spent in DECODE phase for request.",
-            self.decode_time,
-        )
-        yield hist(
-            "vllm:request_num_preemptions",
-            "Histogram of the number of times a request was preempted.",
-            self.request_preemptions,
-        )
-        yield hist(
-            "vllm:request_prefill_kv_computed_tokens",
-            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-            self.request_prefill_kv_computed,
-        )
+
+    def _server_info(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -474,27 +375,121 @@ class SimMetrics(Collector):
             labels=["handler", "method", "status"],
         )
         for (handler, status, method), value in sorted(self.http_requests.items()):
-            http.add_metric([handler, method, status], value, created=created)
+            http.add_metric([handler, method, status], value, created=self.created)
         yield http
+
+    def _simulator_health(self) -> Iterator[Metric]:
         lag = HistogramMetricFamily(
             "agentload_sim:emission_lag_seconds",
             "Distance between the time the timing model "
             "assigned to a token and the time the simulator wrote it. Tail values above a few ms "
             "mean the simulator, not the system under test, is the limit.",
-            labels=labels,
+            labels=_LABELS,
         )
-        lag.add_metric(base, self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
+        lag.add_metric(self._base(), self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
         yield lag
-        overrun = CounterMetricFamily(
+        yield self._counter(
             "agentload_sim:late_steps",
             "Engine steps emitted more than 2 ms after their deadline.",
-            labels=labels,
+            self.step_overrun,
         )
-        overrun.add_metric(base, self.step_overrun, created=created)
-        yield overrun
-        faults = CounterMetricFamily(
-            "agentload_sim:faults_injected", "Faults injected, by kind.", labels=[*labels, "kind"]
+        yield self._counter_by(
+            "agentload_sim:faults_injected",
+            "Faults injected, by kind.",
+            "kind",
+            sorted(self.faults.items()),
         )
-        for kind, value in sorted(self.faults.items()):
-            faults.add_metric([*base, kind], value, created=created)
-        yield faults
+
+
+_LABELS = ["model_name", "engine"]
+
+# (metric name, help text, SimMetrics attribute), in exposition order.
+_GAUGES = (
+    ("vllm:num_requests_running", "Number of requests in model execution batches.", "num_running"),
+    ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "num_waiting"),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
+)
+_PROMPT_COUNTERS = (
+    (
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        "prefix_queries",
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        "prefix_hits",
+    ),
+    ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", "preemptions"),
+    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+)
+_OUTPUT_COUNTERS = (
+    (
+        "vllm:prompt_tokens_cached",
+        "Number of cached prompt tokens (local + external).",
+        "prefix_hits",
+    ),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
+)
+_HISTS = (
+    ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_prompt_tokens"),
+    (
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        "request_generation_tokens",
+    ),
+    (
+        "vllm:iteration_tokens_total",
+        "Histogram of number of tokens per engine_step.",
+        "iteration_tokens",
+    ),
+    (
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        "request_max_tokens",
+    ),
+    ("vllm:request_params_n", "Histogram of the n request parameter.", "request_params_n"),
+    (
+        "vllm:request_params_max_tokens",
+        "Histogram of the max_tokens request parameter.",
+        "request_max_tokens",
+    ),
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
+    (
+        "vllm:request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        "tpot",
+    ),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+    (
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        "queue_time",
+    ),
+    (
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        "inference_time",
+    ),
+    (
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        "prefill_time",
+    ),
+    (
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        "decode_time",
+    ),
+    (
+        "vllm:request_num_preemptions",
+        "Histogram of the number of times a request was preempted.",
+        "request_preemptions",
+    ),
+    (
+        "vllm:request_prefill_kv_computed_tokens",
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+        "request_prefill_kv_computed",
+    ),
+)
