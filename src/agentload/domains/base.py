@@ -228,7 +228,11 @@ def evaluate_arithmetic(expression: str) -> float:
         raise ToolError("expression too long")
 
     def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)  # True + 1 is not arithmetic
+        ):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
             return _ARITHMETIC[type(node.op)](ev(node.left), ev(node.right))
