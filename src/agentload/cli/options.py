@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 from pydantic import BaseModel
 from rich.markup import escape
@@ -121,6 +122,17 @@ def parse_headers(items: Iterable[str]) -> dict[str, str]:
             raise typer.BadParameter(f"--header expects 'Name: value', got {item!r}")
         out[k.strip()] = v.strip()
     return out
+
+
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """A flag's value that must be a JSON object; ValueError naming the flag otherwise."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"flag {flag}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"flag {flag}: expected a JSON object")
+    return value
 
 
 CONFIG = [
