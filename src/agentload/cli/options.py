@@ -28,6 +28,10 @@ SIM = "Simulator"
 OUTPUT = "Output"
 
 
+REQUIRED: Any = inspect.Parameter.empty
+"""The default of an option that must be given."""
+
+
 @dataclass(frozen=True)
 class Opt:
     """One command-line option: its parameter name, flags, type, help and config path."""
@@ -41,6 +45,8 @@ class Opt:
     path: str | None = None
     """Dotted RunConfig path the flag overrides (None: handled by the command itself)."""
     metavar: str | None = None
+    min: float | None = None
+    """Smallest value accepted (numbers only)."""
 
     def parameter(self) -> inspect.Parameter:
         help_text = self.help
@@ -54,7 +60,8 @@ class Opt:
             rich_help_panel=self.panel,
             # Flags take no value; other options name theirs (typer would print "<str>").
             metavar="" if flag else (self.metavar or self.name.upper()),
-            show_default=not flag and self.default is not None,
+            show_default=not flag and self.default not in (None, REQUIRED, []),
+            min=self.min,
         )
         return inspect.Parameter(
             self.name,
@@ -106,6 +113,12 @@ def command_options(*groups: Iterable[Opt]) -> Callable[[Callable[..., Any]], Ca
         return fn
 
     return wrap
+
+
+def pick(group: Iterable[Opt], *names: str) -> list[Opt]:
+    """The options of `group` with these parameter names, in the order given."""
+    by_name = {o.name: o for o in group}
+    return [by_name[n] for n in names]
 
 
 def simple_paths(*groups: Iterable[Opt]) -> dict[str, tuple[str, str]]:
