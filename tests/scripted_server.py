@@ -112,7 +112,10 @@ class ScriptedServer:
         if script.content_type != "text/event-stream":
             payload = b"".join(p for _, p in script.parts)
             return web.Response(
-                status=script.status, body=payload, content_type=script.content_type
+                status=script.status,
+                body=payload,
+                content_type=script.content_type,
+                headers=script.headers,
             )
         resp = web.StreamResponse(status=script.status, headers=script.headers)
         resp.content_type = script.content_type

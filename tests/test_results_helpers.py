@@ -126,8 +126,9 @@ def session(
         "counts": {"agent_calls": 3, "user_calls": 1, "tool_calls": 3, "tool_errors": 0},
         "durations": {"total_s": 30.0, "llm_s": 12.0, "tool_s": 3.0, "user_s": 6.0},
         "started_at": start,
-        "start_ns": 0,
-        "end_ns": 30_000_000_000,
+        # monotonic clock consistent with started_at (an arbitrary origin 1000 s before T0)
+        "start_ns": round((start - T0 + 1000) * 1e9),
+        "end_ns": round((start - T0 + 1030) * 1e9),
         "num_messages": 9,
         "run_id": "r1",
         "warmup": warmup,

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from agentload.client.record import CallRecord
-from agentload.results import JsonlError, Recorder, load_jsonl
+from agentload.results import Recorder, load_jsonl
 
 
 def _session(sid: str, task: str, trial: int, **kw: object) -> dict[str, object]:
@@ -110,14 +110,18 @@ def test_resume_keeps_a_complete_line_missing_its_newline(tmp_path: Path) -> Non
     assert len(_lines(tmp_path / "sessions.jsonl")) == 3
 
 
-def test_load_jsonl_names_file_and_line(tmp_path: Path) -> None:
+def test_load_jsonl_skips_bad_lines_naming_file_and_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A damaged line costs that line only: the records around it are kept.
     p = tmp_path / "calls.jsonl"
     p.write_bytes(b'{"a": 1}\n{"a": 2\n{"a": 3}\n')
-    with pytest.raises(JsonlError, match=r"calls\.jsonl:2: invalid JSON"):
-        load_jsonl(p)
+    assert load_jsonl(p) == [{"a": 1}, {"a": 3}]
+    assert "calls.jsonl:2: skipping a line: invalid JSON" in caplog.text
+    caplog.clear()
     p.write_bytes(b'{"a": 1}\n[1, 2]\n{"a": 3}\n')
-    with pytest.raises(JsonlError, match=r"calls\.jsonl:2: expected a JSON object"):
-        load_jsonl(p)
+    assert load_jsonl(p) == [{"a": 1}, {"a": 3}]
+    assert "calls.jsonl:2: skipping a line: expected a JSON object" in caplog.text
     p.write_bytes(b'{"a": 1}\n\n{"a": 3}\n{"a": ')
     assert load_jsonl(p) == [{"a": 1}, {"a": 3}]
     assert load_jsonl(tmp_path / "missing.jsonl") == []

@@ -80,7 +80,7 @@ def test_every_flag_reaches_its_field(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         (["--fault-kinds", "reset,bogus"], "'bogus' is not one of"),
         (["--behaviour-option", "novalue"], "expected KEY=VALUE"),
-        (["--fault-rate", "2"], "fault_rate"),
+        (["--fault-rate", "2"], "--fault-rate: "),
         (["--profile", "no-such-profile"], "no-such-profile"),
     ],
 )

@@ -8,7 +8,6 @@ whose message names the field and where its value came from (the file or the fla
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentload.client.config import EndpointConfig
+from agentload.redact import REDACTED as _REDACTED
+from agentload.redact import redact as _redact
 from agentload.units import check_slo_key, parse_duration, parse_slo
 
 CONFIG_SCHEMA = "agentload.config/1"
@@ -400,28 +401,9 @@ def build_config(
 
 # ---- redaction -----------------------------------------------------------------------------
 
-_SECRET_RE = re.compile(
-    r"^(authorization|cookie|token|bearer)$|api[-_]?key|access[-_]?token|secret|password",
-    re.I,
-)
-REDACTED = "<redacted>"
-
-
-def redact(obj: Any) -> Any:
-    """A copy with values under secret-looking keys replaced (env var *names* are kept)."""
-    if isinstance(obj, Mapping):
-        out = {}
-        for k, v in obj.items():
-            ks = str(k)
-            secret = _SECRET_RE.search(ks) and not ks.endswith("_env")
-            if secret and v is not None and not isinstance(v, Mapping | list):
-                out[k] = REDACTED
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
+# One set of rules for every file a run writes: agentload.redact.
+REDACTED = _REDACTED
+redact = _redact
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import yaml
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
@@ -134,12 +135,37 @@ async def execute_run(
         overwrite=overwrite,
         tune_gc=tune_gc,
     )
-    run = open_run(cfg, opts)
+    from agentload.results.jsonl import ResultsError
+
+    out_dir = Path(cfg.out)
+    with results_lock(out_dir, "resume" if resume else "run"):
+        try:
+            run = open_run(cfg, opts)
+            try:
+                rep = await drive(run)
+            finally:
+                run.recorder.close()
+            _raise_write_error(run)
+            return conclude(run, rep)
+        except ResultsError as e:  # a damaged folder, a full disk: one line, no traceback
+            raise RunFailed(str(e)) from None
+        except OSError as e:
+            where = e.filename or out_dir
+            raise RunFailed(f"cannot write results to {where}: {e.strerror or e}") from None
+
+
+def results_lock(out_dir: Path, purpose: str) -> Any:
+    """The folder's writer lock; a held or unwritable folder is a one-line RunFailed."""
+    from agentload.results.lock import FolderLocked, ResultsLock
+
+    lock = ResultsLock(out_dir, purpose=purpose)
     try:
-        rep = await drive(run)
-    finally:
-        run.recorder.close()
-    return conclude(run, rep)
+        lock.acquire()
+    except FolderLocked as e:
+        raise RunFailed(str(e)) from None
+    except OSError as e:
+        raise RunFailed(f"cannot write results to {out_dir}: {e.strerror or e}") from None
+    return contextlib.closing(lock)
 
 
 def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
@@ -153,9 +179,14 @@ def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
     workload = make_workload(cfg)
     workload.units()  # a selection that matches nothing fails before the folder is touched
     recorder = _open_recorder(out_dir, opts)
+    from agentload.redact import endpoint_secrets
+
+    for ep_cfg in cfg.endpoints.values():
+        recorder.add_secrets(endpoint_secrets(ep_cfg))
     plan = workload.plan(recorder.finished_keys())
     recorder.write_config(config_to_dict(cfg))
-    attempt = int(prev.get("resume_count", -1)) + 1 if opts.resume else 0
+    prev_count = prev.get("resume_count", -1)
+    attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if opts.resume else 0
     meta: dict[str, Any] = {
         "run_id": cfg.run_id,
         "kind": workload.kind,
@@ -171,7 +202,8 @@ def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
         total = "∞" if plan.total is None else plan.total
         opts.say(
             f"resuming {out_dir}: {plan.resume_done} of {total} {workload.noun} already "
-            f"finished; {recorder.dropped_calls} calls of unfinished {workload.noun} dropped"
+            f"finished; {recorder.dropped_calls} calls of unfinished {workload.noun} set aside "
+            "in dropped/" + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
         )
     tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
     return RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker)
@@ -189,6 +221,7 @@ async def drive(run: RunState) -> SchedulerReport:
         await _start_scrapers(run, endpoints, stack)
         run.sched = Scheduler(run.plan, _load_spec(run.cfg), _session_runner(run, clients))
         sched = run.sched
+        run.recorder.on_write_error = lambda _e: _stop_on_write_error(sched)
         run.tracker.active = lambda: sched.active
         run.tracker.lag_p99 = sched.lag.recent_p99
         if run.interrupts:
@@ -210,7 +243,11 @@ def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
 
     out_dir = run.out_dir
     summary = summarize(out_dir, slo=run.cfg.slo or None)
-    summary["client"] = client_block(rep, run.cfg, {"resume_attempt": run.attempt})
+    from agentload.results.client import combine_client, lag_histogram
+
+    block = client_block(rep, run.cfg, {"resume_attempt": run.attempt})
+    block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
+    summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
     code, reason = _exit_status(run, rep, summary)
     run.meta.update(
         {
@@ -236,13 +273,9 @@ def new_run_id() -> str:
 
 
 def _previous_meta(out_dir: Path) -> dict[str, Any]:
-    path = out_dir / "run.json"
-    if path.exists():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            meta = orjson.loads(path.read_bytes())
-            if isinstance(meta, dict):
-                return meta
-    return {}
+    from agentload.results.summary import load_run_meta
+
+    return load_run_meta(out_dir) or {}
 
 
 def _open_recorder(out_dir: Path, opts: RunOptions) -> Recorder:
@@ -260,7 +293,11 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     path = out_dir / "config.yaml"
     if not path.exists():
         raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
-    return build_config(path=path)
+    try:
+        return build_config(path=path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
+        raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
 
 
 # ---- phase 2 helpers ---------------------------------------------------------------------
@@ -420,6 +457,7 @@ def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
         session = out.session
         session["run_id"] = run_id
         session["warmup"] = item.warmup
+        session["attempt"] = attempt  # groups the monotonic clock's records
         session["intended_start_ns"] = intended_ns
         session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
         recorder.record_episode(session, out.trajectory)
@@ -497,6 +535,21 @@ def _exit_status(
     return EXIT_OK, rep.stop_reason
 
 
+def _stop_on_write_error(sched: Scheduler | None) -> None:
+    """Results can no longer be written: start nothing more, cancel what is in flight."""
+    if sched is not None:
+        sched.stop("failed")
+        sched.abort()
+
+
+def _raise_write_error(run: RunState) -> None:
+    err = run.recorder.write_error
+    if err is not None:
+        with contextlib.suppress(OSError):  # the disk may still be full
+            update_meta(run.out_dir, {"status": f"failed: {err}", "exit_code": 1})
+        raise err
+
+
 def _infra_failures(out_dir: Path) -> int:
     from agentload.results.jsonl import load_jsonl
 
@@ -518,8 +571,9 @@ def _write_report(out_dir: Path, summary: Mapping[str, Any]) -> list[Path]:
 
 def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
     """Update run.json after the recorder closed (merged, atomic)."""
+    from agentload.redact import redact_meta
     from agentload.results.jsonl import atomic_write_bytes
 
     cur = _previous_meta(out_dir)
-    cur.update(meta)
+    cur.update(redact_meta(meta))
     atomic_write_bytes(out_dir / "run.json", orjson.dumps(cur, option=orjson.OPT_INDENT_2))

@@ -13,7 +13,15 @@ import yaml
 
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
 from agentload.fmt import num, pct, secs
-from agentload.runner import EXIT_INTERRUPTED, EXIT_OK, RunOutcome, Say, execute_run, say_stderr
+from agentload.runner import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    RunOutcome,
+    Say,
+    execute_run,
+    results_lock,
+    say_stderr,
+)
 from agentload.util import dig
 
 SWEEP_SCHEMA = "agentload.sweep/1"
@@ -122,7 +130,13 @@ def sweep_table(doc: Mapping[str, Any]) -> Any:
     return t
 
 
-async def execute_sweep(
+async def execute_sweep(cfg: RunConfig, **kwargs: Any) -> tuple[dict[str, Any], int]:
+    """A sweep holds its root folder's lock; each point holds its own folder's."""
+    with results_lock(Path(cfg.out), "sweep"):
+        return await _execute_sweep(cfg, **kwargs)
+
+
+async def _execute_sweep(
     cfg: RunConfig,
     *,
     kind: str,  # concurrency | rate

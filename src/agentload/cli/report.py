@@ -12,7 +12,7 @@ from rich.table import Table
 
 from agentload.cli.app import app
 from agentload.fmt import pct, secs
-from agentload.results.jsonl import JsonlError
+from agentload.results.jsonl import ResultsError
 
 
 def _check_dir(path: Path) -> None:
@@ -48,19 +48,24 @@ def report_command(
         raise typer.BadParameter(str(e), param_hint="--slo") from None
     try:
         summary = summarize(out_dir, slo=thresholds)
-    except JsonlError as e:
+    except ResultsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     # Keep what the run itself added to summary.json (the client's own figures).
     old = out_dir / SUMMARY
     if old.exists():
         try:
-            prev: dict[str, Any] = orjson.loads(old.read_bytes())
-        except orjson.JSONDecodeError:
+            prev: Any = orjson.loads(old.read_bytes())
+        except (orjson.JSONDecodeError, OSError):
             prev = {}
-        for key, value in prev.items():
-            summary.setdefault(key, value)
-    paths = [write_summary(out_dir, summary), *write_report(out_dir, summary)]
+        for key, value in (prev if isinstance(prev, dict) else {}).items():
+            if isinstance(value, dict):  # a damaged summary.json contributes nothing odd
+                summary.setdefault(key, value)
+    try:
+        paths = [write_summary(out_dir, summary), *write_report(out_dir, summary)]
+    except OSError as e:
+        typer.echo(f"error: cannot write to {e.filename or out_dir}: {e.strerror or e}", err=True)
+        raise typer.Exit(1) from None
     console = Console()
     if not quiet:
         console.print(summary_table(summary))
@@ -90,7 +95,7 @@ def compare_command(
     _check_dir(dir_b)
     try:
         res = compare_dirs(dir_a, dir_b, role)
-    except JsonlError as e:
+    except ResultsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if json_out:

@@ -7,10 +7,11 @@ from typing import Any
 
 import typer
 import yaml
+from pydantic import ValidationError
 
 from agentload.cli.app import app
 from agentload.cli.options import Opt, command_options
-from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig
+from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig, describe_errors
 from agentload.sim.profiles import BUILTIN_PROFILES
 
 SERVER = "Server"
@@ -47,6 +48,22 @@ SIM_OPTIONS = [
         "default: the built-in approximation (~4 characters per token).",
         SERVER,
         metavar="FILE",
+    ),
+    _sim(
+        "header_timeout_s",
+        "--header-timeout",
+        float,
+        "Seconds a connection has to send a request's headers, then it is closed.",
+        SERVER,
+        metavar="S",
+    ),
+    _sim(
+        "body_timeout_s",
+        "--body-timeout",
+        float,
+        "Seconds a request's body may take to arrive (408 and close otherwise).",
+        SERVER,
+        metavar="S",
     ),
     _sim(
         "profile",
@@ -242,7 +259,7 @@ def _parse_kinds(values: list[str]) -> list[FaultKind]:
 
 
 def sim_config(a: dict[str, Any]) -> SimConfig:
-    """The SimConfig the parsed flags describe (ValueError for values it refuses)."""
+    """The SimConfig the parsed flags describe (ValidationError for values it refuses)."""
     fields = {k: v for k, v in a.items() if k not in ("no_prefix_caching", "log_level")}
     fields["prefix_caching"] = not a["no_prefix_caching"]
     fields["behaviour_options"] = _parse_options(a["behaviour_options"])
@@ -259,9 +276,10 @@ def sim_command(**a: Any) -> None:
     )
     try:
         config = sim_config(a)
-    except ValueError as exc:
-        typer.echo(f"agentload sim: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    except ValidationError as exc:
+        for line in describe_errors(exc):
+            typer.echo(f"agentload sim: {line}", err=True)
+        raise typer.Exit(2) from None
     from agentload.sim.api import run_blocking
 
     run_blocking(config)

@@ -17,6 +17,14 @@ import orjson
 
 from agentload.client.config import EndpointConfig
 from agentload.client.record import CallRecord, ItlSummary
+from agentload.client.safety import (
+    RETRY_AFTER_MAX_S,
+    BadShape,
+    parse_retry_after,
+    redact,
+    split_userinfo,
+    usage_counts,
+)
 from agentload.client.sse import SSEParser
 from agentload.client.tokens import (
     HeuristicCounter,
@@ -40,6 +48,9 @@ _OVERFLOW_RE = re.compile(
     re.IGNORECASE,
 )
 _EXCERPT = 300
+# What a chunk or body of the wrong shape raises when the per-chunk code meets it: caught once
+# around the whole chunk instead of type checks on every field of every chunk.
+_SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, BadShape)
 _call_ids = itertools.count(1)
 _pid = os.getpid()
 
@@ -47,11 +58,18 @@ _pid = os.getpid()
 class CallError(Exception):
     """Raised inside an attempt; carries the error kind of the taxonomy."""
 
-    def __init__(self, kind: str, message: str = "", http_status: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        message: str = "",
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message or kind)
         self.kind = kind
         self.message = message
         self.http_status = http_status
+        self.retry_after = retry_after  # seconds, from a 429/503's Retry-After header
 
 
 class CallResult:
@@ -96,17 +114,20 @@ class _Attempt:
 
     __slots__ = (
         "content",
+        "counts",
         "finish_reason",
         "first_token_ns",
         "headers_ns",
         "reasoning",
         "saw_done",
+        "secrets",
         "token_times",
         "tool_slots",
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = secrets  # redacted from every message built from the reply
         self.headers_ns: int | None = None
         self.first_token_ns: int | None = None
         self.token_times: list[int] = []
@@ -115,6 +136,7 @@ class _Attempt:
         self.tool_slots: dict[int, list[Any]] = {}  # index -> [id, type, name, [arg pieces]]
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.counts: tuple[int | None, ...] = (None, None, None, None)  # checked usage
         self.saw_done = False
 
 
@@ -213,17 +235,36 @@ def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
     )
 
 
-def classify_http_error(status: int, body: bytes) -> CallError:
+def _excerpt(message: str, secrets: Sequence[str], limit: int = _EXCERPT) -> str:
+    # Redact before cutting, so a key cut in half by the limit cannot leak its first part.
+    return " ".join(redact(message, secrets).split())[:limit]
+
+
+def _raw_excerpt(data: bytes, secrets: Sequence[str]) -> str:
+    """A short, redacted, printable excerpt of raw reply bytes for an error message."""
+    text = redact(data[:4096].decode("utf-8", "replace"), secrets)
+    return repr(text[:120])
+
+
+def _error_text(err: Any) -> str:
+    """The message of an OpenAI-style `error` value, whatever its shape."""
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("detail") or err
+        return msg if isinstance(msg, str) else str(msg)
+    return err if isinstance(err, str) else str(err)
+
+
+def classify_http_error(status: int, body: bytes, secrets: Sequence[str] = ()) -> CallError:
     text = body[:4096].decode("utf-8", "replace")
     message = text
     with contextlib.suppress(Exception):
         obj = _loads(body)
         err = obj.get("error", obj) if isinstance(obj, dict) else obj
         if isinstance(err, dict):
-            message = str(err.get("message") or err.get("detail") or text)
+            message = _error_text(err) if (err.get("message") or err.get("detail")) else text
         elif isinstance(err, str):
             message = err
-    excerpt = " ".join(message.split())[:_EXCERPT]
+    excerpt = _excerpt(message, secrets)
     if status in (400, 413, 422) and _OVERFLOW_RE.search(text):
         return CallError("context_overflow", excerpt, status)
     return CallError(f"http_{status}", excerpt, status)
@@ -249,7 +290,9 @@ class ChatClient:
         self._own_session = session is None
         self._counter: TokenCounter = token_counter or HeuristicCounter()
         self.on_record = on_record
-        self._url = endpoint.chat_url
+        # Credentials in the URL (http://user:pass@host/v1) go out as a Basic header instead,
+        # and only when no API key is configured; the URL itself is sent without them.
+        self._url, self._url_auth, self._url_secrets = split_userinfo(endpoint.chat_url)
         self._base_headers = {"Content-Type": "application/json", **endpoint.headers}
 
     async def __aenter__(self) -> ChatClient:
@@ -374,18 +417,22 @@ class ChatClient:
             rec.start_ns = rec.end_ns = _now_ns()
             self._emit(rec)
             return result
+        secrets = self._url_secrets
         if key:
             hdrs["Authorization"] = f"Bearer {key}"
+            secrets = (key, *secrets)
+        elif self._url_auth is not None and not any(k.lower() == "authorization" for k in hdrs):
+            hdrs["Authorization"] = self._url_auth  # an explicit header wins over the URL
 
         policy = ep.retry
         t_first = _now_ns()
         attempt = 0
-        acc = _Attempt()
+        acc = _Attempt(secrets)
         err: CallError | None = None
         cancelled = False
         while True:
             attempt += 1
-            acc = _Attempt()
+            acc = _Attempt(secrets)
             t0 = _now_ns()
             rec.start_ns = t0
             try:
@@ -396,14 +443,24 @@ class ChatClient:
             except asyncio.CancelledError:
                 err = CallError("cancelled", "cancelled by the caller")
                 cancelled = True
+            except Exception as e:  # a bug of ours must still leave its record
+                err = CallError("client_error", f"{type(e).__name__}: {e}")
             rec.end_ns = _now_ns()
             if err is None or cancelled or attempt >= policy.max_attempts:
                 break
             if err.kind not in policy.retry_on:
                 break
-            ceiling = min(policy.backoff_max, policy.backoff_base * (2 ** (attempt - 1)))
+            if err.retry_after is not None:
+                # The server said when to come back (429 / 503 Retry-After): wait that long,
+                # within a bound, instead of the jittered backoff.
+                delay = min(err.retry_after, RETRY_AFTER_MAX_S)
+                rec.retry_after_s = delay
+            else:
+                ceiling = min(policy.backoff_max, policy.backoff_base * (2 ** (attempt - 1)))
+                delay = random.uniform(0, ceiling)
+            rec.retry_wait_s += delay
             try:
-                await asyncio.sleep(random.uniform(0, ceiling))
+                await asyncio.sleep(delay)
             except asyncio.CancelledError:
                 cancelled = True
                 err = CallError("cancelled", "cancelled by the caller")
@@ -411,7 +468,13 @@ class ChatClient:
 
         rec.attempts = attempt
         rec.total_s = (rec.end_ns - t_first) / 1e9
-        self._finish(rec, result, acc, err, messages, tools, keep_itl)
+        try:
+            self._finish(rec, result, acc, err, messages, tools, keep_itl)
+        except Exception as e:  # never lose the record, even to a bug in the accounting
+            rec.status, rec.error_kind = "error", "client_error"
+            rec.error_message = f"{type(e).__name__}: {e}"
+        if rec.error_message and secrets:
+            rec.error_message = redact(rec.error_message, secrets)
         self._emit(rec)
         if cancelled:
             raise asyncio.CancelledError
@@ -436,7 +499,10 @@ class ChatClient:
                 acc.headers_ns = _now_ns()
                 got_headers = True
                 if resp.status != 200:
-                    raise classify_http_error(resp.status, await resp.read())
+                    err = classify_http_error(resp.status, await resp.read(), acc.secrets)
+                    if resp.status in (429, 503):
+                        err.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                    raise err
                 if is_stream:
                     await self._read_stream(resp, acc, dog)
                 else:
@@ -488,52 +554,66 @@ class ChatClient:
                     obj = _loads(data)
                 except orjson.JSONDecodeError:
                     raise CallError(
-                        "malformed_stream", f"bad JSON in stream: {data[:120]!r}"
+                        "malformed_stream", f"bad JSON in stream: {_raw_excerpt(data, acc.secrets)}"
                     ) from None
-                if not isinstance(obj, dict):
-                    raise CallError("malformed_stream", f"unexpected event: {data[:120]!r}")
-                choices = obj.get("choices")
-                if choices:
-                    ch = choices[0]
-                    delta = ch.get("delta")
-                    if delta:
-                        c = delta.get("content")
-                        if c:
-                            content.append(c)
-                        tok = bool(c)
-                        # Most events carry only "content": skip the other look-ups then.
-                        if len(delta) > 1 or not c:
-                            r = delta.get("reasoning_content") or delta.get("reasoning")
-                            if r:
-                                reasoning.append(r)
-                                tok = True
-                            tcs = delta.get("tool_calls")
-                            if tcs:
-                                _merge_tool_calls(slots, tcs)
-                                tok = True
-                        if tok:
-                            times.append(now)
-                            if acc.first_token_ns is None:
-                                acc.first_token_ns = now
-                                dog.first_token(now)
-                    fr = ch.get("finish_reason")
-                    if fr:
-                        acc.finish_reason = fr
-                elif "error" in obj:
-                    e = obj["error"]
-                    msg = e.get("message", str(e)) if isinstance(e, dict) else str(e)
-                    code = e.get("code") if isinstance(e, dict) else None
-                    kind = "stream_error"
-                    if _OVERFLOW_RE.search(msg):
-                        kind = "context_overflow"
+                # Any chunk of the wrong shape (a number for a string, null for an object, a
+                # list for a dict) fails inside this block with one of _SHAPE_ERRORS; content
+                # and reasoning pieces of the wrong type are caught when joined (_collect).
+                try:
+                    choices = obj.get("choices")
+                    if choices:
+                        ch = choices[0]
+                        delta = ch.get("delta")
+                        if delta:
+                            c = delta.get("content")
+                            if c:
+                                content.append(c)
+                            tok = bool(c)
+                            # Most events carry only "content": skip the other look-ups then.
+                            if len(delta) > 1 or not c:
+                                if c is not None and c.__class__ is not str:
+                                    raise BadShape("delta.content is not a string")
+                                r = delta.get("reasoning_content") or delta.get("reasoning")
+                                if r:
+                                    reasoning.append(r)
+                                    tok = True
+                                tcs = delta.get("tool_calls")
+                                if tcs:
+                                    _merge_tool_calls(slots, tcs)
+                                    tok = True
+                                elif tcs is not None and tcs.__class__ is not list:
+                                    raise BadShape("delta.tool_calls is not a list")
+                            if tok:
+                                times.append(now)
+                                if acc.first_token_ns is None:
+                                    acc.first_token_ns = now
+                                    dog.first_token(now)
+                        elif delta is None:
+                            # Choices without a delta occur (content-filter notes); a full
+                            # `message` where the delta belongs would lose the answer.
+                            if "message" in ch:
+                                raise BadShape("a non-streamed message inside a stream")
+                        elif delta.__class__ is not dict:
+                            raise BadShape("delta is not an object")
+                        fr = ch.get("finish_reason")
+                        if fr:
+                            if fr.__class__ is not str:
+                                raise BadShape("finish_reason is not a string")
+                            acc.finish_reason = fr
+                    elif choices is not None and choices.__class__ is not list:
+                        raise BadShape("choices is not a list")
+                    elif "error" in obj:
+                        _raise_error_event(obj["error"], acc.secrets)
+                    u = obj.get("usage")
+                    if u is not None:
+                        # Checked on arrival: a later good chunk must not hide a bad one.
+                        acc.counts = usage_counts(u)
+                        acc.usage = u
+                except _SHAPE_ERRORS as e:
                     raise CallError(
-                        kind,
-                        " ".join(msg.split())[:_EXCERPT],
-                        code if isinstance(code, int) else None,
-                    )
-                u = obj.get("usage")
-                if u:
-                    acc.usage = u
+                        "malformed_stream",
+                        f"chunk of the wrong shape ({_why(e)}): {_raw_excerpt(data, acc.secrets)}",
+                    ) from None
         for data in parser.flush():
             if data == _DONE:
                 acc.saw_done = True
@@ -544,24 +624,45 @@ class ChatClient:
         try:
             obj = _loads(raw)
         except orjson.JSONDecodeError:
-            raise CallError("malformed_stream", f"bad JSON response: {raw[:120]!r}") from None
-        if not isinstance(obj, dict) or not obj.get("choices"):
-            if isinstance(obj, dict) and "error" in obj:
-                e = obj["error"]
-                msg = e.get("message", str(e)) if isinstance(e, dict) else str(e)
-                raise CallError("stream_error", " ".join(msg.split())[:_EXCERPT])
-            raise CallError("malformed_stream", f"response without choices: {raw[:120]!r}")
-        ch = obj["choices"][0]
-        msg = ch.get("message") or {}
-        if msg.get("content"):
-            acc.content.append(msg["content"])
-        r = msg.get("reasoning_content") or msg.get("reasoning")
-        if r:
-            acc.reasoning.append(r)
-        if msg.get("tool_calls"):
-            _merge_tool_calls(acc.tool_slots, msg["tool_calls"])
-        acc.finish_reason = ch.get("finish_reason")
-        acc.usage = obj.get("usage")
+            raise CallError(
+                "malformed_stream", f"bad JSON response: {_raw_excerpt(raw, acc.secrets)}"
+            ) from None
+        if isinstance(obj, dict) and not obj.get("choices") and "error" in obj:
+            _raise_error_event(obj["error"], acc.secrets)
+        try:
+            choices = obj["choices"]
+            if choices.__class__ is not list or not choices:
+                raise BadShape("no choices")
+            ch = choices[0]
+            msg = ch["message"]
+            if msg.__class__ is not dict:
+                raise BadShape("message is not an object")
+            c = msg.get("content")
+            if c:
+                acc.content.append(c)
+            elif c is not None and c.__class__ is not str:
+                raise BadShape("message.content is not a string")
+            r = msg.get("reasoning_content") or msg.get("reasoning")
+            if r:
+                acc.reasoning.append(r)
+            tcs = msg.get("tool_calls")
+            if tcs:
+                _merge_tool_calls(acc.tool_slots, tcs)
+            elif tcs is not None and tcs.__class__ is not list:
+                raise BadShape("message.tool_calls is not a list")
+            fr = ch.get("finish_reason")
+            if fr is not None and fr.__class__ is not str:
+                raise BadShape("finish_reason is not a string")
+            acc.finish_reason = fr
+            u = obj.get("usage")
+            if u is not None:
+                acc.counts = usage_counts(u)
+                acc.usage = u
+        except _SHAPE_ERRORS as e:
+            raise CallError(
+                "malformed_stream",
+                f"response of the wrong shape ({_why(e)}): {_raw_excerpt(raw, acc.secrets)}",
+            ) from None
         acc.saw_done = True
 
     def _finish(
@@ -584,28 +685,19 @@ class ChatClient:
         rec.itl = summary
         if keep_itl:
             rec.itl_s = gaps
-        result.content = "".join(acc.content)
-        result.reasoning = "".join(acc.reasoning)
-        result.tool_calls = [
-            {
-                "id": s[0] or f"call_{rec.call_id}_{i}",
-                "type": s[1] or "function",
-                "function": {"name": s[2], "arguments": "".join(s[3])},
-            }
-            for i, s in sorted(acc.tool_slots.items())
-        ]
-        rec.num_tool_calls = len(result.tool_calls)
-        rec.finish_reason = acc.finish_reason
-        result.usage = acc.usage
-        u = acc.usage
-        if u:
-            rec.prompt_tokens = u.get("prompt_tokens")
-            rec.completion_tokens = u.get("completion_tokens")
-            ptd = u.get("prompt_tokens_details") or {}
-            rec.cached_tokens = ptd.get("cached_tokens")
-            ctd = u.get("completion_tokens_details") or {}
-            rec.reasoning_tokens = ctd.get("reasoning_tokens")
-        elif err is None or acc.token_times:
+        try:
+            _collect(rec, result, acc)
+        except _SHAPE_ERRORS as e:
+            # Pieces of the wrong type (content 123, a usage string): the reply is malformed,
+            # unless the attempt already failed for a reason of its own, which stays.
+            result.content, result.reasoning, result.tool_calls = "", "", []
+            rec.num_tool_calls, rec.finish_reason = 0, None
+            rec.prompt_tokens = rec.completion_tokens = None
+            rec.cached_tokens = rec.reasoning_tokens = None
+            acc.usage = result.usage = None
+            if err is None:
+                err = CallError("malformed_stream", f"reply of the wrong shape: {_why(e)}")
+        if acc.usage is None and (err is None or acc.token_times):
             # No usage from the server: estimate, and say so.
             c = self._counter
             rec.tokens_estimated = True
@@ -628,26 +720,76 @@ class ChatClient:
             rec.http_status = 200
 
 
+def _collect(rec: CallRecord, result: CallResult, acc: _Attempt) -> None:
+    """Assemble text, tool calls, finish reason and usage; raises on pieces of the wrong type."""
+    result.content = "".join(acc.content)
+    result.reasoning = "".join(acc.reasoning)
+    result.tool_calls = [
+        {
+            "id": s[0] or f"call_{rec.call_id}_{i}",
+            "type": s[1] or "function",
+            "function": {"name": s[2], "arguments": "".join(s[3])},
+        }
+        for i, s in sorted(acc.tool_slots.items())
+    ]
+    rec.num_tool_calls = len(result.tool_calls)
+    rec.finish_reason = acc.finish_reason
+    if acc.usage:
+        rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.reasoning_tokens = (
+            acc.counts
+        )
+    else:
+        acc.usage = None  # `usage: {}` says nothing: estimate as if absent
+    result.usage = acc.usage
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, BadShape) else f"{type(exc).__name__}: {exc}"[:120]
+
+
+def _raise_error_event(err: Any, secrets: Sequence[str]) -> None:
+    """Raise the CallError of an `{"error": ...}` object sent instead of a reply."""
+    msg = _error_text(err)
+    code = err.get("code") if isinstance(err, dict) else None
+    kind = "context_overflow" if _OVERFLOW_RE.search(msg) else "stream_error"
+    raise CallError(
+        kind, _excerpt(msg, secrets), code if code.__class__ is int and 100 <= code < 600 else None
+    )
+
+
 def _merge_tool_calls(slots: dict[int, list[Any]], fragments: list[dict[str, Any]]) -> None:
+    # Called only for events that carry tool calls, so these type checks cost nothing on the
+    # content path; a wrong type here would otherwise surface later, in the caller's code.
     for tc in fragments:
         idx = tc.get("index")
         tc_id = tc.get("id")
+        if tc_id is not None and tc_id.__class__ is not str:
+            raise BadShape("tool_calls[].id is not a string")
         if idx is None:
             # Servers that omit the index: a new id starts a new call, otherwise continue.
             last = max(slots) if slots else -1
             idx = last + 1 if last < 0 or (tc_id and tc_id != slots[last][0]) else last
+        elif idx.__class__ is not int or not 0 <= idx < 1 << 16:
+            raise BadShape(f"tool_calls[].index is not a small integer: {str(idx)[:40]!r}")
         slot = slots.get(idx)
         if slot is None:
             slot = slots[idx] = [None, None, "", []]
         if tc_id and not slot[0]:
             slot[0] = tc_id
-        if tc.get("type") and not slot[1]:
-            slot[1] = tc["type"]
+        typ = tc.get("type")
+        if typ is not None and typ.__class__ is not str:
+            raise BadShape("tool_calls[].type is not a string")
+        if typ and not slot[1]:
+            slot[1] = typ
         fn = tc.get("function")
         if fn:
             name = fn.get("name")
+            if name is not None and name.__class__ is not str:
+                raise BadShape("tool_calls[].function.name is not a string")
             if name and not slot[2]:
                 slot[2] = name
             args = fn.get("arguments")
             if args:
                 slot[3].append(args if isinstance(args, str) else orjson.dumps(args).decode())
+        elif fn is not None and fn.__class__ is not dict:
+            raise BadShape("tool_calls[].function is not an object")

@@ -25,6 +25,8 @@ ERROR_KINDS: tuple[str, ...] = (
     "malformed_stream",
     "context_overflow",
     "cancelled",
+    "config_error",
+    "client_error",
 )
 
 
@@ -80,6 +82,10 @@ class CallRecord:
     http_status: int | None = None
     attempts: int = 1
     schema: str = CALL_SCHEMA
+    # Seconds slept between attempts (backoff and Retry-After together), and the last wait a
+    # server asked for with Retry-After (after the cap), if any.
+    retry_wait_s: float = 0.0
+    retry_after_s: float | None = None
 
     @property
     def ok(self) -> bool:

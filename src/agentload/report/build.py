@@ -9,8 +9,9 @@ from typing import Any
 from agentload import stats
 from agentload.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.report.document import Document, to_html, to_markdown
-from agentload.results.jsonl import atomic_write_bytes, load_jsonl
+from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import SERVER_METRICS
+from agentload.results.validate import Integrity, clean_samples
 from agentload.util import dig
 
 PCTS = [stats.pct_key(p) for p in stats.PERCENTILES]
@@ -440,7 +441,7 @@ def _slo(doc: Document, slo: Mapping[str, Any]) -> None:
 def write_report(out_dir: Path | str, summary: Mapping[str, Any]) -> list[Path]:
     """report.md, report.html and charts/*.png in `out_dir`; returns the written paths."""
     out_dir = Path(out_dir)
-    samples = load_jsonl(out_dir / SERVER_METRICS)
+    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
     from agentload.report import charts  # matplotlib: only when a report is drawn
 
     pngs = charts.write_charts(out_dir, summary, samples)

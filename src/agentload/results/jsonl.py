@@ -1,9 +1,10 @@
 """JSONL reading and repair for the append-only results files.
 
 Every record is written as one `write()` of `json + "\\n"`, so a process killed mid-write can
-leave at most one incomplete line, and only at the end of a file. Readers skip such a torn
-last line with a warning; a bad line anywhere else means the file was damaged some other way
-and is reported with its file and line number.
+leave at most one incomplete line, and only at the end of a file. A bad line anywhere else
+means the file was damaged some other way (a disk error, an edit, two writers). Readers skip
+every unreadable line with a warning naming `file:line` and keep the rest: one damaged line
+never costs the records around it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,36 @@ import orjson
 log = logging.getLogger("agentload.results")
 
 
-class JsonlError(ValueError):
+class ResultsError(ValueError):
+    """A results folder that cannot be read or written; the message is one line."""
+
+
+class JsonlError(ResultsError):
     """A corrupt line in a results file; the message names `file:line`."""
 
     def __init__(self, path: Path, line: int, reason: str) -> None:
         super().__init__(f"{path}:{line}: {reason}")
         self.path = path
         self.line = line
+
+
+# Bad lines named one by one in the log before the rest are only counted.
+MAX_WARNINGS_PER_FILE = 5
+
+
+@dataclass
+class JsonlRead:
+    """The readable records of a JSONL file, with where each came from and what was not."""
+
+    path: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # 1-based line of each record
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line, reason), skipped
+    missing: bool = False
+
+    def where(self, i: int) -> str:
+        """`file:line` of record i."""
+        return f"{self.path}:{self.lines[i]}"
 
 
 def _split(data: bytes) -> list[bytes]:
@@ -35,31 +60,48 @@ def _split(data: bytes) -> list[bytes]:
     return lines
 
 
-def load_jsonl(path: Path | str) -> list[dict[str, Any]]:
-    """All records of a JSONL file (missing file: empty list).
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: is a directory, expected a JSONL file") from None
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
 
-    A last line that does not parse (a kill mid-write) is skipped with a warning; any other
-    bad line raises `JsonlError` naming `file:line`. Blank lines are ignored.
+
+def read_jsonl(path: Path | str, *, warn: bool = True) -> JsonlRead:
+    """Every readable record of a JSONL file; unreadable lines are skipped and listed.
+
+    A line that is not one JSON object (torn by a kill, damaged, binary garbage, two objects
+    on one line like `{...},{...}`) is skipped with a warning naming `file:line`; the other
+    lines are kept. Blank lines are ignored. A missing file reads as empty.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    # Fast path: the whole file as one JSON array in a single C call (a JSON line never holds
-    # a raw newline). Any problem falls through to the line-by-line pass that locates it.
+    out = JsonlRead(path)
+    data = _read_bytes(path)
+    if data is None:
+        out.missing = True
+        return out
     body = data.strip()
     if not body:
-        return []
+        return out
+    # Fast path: the whole file as one JSON array in a single C call (a JSON line never holds
+    # a raw newline). It only counts when it yields exactly one object per line: a line such
+    # as `{...},{...}` would otherwise pass as two records.
     try:
         fast = orjson.loads(b"[" + body.replace(b"\n", b",") + b"]")
     except orjson.JSONDecodeError:
         pass
     else:
-        if all(type(o) is dict for o in fast):
-            return fast
+        n_lines = body.count(b"\n") + 1
+        if len(fast) == n_lines and all(type(o) is dict for o in fast):
+            lead = data[: len(data) - len(data.lstrip())].count(b"\n")
+            out.records = fast
+            out.lines = list(range(lead + 1, lead + 1 + n_lines))
+            return out
     lines = _split(data)
-    out: list[dict[str, Any]] = []
     last = len(lines) - 1
     loads = orjson.loads
     for i, line in enumerate(lines):
@@ -68,17 +110,30 @@ def load_jsonl(path: Path | str) -> list[dict[str, Any]]:
         try:
             obj = loads(line)
         except orjson.JSONDecodeError as e:
-            if i == last:
-                log.warning("%s:%d: skipping a torn last line (%d bytes)", path, i + 1, len(line))
-                continue
-            raise JsonlError(path, i + 1, f"invalid JSON: {e}") from None
+            reason = "torn last line" if i == last else f"invalid JSON ({e})"
+            out.bad.append((i + 1, reason))
+            continue
         if not isinstance(obj, dict):
-            if i == last:
-                log.warning("%s:%d: skipping a torn last line", path, i + 1)
-                continue
-            raise JsonlError(path, i + 1, f"expected a JSON object, got {type(obj).__name__}")
-        out.append(obj)
+            out.bad.append((i + 1, f"expected a JSON object, got {type(obj).__name__}"))
+            continue
+        out.records.append(obj)
+        out.lines.append(i + 1)
+    if warn:
+        warn_bad(out)
     return out
+
+
+def warn_bad(read: JsonlRead) -> None:
+    for line, reason in read.bad[:MAX_WARNINGS_PER_FILE]:
+        log.warning("%s:%d: skipping a line: %s", read.path, line, reason[:200])
+    more = len(read.bad) - MAX_WARNINGS_PER_FILE
+    if more > 0:
+        log.warning("%s: skipped %d more unreadable lines", read.path, more)
+
+
+def load_jsonl(path: Path | str) -> list[dict[str, Any]]:
+    """All readable records of a JSONL file (missing file: empty list); see `read_jsonl`."""
+    return read_jsonl(path).records
 
 
 def dumps_line(obj: Any) -> bytes:

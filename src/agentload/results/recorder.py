@@ -8,18 +8,28 @@ disk sync per record.
 
 Commit point: an episode counts as finished once its line is in sessions.jsonl. Its trajectory
 is written just before and its calls as they complete, so after a kill the files can hold
-calls and a trajectory of an episode with no session line. `Recorder(out, resume=True)` drops
-those (atomic rewrite) and cuts a torn last line, so that the resumed run re-runs exactly the
-unfinished (task, trial) pairs and the final files hold each pair once.
+calls and a trajectory of an episode with no session line. `Recorder(out, resume=True)` moves
+those (and a torn last line, and any unreadable line) to `dropped/` (agentload.results.resume),
+so that the resumed run re-runs exactly the unfinished (task, trial) pairs, the final files
+hold each pair once, and nothing recorded is deleted.
+
+Secrets: known secret values of the run (`add_secrets`) are replaced in every line before it
+is written, and config.yaml / run.json go through `agentload.redact`.
+
+A failed write (a full disk, a folder gone read-only) is reported once through
+`on_write_error` and kept in `write_error`; the recorder then stops writing rather than
+raising into every episode in flight.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,14 +37,9 @@ import orjson
 import yaml
 
 from agentload.client.record import CallRecord
-from agentload.results.jsonl import (
-    atomic_write_bytes,
-    atomic_write_lines,
-    dumps_line,
-    load_jsonl,
-    log,
-    repair_torn_tail,
-)
+from agentload.redact import REDACTED, Scrubber, redact, redact_meta
+from agentload.results.jsonl import ResultsError, atomic_write_bytes, dumps_line, log
+from agentload.results.resume import prepare_resume, session_key
 
 RUN_SCHEMA = "agentload.run/1"
 
@@ -47,52 +52,18 @@ RUN = "run.json"
 SUMMARY = "summary.json"
 RECORD_FILES = (CALLS, SESSIONS, TRAJECTORIES, SERVER_METRICS)
 
-REDACTED = "<redacted>"
-_SECRET_NAMES = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "authorization",
-        "proxy-authorization",
-        "password",
-        "secret",
-        "token",
-        "access_token",
-        "refresh_token",
-        "bearer",
-        "x-api-key",
-        "client_secret",
-    }
-)
-_SECRET_SUFFIXES = ("api_key", "_token", "_secret", "_password", "-api-key", "-token")
+__all__ = ["REDACTED", "Recorder", "ResultsWriteError", "redact", "session_key"]
 
 
-def _is_secret_key(key: str) -> bool:
-    k = key.lower()
-    if k.endswith("_env"):  # the name of an environment variable, not its value
-        return False
-    return k in _SECRET_NAMES or k.endswith(_SECRET_SUFFIXES)
+class ResultsWriteError(ResultsError):
+    """Writing into the results folder failed (full disk, read-only, permissions)."""
 
 
-def redact(obj: Any) -> Any:
-    """A copy of `obj` with the values of secret-looking keys replaced by `<redacted>`."""
-    if isinstance(obj, Mapping):
-        out: dict[Any, Any] = {}
-        for k, v in obj.items():
-            if isinstance(k, str) and _is_secret_key(k) and v not in (None, ""):
-                out[k] = REDACTED
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(obj, list | tuple):
-        return [redact(v) for v in obj]
-    return obj
-
-
-def session_key(session: Mapping[str, Any]) -> tuple[str, int]:
-    """(task, trial) identity of an episode; replayed conversations key by conversation id."""
-    task = session.get("task_id") or session.get("conversation_id") or session.get("session_id")
-    return (str(task), int(session.get("trial") or 0))
+def write_error(path: Path, e: OSError) -> ResultsWriteError:
+    reason = e.strerror or str(e)
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason += " (the disk is full: free space, then `agentload run --resume` the folder)"
+    return ResultsWriteError(f"cannot write {path}: {reason}")
 
 
 class Recorder:
@@ -121,6 +92,11 @@ class Recorder:
         self.dropped_calls = 0
         self.dropped_trajectories = 0
         self.repaired_files: list[str] = []
+        self.set_aside: dict[str, int] = {}
+        self.rebuilt_sessions = 0
+        self.scrubber = Scrubber()
+        self.write_error: ResultsWriteError | None = None
+        self.on_write_error: Callable[[ResultsWriteError], None] | None = None
         if resume:
             self._prepare_resume()
         else:
@@ -144,74 +120,44 @@ class Recorder:
         return p.exists() and p.stat().st_size > 0
 
     def _prepare_resume(self) -> None:
-        for name in RECORD_FILES:
-            if repair_torn_tail(self.out_dir / name):
-                self.repaired_files.append(name)
-        sessions = load_jsonl(self.out_dir / SESSIONS)
-        for s in sessions:
-            if s.get("session_id") is not None:
-                self._finished_sessions.add(str(s["session_id"]))
-            if not s.get("warmup"):
-                self._finished.add(session_key(s))
-        done = self._finished_sessions
-
-        def keep(rec: Mapping[str, Any]) -> bool:
-            sid = rec.get("session_id")
-            return sid is None or str(sid) in done
-
-        trajectories = load_jsonl(self.out_dir / TRAJECTORIES)
-        kept_t = [t for t in trajectories if keep(t)]
-        if len(kept_t) != len(trajectories):
-            self.dropped_trajectories = len(trajectories) - len(kept_t)
-            atomic_write_lines(self.out_dir / TRAJECTORIES, kept_t)
-        self._drop_orphan_calls(keep)
-        if self.dropped_calls or self.dropped_trajectories:
-            log.warning(
-                "%s: resume dropped %d calls and %d trajectories of unfinished episodes",
-                self.out_dir,
-                self.dropped_calls,
-                self.dropped_trajectories,
-            )
-        run = self.out_dir / RUN
-        if run.exists():
-            try:
-                self._prev_meta = orjson.loads(run.read_bytes())
-            except orjson.JSONDecodeError:
-                log.warning("%s: unreadable, starting fresh run metadata", run)
-
-    def _drop_orphan_calls(self, keep: Any) -> None:
-        # Rewritten line by line (not re-serialised) so the kept records stay byte-identical.
-        path = self.out_dir / CALLS
-        if not path.exists():
-            return
-        lines = path.read_bytes().splitlines(keepends=True)
-        kept: list[bytes] = []
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                from agentload.results.jsonl import JsonlError
-
-                raise JsonlError(path, i + 1, "invalid JSON") from None
-            if keep(rec):
-                kept.append(line if line.endswith(b"\n") else line + b"\n")
-        if len(kept) != len(lines):
-            self.dropped_calls = sum(1 for ln in lines if ln.strip()) - len(kept)
-            atomic_write_bytes(path, b"".join(kept))
+        st = prepare_resume(self.out_dir)
+        self._finished = st.finished
+        self._finished_sessions = st.finished_sessions
+        self._prev_meta = st.prev_meta
+        self.dropped_calls = st.dropped_calls
+        self.dropped_trajectories = st.dropped_trajectories
+        self.repaired_files = st.repaired_files
+        self.set_aside = st.set_aside
+        self.rebuilt_sessions = st.rebuilt_sessions
 
     # -- writing ------------------------------------------------------------------------
 
+    def add_secrets(self, secrets: Any) -> None:
+        """Values never to be written (API keys, passwords); replaced in every record."""
+        self.scrubber.add(secrets)
+
     def _append(self, name: str, data: bytes) -> None:
+        if self.scrubber:
+            data = self.scrubber.bytes(data)
+        failed: ResultsWriteError | None = None
         with self._lock:
             if self.closed:
                 raise ValueError(f"recorder for {self.out_dir} is closed")
+            if self.write_error is not None:
+                return  # already reported; the run is stopping
             f = self._files[name]
-            f.write(data)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+            try:
+                f.write(data)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            except OSError as e:
+                failed = self.write_error = write_error(self.out_dir / name, e)
+        if failed is not None:
+            if self.on_write_error is not None:
+                self.on_write_error(failed)
+            else:
+                log.error("%s", failed)
 
     def record_call(self, rec: CallRecord | Mapping[str, Any]) -> None:
         """Append one call to calls.jsonl (usable directly as `ChatClient(on_record=...)`)."""
@@ -258,10 +204,11 @@ class Recorder:
             "hostname": socket.gethostname(),
         }
         out.update(self._prev_meta)
-        out.update(redact(dict(meta)))
+        out.update(redact_meta(meta))
         out["schema"] = RUN_SCHEMA
         if self.resume and self._prev_meta:
-            out["resume_count"] = int(self._prev_meta.get("resume_count", 0)) + 1
+            prev = self._prev_meta.get("resume_count", 0)
+            out["resume_count"] = (prev if isinstance(prev, int) and prev >= 0 else 0) + 1
         else:
             out.setdefault("resume_count", 0)
         out["written_at"] = time.time()
@@ -276,7 +223,9 @@ class Recorder:
                 return
             self.closed = True
             for f in self._files.values():
-                f.close()
+                # A full disk fails the final flush again: already reported in write_error.
+                with contextlib.suppress(OSError):
+                    f.close()
 
     def __enter__(self) -> Recorder:
         return self

@@ -9,6 +9,7 @@ defines every figure.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import Counter, defaultdict
@@ -22,9 +23,13 @@ import orjson
 import yaml
 
 from agentload import __version__, stats
-from agentload.results.jsonl import atomic_write_bytes, load_jsonl
+from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
+from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
+from agentload.results.window import call_window, session_window
 from agentload.units import check_slo_key, parse_duration
+
+log = logging.getLogger("agentload.results")
 
 SUMMARY_SCHEMA = "agentload.summary/1"
 SUCCESS_REWARD = 1.0 - 1e-6  # an episode succeeds when its reward is 1 (float tolerance)
@@ -78,6 +83,7 @@ class CallArrays:
         self.tpot = col("tpot_s")
         self.started_at = col("started_at")
         self.total_s = col("total_s")
+        self.end_ns = col("end_ns")
         self.prompt = col("prompt_tokens")
         self.cached = col("cached_tokens")
         self.completion = col("completion_tokens")
@@ -384,24 +390,13 @@ def _episodes(
 
 
 def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+    """First start -> last end of the measured episodes (calls when there are none), from the
+    monotonic clock (agentload.results.window)."""
     if sessions:
-        starts = np.array([float(s.get("started_at") or 0.0) for s in sessions])
-        ends = np.array([session_end(s) for s in sessions])
-        source = "sessions"
-    elif m.any():
-        starts = np.nan_to_num(a.started_at[m])
-        ends = starts + np.nan_to_num(a.total_s[m])
-        source = "calls"
-    else:
-        return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
-    start, end = float(starts.min()), float(ends.max())
-    return {
-        "start": start,
-        "end": end,
-        "duration_s": max(0.0, end - start),
-        "active_s": _union_length(starts, ends),
-        "source": source,
-    }
+        return session_window(sessions)
+    if m.any():
+        return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
+    return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -429,12 +424,20 @@ def _config_slo(out_dir: Path) -> dict[str, float]:
         return {}
     try:
         cfg = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+        log.warning("%s: unreadable; no SLO thresholds taken from it", path)
         return {}
     slo = cfg.get("slo") if isinstance(cfg, dict) else None
     if not isinstance(slo, dict):
         return {}
-    return {str(k): parse_duration(v) for k, v in slo.items()}
+    out: dict[str, float] = {}
+    for k, v in slo.items():
+        try:
+            check_slo_key(str(k))
+            out[str(k)] = parse_duration(v)
+        except ValueError as e:
+            log.warning("%s: slo.%s ignored: %s", path, k, e)
+    return out
 
 
 @dataclass
@@ -448,12 +451,14 @@ class MeasuredRun:
     unfinished: np.ndarray  # calls of episodes with no session line
     sessions: list[dict[str, Any]]  # finished non-warmup episodes
     warmup_sessions: int
+    integrity: Integrity
 
 
 def load_measured(out_dir: Path | str) -> MeasuredRun:
     out_dir = Path(out_dir)
-    all_sessions = load_jsonl(out_dir / SESSIONS)
-    all_calls = load_jsonl(out_dir / CALLS)
+    integ = Integrity()
+    all_sessions = clean_sessions(read_jsonl(out_dir / SESSIONS), integ)
+    all_calls = clean_calls(read_jsonl(out_dir / CALLS), integ)
     warm_ids = {str(s.get("session_id")) for s in all_sessions if s.get("warmup")}
     sessions = [s for s in all_sessions if not s.get("warmup")]
     done_ids = {str(s.get("session_id")) for s in sessions}
@@ -466,7 +471,14 @@ def load_measured(out_dir: Path | str) -> MeasuredRun:
     # runner) is a calls-only run: every call counts.
     m = no_session | in_done if all_sessions else np.ones(a.n, dtype=bool)
     return MeasuredRun(
-        a, all_calls, m, in_warm, ~(m | in_warm), sessions, len(all_sessions) - len(sessions)
+        a,
+        all_calls,
+        m,
+        in_warm,
+        ~(m | in_warm),
+        sessions,
+        len(all_sessions) - len(sessions),
+        integ,
     )
 
 
@@ -549,7 +561,9 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
                 )
             )
         },
-        "server": _server(out_dir, window),
+        "server": _server(out_dir, window, run.integrity),
+        # What the readers skipped, flagged or counted once (agentload.results.validate).
+        "integrity": run.integrity.to_dict(),
     }
     return summary
 
@@ -560,13 +574,20 @@ def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError:
+        meta = orjson.loads(path.read_bytes())
+    except (orjson.JSONDecodeError, OSError):
+        log.warning("%s: unreadable run metadata, ignored", path)
         return None
+    if not isinstance(meta, dict):
+        log.warning("%s: not a JSON object, ignored", path)
+        return None
+    return meta
 
 
-def _server(out_dir: Path, window: Mapping[str, Any]) -> dict[str, Any] | None:
-    samples = load_jsonl(out_dir / SERVER_METRICS)
+def _server(
+    out_dir: Path, window: Mapping[str, Any], integ: Integrity | None = None
+) -> dict[str, Any] | None:
+    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS), integ or Integrity())
     if not samples:
         return None
     from agentload.servermetrics.summary import summarize_server

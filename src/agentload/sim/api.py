@@ -17,11 +17,16 @@ from typing import Any
 from aiohttp import web
 
 from agentload.sim.config import SimConfig
+from agentload.sim.guard import guarded_factory
 from agentload.sim.server import SimApp
 from agentload.util import gc_tuned
 
 STDIN_CONFIG_FLAG = "--stdin-config"
 """`python -m agentload.sim --stdin-config` reads its SimConfig as JSON on stdin."""
+
+
+class SimBindError(OSError):
+    """The simulator could not listen on its address (port in use, unknown host, ...)."""
 
 
 class _Addresses:
@@ -58,26 +63,49 @@ class SimServer(_Addresses):
         self.config = base.model_copy(update=overrides) if overrides else base
         self.sim: SimApp | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
         self.port: int = self.config.port
 
     async def start(self) -> SimServer:
-        self.sim = SimApp(self.config)
+        cfg = self.config
+        self.sim = SimApp(cfg)
         self.sim.start_engine()
         self._runner = web.AppRunner(
-            self.sim.app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+            self.sim.app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            keepalive_timeout=cfg.keepalive_timeout_s,
+            # After an early reply (401, 408) the rest of a body is drained for at most this
+            # long before the connection closes; aiohttp's 10 s would let a slow client hold
+            # the connection well past its body deadline.
+            lingering_time=min(1.0, cfg.body_timeout_s),
         )
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.config.host, self.config.port, backlog=4096, reuse_address=True
-        )
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
+        assert self._runner.server is not None
+        try:
+            # Our own listener rather than web.TCPSite: each connection gets the header
+            # deadline guard in front of aiohttp's protocol.
+            self._listener = await asyncio.get_running_loop().create_server(
+                guarded_factory(self._runner.server, cfg.header_timeout_s),
+                cfg.host,
+                cfg.port,
+                backlog=4096,
+                reuse_address=True,
+            )
+        except OSError as exc:
+            await self.stop()
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise SimBindError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
+        sockets = self._listener.sockets  # a tuple, empty once closed
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
         return self
 
     async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self.sim is not None:
             await self.sim.stop_engine()
         if self._runner is not None:
@@ -121,13 +149,17 @@ async def serve_forever(config: SimConfig, ready_line: bool = True) -> None:
 
 
 def run_blocking(config: SimConfig) -> None:
-    """Serve with uvloop when available."""
+    """Serve with uvloop when available; exit 2 with one line if the address is unusable."""
     try:
-        import uvloop
-    except ImportError:  # pragma: no cover - platform without uvloop
-        asyncio.run(serve_forever(config))
-        return
-    uvloop.run(serve_forever(config))
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - platform without uvloop
+            asyncio.run(serve_forever(config))
+            return
+        uvloop.run(serve_forever(config))
+    except SimBindError as exc:
+        print(f"agentload sim: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentload.sim.profiles import Profile, load_profile
 
@@ -58,12 +58,23 @@ class SimConfig(BaseModel):
     fault_after_tokens: int = Field(default=2, ge=0)
     # observability
     log_interval_s: float = Field(default=10.0, ge=0)
+    # connections that do not finish sending a request are closed after these
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    keepalive_timeout_s: float = Field(default=75.0, gt=0, le=86400)
 
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, value: str | Profile) -> str | Profile:
         if isinstance(value, str):
             load_profile(value)
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host_given(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
         return value
 
     def resolved_profile(self) -> Profile:
@@ -81,3 +92,29 @@ class SimConfig(BaseModel):
             if value is not None:
                 updates[key] = value
         return base.model_copy(update=updates)
+
+
+# Settings whose command-line flag is not the field name with dashes.
+_FLAGS = {
+    "prefix_caching": "--no-prefix-caching",
+    "behaviour_options": "--behaviour-option",
+    "log_interval_s": "--log-interval",
+    "header_timeout_s": "--header-timeout",
+    "body_timeout_s": "--body-timeout",
+    "keepalive_timeout_s": "--keepalive-timeout",
+}
+
+
+def describe_errors(exc: ValidationError, flags: bool = True) -> list[str]:
+    """One line per bad setting: its flag (or field name), what is wrong, the value given."""
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        name = loc[0] if loc else "settings"
+        label = _FLAGS.get(name, "--" + name.replace("_", "-")) if flags else name
+        if len(loc) > 1:
+            label += "[" + ".".join(loc[1:]) + "]"
+        msg = err["msg"].removeprefix("Value error, ")
+        shown = "" if err["type"] in ("value_error", "missing") else f" (got {err['input']!r})"
+        lines.append(f"{label}: {msg}{shown}"[:300])
+    return lines

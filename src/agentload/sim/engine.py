@@ -291,36 +291,9 @@ class Engine:
         """Pick this step's work; returns ``[(seq, new_tokens)]`` and the step's model time."""
         if self._aborts:
             self._purge_aborted()
+        p, bs, pool = self.p, self.bs, self.pool
+        budget = p.max_num_batched_tokens
         scheduled: list[tuple[Seq, int]] = []
-        budget, preempted, prefill_tokens, prefill_pairs, decode_seqs, decode_ctx = (
-            self._continue_running(scheduled)
-        )
-        if not preempted:
-            # vLLM admits no new sequence in a step that had to preempt one.
-            budget, admitted_tokens, admitted_pairs = self._admit_waiting(scheduled, budget)
-            prefill_tokens += admitted_tokens
-            prefill_pairs += admitted_pairs
-        if not scheduled:
-            return scheduled, 0.0
-        p = self.p
-        dt = (
-            p.step_overhead_s
-            + p.prefill_token_s * prefill_tokens
-            + p.decode_seq_s * decode_seqs
-            + p.prefill_attention_s * prefill_pairs
-            + p.decode_context_token_s * decode_ctx
-        )
-        self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
-        return scheduled, dt
-
-    def _continue_running(
-        self, scheduled: list[tuple[Seq, int]]
-    ) -> tuple[int, bool, int, float, int, int]:
-        """Give the running sequences their next tokens, in order, preempting from the back
-        when KV blocks run out. Returns (budget left, preempted, prefill tokens, prefill
-        attention pairs, decoding sequences, decode context tokens)."""
-        bs, pool = self.bs, self.pool
-        budget = self.p.max_num_batched_tokens
         prefill_tokens = 0
         prefill_pairs = 0.0
         decode_seqs = 0
@@ -334,10 +307,16 @@ class Engine:
             if n > budget:
                 n = budget
             need = -(-(seq.num_computed + n) // bs) - len(seq.blocks)
-            if need > pool.num_free:
+            self_preempted = False
+            while need > pool.num_free:
+                victim = running.pop()
+                self._preempt(victim)
                 preempted = True
-                if self._preempt_for(seq, need):
+                if victim is seq:
+                    self_preempted = True
                     break
+            if self_preempted:
+                break
             if need > 0:
                 new = pool.allocate(need)
                 assert new is not None
@@ -352,30 +331,35 @@ class Engine:
                 prefill_tokens += n
                 prefill_pairs += n * before + n * (n + 1) / 2
             i += 1
-        return budget, preempted, prefill_tokens, prefill_pairs, decode_seqs, decode_ctx
-
-    def _preempt_for(self, seq: Seq, need: int) -> bool:
-        """Preempt the newest running sequences until `need` blocks are free; True when
-        `seq` itself had to go."""
-        running = self.running
-        while need > self.pool.num_free:
-            victim = running.pop()
-            self._preempt(victim)
-            if victim is seq:
-                return True
-        return False
+        if not preempted:
+            budget, prefill_tokens, prefill_pairs = self._admit_waiting(
+                scheduled, budget, prefill_tokens, prefill_pairs
+            )
+        dt = 0.0
+        if scheduled:
+            dt = (
+                p.step_overhead_s
+                + p.prefill_token_s * prefill_tokens
+                + p.decode_seq_s * decode_seqs
+                + p.prefill_attention_s * prefill_pairs
+                + p.decode_context_token_s * decode_ctx
+            )
+            self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
+        return scheduled, dt
 
     def _admit_waiting(
-        self, scheduled: list[tuple[Seq, int]], budget: int
+        self,
+        scheduled: list[tuple[Seq, int]],
+        budget: int,
+        prefill_tokens: int,
+        prefill_pairs: float,
     ) -> tuple[int, int, float]:
-        """Move waiting sequences into the batch while the budget, the batch size and the KV
-        cache allow, reusing cached prefix blocks. Returns (budget left, prefill tokens,
-        prefill attention pairs)."""
-        bs, pool = self.bs, self.pool
-        waiting, running = self.waiting, self.running
-        max_seqs = self.p.max_num_seqs
-        prefill_tokens = 0
-        prefill_pairs = 0.0
+        """Start waiting sequences (prefix-cache hits first) while budget, seats and blocks
+        allow; returns the budget left and the updated prefill totals."""
+        p, bs, pool = self.p, self.bs, self.pool
+        running = self.running
+        waiting = self.waiting
+        max_seqs = p.max_num_seqs
         while waiting and budget > 0 and len(running) < max_seqs:
             seq = waiting[0]
             if seq.aborted:
@@ -399,7 +383,15 @@ class Engine:
             seq.num_computed = start
             seq.num_registered = len(hits)
             if seq.preemptions == 0:
-                self._count_admission(seq, start)
+                seq.cached_tokens = start
+                full = seq.prompt_len // bs
+                seq.created_cache_tokens = max(0, full * bs - start) if pool.caching else 0
+                seq.scheduled_t = time.monotonic()
+                m = self.metrics
+                m.prefix_queries += seq.prompt_len
+                m.prefix_hits += start
+                m.prompt_tokens += seq.prompt_len
+                m.prompt_tokens_computed += seq.prompt_len - start
             running.append(seq)
             scheduled.append((seq, n))
             budget -= n
@@ -407,40 +399,26 @@ class Engine:
             prefill_pairs += n * start + n * (n + 1) / 2
         return budget, prefill_tokens, prefill_pairs
 
-    def _count_admission(self, seq: Seq, cached: int) -> None:
-        """First admission of a sequence: its prefix-cache figures and queue time."""
-        bs = self.bs
-        seq.cached_tokens = cached
-        full = seq.prompt_len // bs
-        seq.created_cache_tokens = max(0, full * bs - cached) if self.pool.caching else 0
-        seq.scheduled_t = time.monotonic()
-        m = self.metrics
-        m.prefix_queries += seq.prompt_len
-        m.prefix_hits += cached
-        m.prompt_tokens += seq.prompt_len
-        m.prompt_tokens_computed += seq.prompt_len - cached
-
     # -- completion of a step --------------------------------------------------------------
     def complete(self, scheduled: list[tuple[Seq, int]], deadline: float) -> None:
         """Apply a step's results: advance KV state, emit one token per finished forward."""
-        t_first = time.monotonic()
-        emitted, finished_any = self._advance(scheduled)
-        # Write first, account afterwards: every µs spent per token before the last
-        # write of the step moves the step's later tokens away from their assigned time.
-        self._account_tokens(emitted, deadline, t_first)
+        clock = time.monotonic
+        t_first = clock()
+        emitted, finished_any = self._emit_tokens(scheduled)
+        self._account_emissions(emitted, deadline, t_first)
         if finished_any or self._aborts:
-            self._retire_finished()
+            self._release_finished()
         m = self.metrics
         m.num_running = len(self.running)
         m.num_waiting = len(self.waiting)
         m.kv_usage = self.pool.usage()
 
-    def _advance(
+    def _emit_tokens(
         self, scheduled: list[tuple[Seq, int]]
     ) -> tuple[list[tuple[Seq, int, float]], bool]:
-        """Advance each scheduled sequence's KV state and register its full blocks; write a
-        token for each that reached its end. Returns [(seq, token index, write time)] and
-        whether any sequence finished."""
+        """Advance each sequence; write a token for each that finished a forward.
+
+        Returns (sequence, token index, write time) per token, and whether any finished."""
         pool, bs = self.pool, self.bs
         finished_any = False
         clock = time.monotonic
@@ -471,14 +449,16 @@ class Engine:
                 seq.finished = True
                 seq.finish_reason = finish
                 finished_any = True
+            # Write first, account afterwards: every µs spent per token before the last
+            # write of the step moves the step's later tokens away from their assigned time.
             seq.out.token(seq, idx, finish, now)
             emitted.append((seq, idx, now))
         return emitted, finished_any
 
-    def _account_tokens(
+    def _account_emissions(
         self, emitted: list[tuple[Seq, int, float]], deadline: float, t_first: float
     ) -> None:
-        """Emission lag, inter-token gaps, write cost and token counts of a step's writes."""
+        """Emission lag, inter-token latency and the cost of emitting, after the writes."""
         m = self.metrics
         fine = m.fine_lag
         lag_counts, lag_scale, lag_size = fine.counts, fine.SCALE, fine.SIZE
@@ -488,6 +468,7 @@ class Engine:
         itl_n = 0
         lag_sum = 0.0
         worst = 0.0
+        produced = len(emitted)
         for seq, idx, now in emitted:
             lag = now - deadline
             if lag < 0:
@@ -505,7 +486,6 @@ class Engine:
                 itl_sum += gap
                 itl_n += 1
             seq.last_token_t = now
-        produced = len(emitted)
         if produced:
             per_token = (emitted[-1][2] - t_first) / produced
             self.emit_cost = 0.8 * self.emit_cost + 0.2 * per_token
@@ -521,8 +501,8 @@ class Engine:
         if worst > LATE_STEP_S:
             m.step_overrun += 1
 
-    def _retire_finished(self) -> None:
-        """Free the blocks of finished and aborted sequences and record their statistics."""
+    def _release_finished(self) -> None:
+        """Free the blocks of finished and aborted sequences and take them off the batch."""
         pool = self.pool
         keep: list[Seq] = []
         now = time.monotonic()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -245,6 +245,33 @@ class FineLag:
         return out
 
 
+class _Families:
+    """Builders of metric families with the model_name / engine labels every vLLM metric has."""
+
+    def __init__(self, model_name: str, created: float) -> None:
+        self.labels = ["model_name", "engine"]
+        self.base = [model_name, "0"]
+        self.created = created
+
+    def gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=self.labels)
+        g.add_metric(self.base, value)
+        return g
+
+    def counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=self.labels)
+        c.add_metric(self.base, value, created=self.created)
+        return c
+
+    def hist(self, name: str, doc: str, h: Hist) -> HistogramMetricFamily:
+        m = HistogramMetricFamily(name, doc, labels=self.labels)
+        m.add_metric(self.base, h.cumulative(), h.sum)
+        m.samples.append(
+            Sample(f"{name}_created", dict(zip(self.labels, self.base, strict=True)), self.created)
+        )
+        return m
+
+
 class SimMetrics(Collector):
     """All counters, gauges and histograms of one simulator."""
 
@@ -302,64 +329,155 @@ class SimMetrics(Collector):
 
     # -- collection ----------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
-        """The metric families in vLLM's exposition order, then the simulator's own."""
-        yield from self._gauges()
-        yield from self._token_counters()
-        yield from (self._histogram(name, doc, getattr(self, attr)) for name, doc, attr in _HISTS)
-        yield from self._server_info()
-        yield from self._simulator_health()
+        f = _Families(self.model_name, self.created)
+        yield from self._collect_engine(f)
+        yield from self._collect_histograms(f)
+        yield from self._collect_server(f)
+        yield from self._collect_own(f)
 
-    def _base(self) -> list[str]:
-        return [self.model_name, "0"]
-
-    def _gauges(self) -> Iterator[Metric]:
-        for name, doc, attr in _GAUGES:
-            g = GaugeMetricFamily(name, doc, labels=_LABELS)
-            g.add_metric(self._base(), getattr(self, attr))
-            yield g
-
-    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
-        c = CounterMetricFamily(name, doc, labels=_LABELS)
-        c.add_metric(self._base(), value, created=self.created)
-        return c
-
-    def _counter_by(
-        self, name: str, doc: str, label: str, values: Iterable[tuple[str, float]]
-    ) -> CounterMetricFamily:
-        """A counter with one more label than model and engine."""
-        c = CounterMetricFamily(name, doc, labels=[*_LABELS, label])
-        for key, value in values:
-            c.add_metric([*self._base(), key], value, created=self.created)
-        return c
-
-    def _histogram(self, name: str, doc: str, h: Hist) -> HistogramMetricFamily:
-        base = self._base()
-        m = HistogramMetricFamily(name, doc, labels=_LABELS)
-        m.add_metric(base, h.cumulative(), h.sum)
-        m.samples.append(
-            Sample(f"{name}_created", dict(zip(_LABELS, base, strict=True)), self.created)
+    def _collect_engine(self, f: _Families) -> Iterator[Metric]:
+        """Queue, KV-cache and token counters."""
+        yield f.gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            self.num_running,
         )
-        return m
-
-    def _token_counters(self) -> Iterator[Metric]:
-        for name, doc, attr in _PROMPT_COUNTERS:
-            yield self._counter(name, doc, getattr(self, attr))
-        yield self._counter_by(
+        yield f.gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            self.num_waiting,
+        )
+        yield f.gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage
+        )
+        yield f.counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            self.prefix_queries,
+        )
+        yield f.counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            self.prefix_hits,
+        )
+        yield f.counter(
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            self.preemptions,
+        )
+        yield f.counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens
+        )
+        src = CounterMetricFamily(
             "vllm:prompt_tokens_by_source",
             "Number of prompt tokens by source.",
-            "source",
-            [("local_compute", self.prompt_tokens_computed), ("local_cache_hit", self.prefix_hits)],
+            labels=[*f.labels, "source"],
         )
-        for name, doc, attr in _OUTPUT_COUNTERS:
-            yield self._counter(name, doc, getattr(self, attr))
-        yield self._counter_by(
+        src.add_metric([*f.base, "local_compute"], self.prompt_tokens_computed, created=f.created)
+        src.add_metric([*f.base, "local_cache_hit"], self.prefix_hits, created=f.created)
+        yield src
+        yield f.counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local + external).",
+            self.prefix_hits,
+        )
+        yield f.counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            self.generation_tokens,
+        )
+        success = CounterMetricFamily(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            "finished_reason",
-            self.success.items(),
+            labels=[*f.labels, "finished_reason"],
+        )
+        for reason, value in self.success.items():
+            success.add_metric([*f.base, reason], value, created=f.created)
+        yield success
+
+    def _collect_histograms(self, f: _Families) -> Iterator[Metric]:
+        """Per-request and per-step histograms."""
+        yield f.hist(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            self.request_prompt_tokens,
+        )
+        yield f.hist(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            self.request_generation_tokens,
+        )
+        yield f.hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            self.iteration_tokens,
+        )
+        yield f.hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            self.request_max_tokens,
+        )
+        yield f.hist(
+            "vllm:request_params_n", "Histogram of the n request parameter.", self.request_params_n
+        )
+        yield f.hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            self.request_max_tokens,
+        )
+        yield f.hist(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            self.ttft,
+        )
+        yield f.hist(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            self.itl,
+        )
+        yield f.hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            self.tpot,
+        )
+        yield f.hist(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            self.e2e,
+        )
+        yield f.hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            self.queue_time,
+        )
+        yield f.hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            self.inference_time,
+        )
+        yield f.hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            self.prefill_time,
+        )
+        yield f.hist(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            self.decode_time,
+        )
+        yield f.hist(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            self.request_preemptions,
+        )
+        yield f.hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            self.request_prefill_kv_computed,
         )
 
-    def _server_info(self) -> Iterator[Metric]:
+    def _collect_server(self, f: _Families) -> Iterator[Metric]:
+        """Cache configuration and HTTP request counts."""
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -375,121 +493,30 @@ class SimMetrics(Collector):
             labels=["handler", "method", "status"],
         )
         for (handler, status, method), value in sorted(self.http_requests.items()):
-            http.add_metric([handler, method, status], value, created=self.created)
+            http.add_metric([handler, method, status], value, created=f.created)
         yield http
 
-    def _simulator_health(self) -> Iterator[Metric]:
+    def _collect_own(self, f: _Families) -> Iterator[Metric]:
+        """The simulator's own figures: emission lag, late steps, faults."""
         lag = HistogramMetricFamily(
             "agentload_sim:emission_lag_seconds",
             "Distance between the time the timing model "
             "assigned to a token and the time the simulator wrote it. Tail values above a few ms "
             "mean the simulator, not the system under test, is the limit.",
-            labels=_LABELS,
+            labels=f.labels,
         )
-        lag.add_metric(self._base(), self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
+        lag.add_metric(f.base, self.fine_lag.buckets(LAG_BUCKETS), self.fine_lag.sum)
         yield lag
-        yield self._counter(
+        overrun = CounterMetricFamily(
             "agentload_sim:late_steps",
             "Engine steps emitted more than 2 ms after their deadline.",
-            self.step_overrun,
+            labels=f.labels,
         )
-        yield self._counter_by(
-            "agentload_sim:faults_injected",
-            "Faults injected, by kind.",
-            "kind",
-            sorted(self.faults.items()),
+        overrun.add_metric(f.base, self.step_overrun, created=f.created)
+        yield overrun
+        faults = CounterMetricFamily(
+            "agentload_sim:faults_injected", "Faults injected, by kind.", labels=[*f.labels, "kind"]
         )
-
-
-_LABELS = ["model_name", "engine"]
-
-# (metric name, help text, SimMetrics attribute), in exposition order.
-_GAUGES = (
-    ("vllm:num_requests_running", "Number of requests in model execution batches.", "num_running"),
-    ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "num_waiting"),
-    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
-)
-_PROMPT_COUNTERS = (
-    (
-        "vllm:prefix_cache_queries",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        "prefix_queries",
-    ),
-    (
-        "vllm:prefix_cache_hits",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        "prefix_hits",
-    ),
-    ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", "preemptions"),
-    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
-)
-_OUTPUT_COUNTERS = (
-    (
-        "vllm:prompt_tokens_cached",
-        "Number of cached prompt tokens (local + external).",
-        "prefix_hits",
-    ),
-    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
-)
-_HISTS = (
-    ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_prompt_tokens"),
-    (
-        "vllm:request_generation_tokens",
-        "Number of generation tokens processed.",
-        "request_generation_tokens",
-    ),
-    (
-        "vllm:iteration_tokens_total",
-        "Histogram of number of tokens per engine_step.",
-        "iteration_tokens",
-    ),
-    (
-        "vllm:request_max_num_generation_tokens",
-        "Histogram of maximum number of requested generation tokens.",
-        "request_max_tokens",
-    ),
-    ("vllm:request_params_n", "Histogram of the n request parameter.", "request_params_n"),
-    (
-        "vllm:request_params_max_tokens",
-        "Histogram of the max_tokens request parameter.",
-        "request_max_tokens",
-    ),
-    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
-    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
-    (
-        "vllm:request_time_per_output_token_seconds",
-        "Histogram of time_per_output_token_seconds per request.",
-        "tpot",
-    ),
-    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
-    (
-        "vllm:request_queue_time_seconds",
-        "Histogram of time spent in WAITING phase for request.",
-        "queue_time",
-    ),
-    (
-        "vllm:request_inference_time_seconds",
-        "Histogram of time spent in RUNNING phase for request.",
-        "inference_time",
-    ),
-    (
-        "vllm:request_prefill_time_seconds",
-        "Histogram of time spent in PREFILL phase for request.",
-        "prefill_time",
-    ),
-    (
-        "vllm:request_decode_time_seconds",
-        "Histogram of time spent in DECODE phase for request.",
-        "decode_time",
-    ),
-    (
-        "vllm:request_num_preemptions",
-        "Histogram of the number of times a request was preempted.",
-        "request_preemptions",
-    ),
-    (
-        "vllm:request_prefill_kv_computed_tokens",
-        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-        "request_prefill_kv_computed",
-    ),
-)
+        for kind, value in sorted(self.faults.items()):
+            faults.add_metric([*f.base, kind], value, created=f.created)
+        yield faults

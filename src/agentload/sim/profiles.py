@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class Profile(BaseModel):
@@ -116,8 +116,12 @@ def load_profile(name_or_path: str) -> Profile:
     if not path.is_file():
         known = ", ".join(sorted(BUILTIN_PROFILES))
         raise ValueError(f"unknown profile {name_or_path!r}: not one of {known}, and no such file")
-    text = path.read_text(encoding="utf-8")
-    data: Any = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data: Any = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: cannot read the profile: {first}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a profile file must hold a mapping of profile fields")
     base_name = data.pop("base", None)
@@ -130,5 +134,8 @@ def load_profile(name_or_path: str) -> Profile:
     merged.update(data)
     try:
         return Profile.model_validate(merged)
-    except Exception as exc:
-        raise ValueError(f"{path}: invalid profile: {exc}") from exc
+    except ValidationError as exc:
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'profile'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ValueError(f"{path}: invalid profile: {fields}") from None

@@ -10,7 +10,7 @@ import random
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from aiohttp import web
@@ -20,6 +20,7 @@ from agentload.sim.behaviour import BehaviourSet, RequestView, ResponsePlan
 from agentload.sim.config import SimConfig
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
+from agentload.sim.guard import guard_middleware
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
 from agentload.wire import ROLE_HEADER
@@ -92,6 +93,21 @@ def plan_items(
         items.extend((HIDDEN, "", i) for _ in split_pieces("}\n</tool_call>"))
         ids.append(f"chatcmpl-tool-{rng.getrandbits(64):016x}")
     return items, ids
+
+
+def _fault_index(items: list[Item], after: int) -> int:
+    """Index of the token at which a mid-stream fault strikes: after `after` tokens that show
+    on the wire. Hidden tokens (a tool-call parser's `<tool_call>` opening, `</think>`) do not
+    count, so a client always sees `after` tokens first, tool-call answers included."""
+    if after <= 0:
+        return 0
+    seen = 0
+    for i, (kind, _, _) in enumerate(items):
+        if kind != HIDDEN:
+            seen += 1
+            if seen == after:
+                return i + 1
+    return len(items)
 
 
 class _Out:
@@ -176,7 +192,7 @@ class StreamOut(_Out):
         self.held: list[bytes] | None = None
         self.fault_at = -1
         if fault in ("reset", "truncate", "malformed", "stall", "error_event"):
-            self.fault_at = sim.config.fault_after_tokens
+            self.fault_at = _fault_index(items, sim.config.fault_after_tokens)
         elif fault == "stall_first_token":
             self.fault_at = 0
         # The event of every middle token, built now, at admission, so that a step's
@@ -468,6 +484,21 @@ class CollectOut(_Out):
         self._resolve("done")
 
 
+class _Admitted(NamedTuple):
+    """A request that passed validation: what the later phases of _generate need."""
+
+    body: dict[str, Any]
+    parts: list[str]
+    prompt_len: int
+    hashes: list[int]
+    tools: list[dict[str, Any]]
+    tool_choice: Any
+    thinking: bool
+    max_tokens: int
+    counter: int
+    fault: str | None
+
+
 def _stable_digest(*parts: str) -> int:
     h = hashlib.blake2b(digest_size=8)
     for part in parts:
@@ -499,7 +530,9 @@ class SimApp:
         self.behaviours = BehaviourSet(config)
         self.counter = 0
         self.created = int(time.time())
-        self.app = web.Application(middlewares=[self._auth_middleware], client_max_size=64 << 20)
+        self.app = web.Application(
+            middlewares=[guard_middleware, self._auth_middleware], client_max_size=64 << 20
+        )
         self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_get("/v1/models", self.models)
@@ -635,7 +668,13 @@ class SimApp:
         return await self._generate(request, chat=False)
 
     async def _parse(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
+                raw = await request.read()
+        except TimeoutError:
+            raise RequestError(
+                408, f"The request body did not arrive within {self.config.body_timeout_s:g} s."
+            ) from None
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -695,7 +734,41 @@ class SimApp:
         return requested
 
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        """One generation request, in phases: admit, inject an HTTP fault, plan the answer,
+        open the output, run it through the engine, and (non-streamed) reply."""
         arrival = time.monotonic()
+        handler = request.path
+        admitted = await self._admit(request, chat)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        fault = admitted.fault
+        if fault is not None:
+            self.metrics.faults[fault] = self.metrics.faults.get(fault, 0) + 1
+        if fault in HTTP_FAULTS:
+            return self._http_fault(handler, HTTP_FAULTS[fault])
+        planned = self._plan(request, admitted, chat)
+        if isinstance(planned, web.StreamResponse):
+            return planned
+        items, tool_ids = planned
+        m = self.metrics
+        m.request_max_tokens.observe(admitted.max_tokens)
+        m.request_params_n.observe(1)
+        opened = await self._open_output(request, admitted, items, tool_ids, chat)
+        if isinstance(opened, web.StreamResponse):
+            return opened
+        out, resp = opened
+        outcome = await self._run_engine(admitted, items, out, arrival)
+        m.count_http(handler, 200)
+        if resp is not None:
+            if outcome in ("done", "truncate", "aborted"):
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await resp.write_eof()
+            return resp
+        assert isinstance(out, CollectOut)
+        return await self._full_reply(request, out, fault, outcome)
+
+    async def _admit(self, request: web.Request, chat: bool) -> _Admitted | web.Response:
+        """Parse and validate the request, size it, and pick its fault; or the error reply."""
         handler = request.path
         try:
             body = await self._parse(request)
@@ -703,7 +776,7 @@ class SimApp:
             prepared = self._prepare(body, chat)
         except RequestError as exc:
             self.metrics.count_http(handler, exc.status)
-            return json_response(exc.body, status=exc.status)
+            return self._error_reply(exc)
         parts, prompt_len, hashes, tools, tool_choice, thinking = prepared
         try:
             max_tokens = self._max_tokens(body, prompt_len)
@@ -727,37 +800,58 @@ class SimApp:
             err = exc if isinstance(exc, RequestError) else RequestError(400, str(exc))
             self.metrics.count_http(handler, err.status)
             return json_response(err.body, status=err.status)
-        if fault is not None:
-            self.metrics.faults[fault] = self.metrics.faults.get(fault, 0) + 1
-        if fault in HTTP_FAULTS:
-            status = HTTP_FAULTS[fault]
-            self.metrics.count_http(handler, status)
-            headers = {"Retry-After": "1"} if status in (429, 503) else None
-            return web.Response(
-                body=orjson.dumps(HTTP_FAULT_BODIES[status]),
-                status=status,
-                content_type="application/json",
-                headers=headers,
-            )
+        return _Admitted(
+            body,
+            parts,
+            prompt_len,
+            hashes,
+            tools,
+            tool_choice,
+            thinking,
+            max_tokens,
+            counter,
+            fault,
+        )
 
+    def _error_reply(self, exc: RequestError) -> web.Response:
+        resp = json_response(exc.body, status=exc.status)
+        if exc.status == 408:
+            resp.force_close()  # the request body never came: do not wait for another
+        return resp
+
+    def _http_fault(self, handler: str, status: int) -> web.Response:
+        self.metrics.count_http(handler, status)
+        headers = {"Retry-After": "1"} if status in (429, 503) else None
+        return web.Response(
+            body=orjson.dumps(HTTP_FAULT_BODIES[status]),
+            status=status,
+            content_type="application/json",
+            headers=headers,
+        )
+
+    def _plan(
+        self, request: web.Request, adm: _Admitted, chat: bool
+    ) -> tuple[list[Item], list[str]] | web.Response:
+        """What the answer says, token by token (from the behaviour for the caller's role)."""
+        body = adm.body
         temperature = body.get("temperature")
         if body.get("seed") is not None or temperature == 0:
             rng = random.Random(
-                _stable_digest(str(self.config.seed), str(body.get("seed")), *parts)
+                _stable_digest(str(self.config.seed), str(body.get("seed")), *adm.parts)
             )
         else:
-            rng = random.Random(_stable_digest(str(self.config.seed), str(counter)))
+            rng = random.Random(_stable_digest(str(self.config.seed), str(adm.counter)))
         view = RequestView(
             body=body,
             messages=list(body.get("messages") or []),
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
+            tools=adm.tools,
+            tool_choice=adm.tool_choice,
+            max_tokens=adm.max_tokens,
             rng=rng,
             headers=request.headers,
             settings=self.config,
-            thinking=thinking,
-            prompt_tokens=prompt_len,
+            thinking=adm.thinking,
+            prompt_tokens=adm.prompt_len,
             endpoint="chat" if chat else "completions",
             parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
         )
@@ -766,7 +860,7 @@ class SimApp:
             plan = self.behaviours.for_role(role).respond(view)
         except Exception as exc:
             log.exception("behaviour for role %r failed", role)
-            self.metrics.count_http(handler, 500)
+            self.metrics.count_http(request.path, 500)
             return json_response(
                 error_body(
                     f"The simulator's behaviour for role {role!r} "
@@ -778,78 +872,85 @@ class SimApp:
             )
         if not chat:
             plan = ResponsePlan(content=(plan.content or ""))
-        items, tool_ids = plan_items(plan, thinking, rng)
+        return plan_items(plan, adm.thinking, rng)
+
+    async def _open_output(
+        self,
+        request: web.Request,
+        adm: _Admitted,
+        items: list[Item],
+        tool_ids: list[str],
+        chat: bool,
+    ) -> tuple[StreamOut | CollectOut, web.StreamResponse | None] | web.StreamResponse:
+        """The sink of the tokens: an SSE stream (headers sent now) or a collector.
+
+        Returns the response itself when the client left before the stream could start."""
         rid = (
             f"chatcmpl-{_ID_RNG.getrandbits(64):016x}"
             if chat
             else f"cmpl-{_ID_RNG.getrandbits(64):016x}"
         )
         created = int(time.time())
-        ignore_eos = bool(body.get("ignore_eos"))
-        m = self.metrics
-        m.request_max_tokens.observe(max_tokens)
-        m.request_params_n.observe(1)
-        stream = bool(body.get("stream"))
-        out: StreamOut | CollectOut
-        resp: web.StreamResponse | None = None
-        if stream:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
-            resp.enable_chunked_encoding()
-            try:
-                writer = await resp.prepare(request)
-                send_headers = getattr(writer, "send_headers", None)
-                if send_headers is not None:
-                    send_headers()
-            except ConnectionError:
-                return resp  # the client left before the headers went out
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                return resp
-            opts = body.get("stream_options") or {}
-            out = StreamOut(
-                self,
-                rid,
-                items,
-                tool_ids,
-                fault,
-                transport,
-                chat=chat,
-                include_usage=bool(opts.get("include_usage")),
-                created=created,
-                continuous_usage=bool(
-                    opts.get("include_usage") and opts.get("continuous_usage_stats")
-                ),
-            )
-        else:
-            out = CollectOut(self, rid, items, tool_ids, fault, chat=chat, created=created)
-        seq = Seq(
+        if not adm.body.get("stream"):
+            collect = CollectOut(self, rid, items, tool_ids, adm.fault, chat=chat, created=created)
+            return collect, None
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        resp.enable_chunked_encoding()
+        try:
+            writer = await resp.prepare(request)
+            send_headers = getattr(writer, "send_headers", None)
+            if send_headers is not None:
+                send_headers()
+        except ConnectionError:
+            return resp  # the client left before the headers went out
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return resp
+        opts = adm.body.get("stream_options") or {}
+        out = StreamOut(
+            self,
             rid,
-            prompt_len,
-            hashes,
-            max_tokens,
+            items,
+            tool_ids,
+            adm.fault,
+            transport,
+            chat=chat,
+            include_usage=bool(opts.get("include_usage")),
+            created=created,
+            continuous_usage=bool(opts.get("include_usage") and opts.get("continuous_usage_stats")),
+        )
+        return out, resp
+
+    async def _run_engine(
+        self, adm: _Admitted, items: list[Item], out: StreamOut | CollectOut, arrival: float
+    ) -> str:
+        """Queue the sequence after the front end's delay; the outcome once it is over."""
+        seq = Seq(
+            out.rid,
+            adm.prompt_len,
+            adm.hashes,
+            adm.max_tokens,
             len(items),
             out,
-            ignore_eos=ignore_eos,
+            ignore_eos=bool(adm.body.get("ignore_eos")),
             arrival_t=arrival,
         )
         delay = (
-            self.profile.request_overhead_s + self.profile.frontend_token_s * prompt_len
+            self.profile.request_overhead_s + self.profile.frontend_token_s * adm.prompt_len
         ) / self.config.speedup
         if delay > 0:
             await asyncio.sleep(delay)
         self.active.add(out)
         try:
             self.engine.add(seq)
-            outcome = await out.future
+            return await out.future
         finally:
             self.active.discard(out)
-        m.count_http(handler, 200)
-        if resp is not None:
-            if outcome in ("done", "truncate", "aborted"):
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await resp.write_eof()
-            return resp
-        # non-streamed
+
+    async def _full_reply(
+        self, request: web.Request, out: CollectOut, fault: str | None, outcome: str
+    ) -> web.Response:
+        """The JSON body of a non-streamed request, with its fault applied."""
         if fault == "reset":
             if request.transport is not None:
                 sock = request.transport.get_extra_info("socket")
@@ -860,7 +961,6 @@ class SimApp:
                         )
                 request.transport.abort()
             return web.Response(status=200)
-        assert isinstance(out, CollectOut)
         body_bytes = out.body
         if fault in ("stall", "stall_first_token"):
             await asyncio.sleep(self.config.fault_stall_s)

@@ -1,0 +1,236 @@
+"""Secrets at rest: the one place that decides what is a secret and how it is hidden.
+
+Three layers, all used before anything reaches the results folder:
+
+- `redact(obj)`: values under secret-looking keys (`api_key`, `Authorization`, `*_token`,
+  `password`, ...) become `<redacted>`; every string has its URL userinfo and `Bearer` tokens
+  masked. Used for config.yaml, run.json and summary.json.
+- `redact_argv(argv)`: the saved command line (`--api-key X`, `--api-key=X`,
+  `--extra-body '{"api_key": ...}'`, `-H 'Authorization: Bearer ...'`, URLs with a password).
+- `Scrubber`: the known secret *values* of a run (the key read from the environment, secret
+  headers and extra-body values, URL passwords), replaced wherever they appear in a record,
+  e.g. in an error message where a server echoed the key back.
+
+`*_env` keys name an environment variable and are kept: the name is not the secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import orjson
+
+REDACTED = "<redacted>"
+
+_SECRET_KEY = re.compile(
+    r"(^|[-_])(authorization|cookie|token|bearer|auth)$"
+    r"|api[-_]?key|access[-_]?token|refresh[-_]?token|secret|passw(or)?d|credential"
+    r"|private[-_]?key|session[-_]?key",
+    re.I,
+)
+# scheme://user[:password]@host -> scheme://***@host
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
+# Values shorter than this are not scrubbed as known secrets: "abc" would mangle records.
+MIN_SECRET_LEN = 4
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a mapping key (config field, header, extra-body key) holds a secret."""
+    k = key.strip()
+    if k.lower().endswith("_env"):  # the name of an environment variable, not its value
+        return False
+    return bool(_SECRET_KEY.search(k))
+
+
+def redact_text(text: str) -> str:
+    """URL userinfo and `Bearer` credentials masked inside free text."""
+    if "@" in text:
+        text = _USERINFO.sub(r"\1***@", text)
+    if "earer" in text or "EARER" in text:
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return text
+
+
+def redact_url(url: str) -> str:
+    """`http://user:pass@host/v1` -> `http://***@host/v1`."""
+    return redact_text(url)
+
+
+def redact(obj: Any) -> Any:
+    """A copy of `obj` with secret-looking keys' values replaced and strings cleaned."""
+    if isinstance(obj, Mapping):
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and is_secret_key(k) and v not in (None, ""):
+                out[k] = REDACTED
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(obj, list | tuple):
+        return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+def _redact_json_arg(value: str) -> str:
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        # Not JSON: mask anything shaped like "secret_key": "value" all the same.
+        return re.sub(
+            r"""(?i)(["']?[\w-]*(?:api[-_]?key|token|secret|passw(?:or)?d|authorization)["']?"""
+            r"""\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,}]+)""",
+            rf"\1{REDACTED}",
+            redact_text(value),
+        )
+    if isinstance(parsed, dict | list):
+        return orjson.dumps(redact(parsed)).decode()
+    return redact_text(value)
+
+
+def _redact_header_arg(value: str) -> str:
+    name, sep, _ = value.partition(":")
+    if sep and is_secret_key(name):
+        return f"{name}: {REDACTED}"
+    return redact_text(value)
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """The command line with secret option values, headers, JSON bodies and URLs masked."""
+    out: list[str] = []
+    pending: str | None = None  # the option whose value is the next argument
+    for arg in argv:
+        arg = str(arg)
+        if pending is not None:
+            out.append(_redact_value(pending, arg))
+            pending = None
+            continue
+        if arg.startswith("-") and "=" in arg:
+            name, _, value = arg.partition("=")
+            out.append(f"{name}={_redact_value(name, value)}")
+            continue
+        if arg.startswith("-") and len(arg) > 1 and not arg[1:2].isdigit():
+            pending = arg
+            out.append(arg)
+            continue
+        # A positional argument or a flag without value: only URLs / bearer tokens.
+        out.append(_redact_positional(arg))
+    return out
+
+
+def _redact_positional(arg: str) -> str:
+    if arg.lstrip().startswith(("{", "[")):
+        return _redact_json_arg(arg)
+    name, sep, _ = arg.partition(":")
+    if sep and is_secret_key(name) and " " not in name:
+        return _redact_header_arg(arg)
+    return redact_text(arg)
+
+
+def _redact_value(option: str, value: str) -> str:
+    name = option.lstrip("-")
+    if name.lower().endswith("-env") or name.lower().endswith("_env"):
+        return value  # an environment variable's name
+    if is_secret_key(name.replace("-", "_")):
+        return REDACTED if value else value
+    if name in ("H", "header", "headers"):
+        return _redact_header_arg(value)
+    if value.lstrip().startswith(("{", "[")):
+        return _redact_json_arg(value)
+    return _redact_positional(value)
+
+
+def redact_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """run.json content: the saved command line by `redact_argv`, the rest by `redact`."""
+    out = dict(meta)
+    if isinstance(out.get("command"), list | tuple):
+        out["command"] = redact_argv(out["command"])
+    return redact(out)
+
+
+# ---- known secret values -------------------------------------------------------------------
+
+
+def _leaf_secrets(obj: Any, secret: bool = False) -> Iterable[str]:
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from _leaf_secrets(v, secret or (isinstance(k, str) and is_secret_key(k)))
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _leaf_secrets(v, secret)
+    elif secret and isinstance(obj, str | int) and not isinstance(obj, bool):
+        yield str(obj)
+
+
+def _url_secrets(url: str | None) -> Iterable[str]:
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return
+    if parts.password:
+        yield parts.password
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        yield userinfo
+        # as sent in an `Authorization: Basic` header, which a server may echo back
+        yield base64.b64encode(unquote(userinfo).encode()).decode()
+
+
+def endpoint_secrets(endpoint: Any, env: Mapping[str, str] | None = None) -> set[str]:
+    """Secret values of one endpoint config (pydantic model or mapping)."""
+    env = os.environ if env is None else env
+    d = endpoint.model_dump() if hasattr(endpoint, "model_dump") else dict(endpoint)
+    found: set[str] = set()
+    name = d.get("api_key_env")
+    if name and env.get(name):
+        found.add(env[name])
+    found.update(_leaf_secrets(d.get("headers") or {}))
+    for v in (d.get("headers") or {}).values():
+        m = _BEARER.search(str(v))
+        if m:
+            found.add(m.group(0).split(None, 1)[1])
+    found.update(_leaf_secrets(d.get("extra_body") or {}))
+    found.update(_leaf_secrets({k: v for k, v in d.items() if k not in ("headers",)}))
+    for key in ("base_url", "metrics_url"):
+        found.update(_url_secrets(d.get(key)))
+    return found
+
+
+class Scrubber:
+    """Replaces known secret values inside serialised records (bytes) or text."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._values: list[bytes] = []
+        self.add(secrets)
+
+    def add(self, secrets: Iterable[str]) -> None:
+        vals = set(self._values)
+        for s in secrets:
+            if not s or len(s) < MIN_SECRET_LEN or s == REDACTED:
+                continue
+            vals.add(s.encode())
+            # The same value as it appears inside a JSON string (escaped quotes, backslashes).
+            vals.add(orjson.dumps(s)[1:-1])
+        # Longest first, so a value containing another is replaced whole.
+        self._values = sorted(vals, key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def bytes(self, data: bytes) -> bytes:
+        for v in self._values:
+            if v in data:
+                data = data.replace(v, REDACTED.encode())
+        return data
+
+    def text(self, text: str) -> str:
+        return self.bytes(text.encode()).decode(errors="replace") if self._values else text

@@ -1,0 +1,314 @@
+"""Checking records before they are aggregated: odd values are flagged, never a crash.
+
+A summary reads what is in the folder, which may have been written by another version, edited,
+or damaged. Each record is checked field by field:
+
+- a field of the wrong type or with an impossible value (`"prompt_tokens": "many"`, a negative
+  or NaN duration, an `end_ns` before `start_ns`) is set to null and the record is *flagged*
+  (it still counts, without that value);
+- a record that cannot be placed (no usable identity, another schema version) is *skipped*;
+- a record seen twice (the same call, the same session, the same (task, trial)) is counted
+  once: the first is kept, the others are *duplicates*.
+
+Every case is logged with `file:line` (the first few per file) and counted in summary.json's
+`integrity` block.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentload.results.jsonl import JsonlRead
+
+log = logging.getLogger("agentload.results")
+
+MAX_LOGGED = 5
+
+CALL_SCHEMA_PREFIX = "agentload.call/"
+SESSION_SCHEMA_PREFIX = "agentload.session/"
+SUPPORTED_MAJOR = "1"
+
+# Non-negative numbers (durations in s, token counts, monotonic ns).
+_CALL_NONNEG = (
+    "ttft_s",
+    "e2e_s",
+    "tpot_s",
+    "total_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "start_ns",
+    "headers_ns",
+    "first_token_ns",
+    "end_ns",
+    "attempts",
+    "num_tool_calls",
+    "token_chunks",
+    "http_status",
+)
+_CALL_NUM = ("started_at",)
+_ITL_FIELDS = ("count", "mean", "p50", "p90", "p99", "max")
+_SESSION_NONNEG = ("start_ns", "end_ns", "intended_start_ns")
+_SESSION_NUM = ("started_at", "sched_delay_s")
+_DURATIONS = ("total_s", "llm_s", "tool_s", "user_s")
+
+
+@dataclass
+class FileIntegrity:
+    bad_lines: int = 0
+    skipped: int = 0
+    flagged: int = 0
+    duplicates: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def note(self, where: str, what: str) -> None:
+        if len(self.examples) < MAX_LOGGED:
+            self.examples.append(f"{where}: {what}")
+            log.warning("%s: %s", where, what)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bad_lines": self.bad_lines,
+            "skipped_records": self.skipped,
+            "flagged_records": self.flagged,
+            "duplicates": self.duplicates,
+            "examples": self.examples,
+        }
+
+
+@dataclass
+class Integrity:
+    files: dict[str, FileIntegrity] = field(default_factory=dict)
+
+    def of(self, name: str) -> FileIntegrity:
+        return self.files.setdefault(name, FileIntegrity())
+
+    def to_dict(self) -> dict[str, Any]:
+        files = {k: v.to_dict() for k, v in sorted(self.files.items())}
+        total = Counter[str]()
+        for v in self.files.values():
+            total.update(
+                {
+                    "bad_lines": v.bad_lines,
+                    "skipped_records": v.skipped,
+                    "flagged_records": v.flagged,
+                    "duplicates": v.duplicates,
+                }
+            )
+        keys = ("bad_lines", "skipped_records", "flagged_records", "duplicates")
+        return {**{k: int(total[k]) for k in keys}, "files": files}
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# A duration beyond this (about 116 days) is not a measurement; it would overflow statistics.
+MAX_SECONDS = 1e7
+
+
+def _check_num(
+    rec: dict[str, Any], key: str, nonneg: bool, problems: list[str], seconds: bool = False
+) -> None:
+    v = rec.get(key)
+    if v is None:
+        return
+    too_long = (seconds or key.endswith("_s")) and _is_num(v) and abs(v) > MAX_SECONDS
+    if not _is_num(v) or (nonneg and v < 0) or too_long:
+        problems.append(f"{key}={_show(v)}")
+        rec[key] = None
+
+
+def _show(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def _schema_ok(rec: Mapping[str, Any], prefix: str) -> str | None:
+    """None when usable, else why not."""
+    schema = rec.get("schema")
+    if schema is None:
+        return None
+    if not isinstance(schema, str):
+        return f"schema is {_show(schema)}"
+    if schema.startswith(prefix) and schema[len(prefix) :] != SUPPORTED_MAJOR:
+        return f"unsupported schema {schema!r} (this agentload reads {prefix}{SUPPORTED_MAJOR})"
+    return None
+
+
+def _scalar_id(v: Any) -> bool:
+    return v is None or (isinstance(v, str | int) and not isinstance(v, bool))
+
+
+def clean_calls(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
+    fi = integ.of(read.path.name)
+    fi.bad_lines += len(read.bad)
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for i, raw in enumerate(read.records):
+        where = read.where(i)
+        why = _schema_ok(raw, CALL_SCHEMA_PREFIX)
+        if why is None and not _scalar_id(raw.get("session_id")):
+            why = f"session_id is {_show(raw.get('session_id'))}"
+        if why is None and not _scalar_id(raw.get("call_id")):
+            why = f"call_id is {_show(raw.get('call_id'))}"
+        if why is not None:
+            fi.skipped += 1
+            fi.note(where, f"record skipped: {why}")
+            continue
+        rec = dict(raw)
+        problems: list[str] = []
+        for key in _CALL_NONNEG:
+            _check_num(rec, key, True, problems)
+        for key in _CALL_NUM:
+            _check_num(rec, key, False, problems)
+        turn = rec.get("turn")
+        if turn is not None and not (isinstance(turn, int) and not isinstance(turn, bool)):
+            problems.append(f"turn={_show(turn)}")
+            rec["turn"] = None
+        itl = rec.get("itl")
+        if itl is not None:
+            if not isinstance(itl, dict):
+                problems.append(f"itl={_show(itl)}")
+                rec["itl"] = None
+            else:
+                itl = dict(itl)
+                for key in _ITL_FIELDS:
+                    _check_num(itl, key, True, problems, seconds=key != "count")
+                rec["itl"] = itl
+        for key in ("status", "role", "endpoint", "error_kind", "model"):
+            v = rec.get(key)
+            if v is not None and not isinstance(v, str):
+                problems.append(f"{key}={_show(v)}")
+                rec[key] = None if key != "status" else "error"
+        s, e = rec.get("start_ns"), rec.get("end_ns")
+        if s is not None and e is not None and e < s:
+            problems.append("end_ns before start_ns")
+            rec["start_ns"] = rec["end_ns"] = None
+        ident = (rec.get("call_id"), rec.get("session_id"), rec.get("start_ns"), rec.get("end_ns"))
+        if rec.get("call_id") is not None and ident in seen:
+            fi.duplicates += 1
+            fi.note(where, f"duplicate of call {rec.get('call_id')!r}: counted once")
+            continue
+        seen.add(ident)
+        if problems:
+            fi.flagged += 1
+            fi.note(where, "odd values set to null: " + ", ".join(problems))
+        out.append(rec)
+    return out
+
+
+def clean_sessions(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
+    fi = integ.of(read.path.name)
+    fi.bad_lines += len(read.bad)
+    out: list[dict[str, Any]] = []
+    seen_ids: set[str] = set()
+    seen_keys: set[tuple[str, int]] = set()
+    for i, raw in enumerate(read.records):
+        where = read.where(i)
+        why = _schema_ok(raw, SESSION_SCHEMA_PREFIX)
+        trial = raw.get("trial")
+        if why is None and not _scalar_id(raw.get("session_id")):
+            why = f"session_id is {_show(raw.get('session_id'))}"
+        if (
+            why is None
+            and trial is not None
+            and not (isinstance(trial, int) and not isinstance(trial, bool) and trial >= 0)
+        ):
+            why = f"trial is {_show(trial)}"
+        if why is None and not _scalar_id(raw.get("task_id")):
+            why = f"task_id is {_show(raw.get('task_id'))}"
+        if why is not None:
+            fi.skipped += 1
+            fi.note(where, f"record skipped: {why}")
+            continue
+        rec = dict(raw)
+        problems: list[str] = []
+        for key in _SESSION_NONNEG:
+            _check_num(rec, key, True, problems)
+        for key in _SESSION_NUM:
+            _check_num(rec, key, False, problems)
+        r = rec.get("reward")
+        if r is not None and not (_is_num(r) and 0 <= r <= 1):
+            problems.append(f"reward={_show(r)}")
+            rec["reward"] = None
+        d = rec.get("durations")
+        if d is not None:
+            if not isinstance(d, dict):
+                problems.append(f"durations={_show(d)}")
+                rec["durations"] = None
+            else:
+                d = dict(d)
+                for key in _DURATIONS:
+                    _check_num(d, key, True, problems)
+                rec["durations"] = d
+        c = rec.get("counts")
+        if c is not None and not isinstance(c, dict):
+            problems.append(f"counts={_show(c)}")
+            rec["counts"] = None
+        for key in ("termination", "domain"):
+            v = rec.get(key)
+            if v is not None and not isinstance(v, str):
+                problems.append(f"{key}={_show(v)}")
+                rec[key] = None
+        s, e = rec.get("start_ns"), rec.get("end_ns")
+        if s is not None and e is not None and e < s:
+            problems.append("end_ns before start_ns")
+            rec["start_ns"] = rec["end_ns"] = None
+        sid = rec.get("session_id")
+        task = rec.get("task_id") or rec.get("conversation_id") or sid
+        tkey = (str(task), int(trial or 0))
+        dup = (sid is not None and str(sid) in seen_ids) or (
+            not rec.get("warmup") and task is not None and tkey in seen_keys
+        )
+        if dup:
+            fi.duplicates += 1
+            fi.note(
+                where, f"duplicate of session {sid!r} ({tkey[0]}, trial {tkey[1]}): not counted"
+            )
+            continue
+        if sid is not None:
+            seen_ids.add(str(sid))
+        if not rec.get("warmup") and task is not None:
+            seen_keys.add(tkey)
+        if problems:
+            fi.flagged += 1
+            fi.note(where, "odd values set to null: " + ", ".join(problems))
+        out.append(rec)
+    return out
+
+
+_SAMPLE_NUM = ("t", "scrape_s")
+
+
+def clean_samples(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
+    """server_metrics.jsonl: a sample without a usable time is skipped; other non-numbers are
+    dropped from the sample."""
+    fi = integ.of(read.path.name)
+    fi.bad_lines += len(read.bad)
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(read.records):
+        if not _is_num(raw.get("t")):
+            fi.skipped += 1
+            fi.note(read.where(i), f"record skipped: t is {_show(raw.get('t'))}")
+            continue
+        rec: dict[str, Any] = {}
+        problems: list[str] = []
+        for k, v in raw.items():
+            if k in ("endpoint", "url", "engine", "error"):
+                rec[k] = v if v is None or isinstance(v, str) else str(v)
+            elif k in ("ok", "schema") or v is None or _is_num(v):
+                rec[k] = v
+            else:
+                problems.append(f"{k}={_show(v)}")
+        if problems:
+            fi.flagged += 1
+            fi.note(read.where(i), "odd values dropped: " + ", ".join(problems))
+        out.append(rec)
+    return out
