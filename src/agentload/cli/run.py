@@ -18,7 +18,7 @@ from agentload.cli.options import (
     parse_json_object,
     simple_paths,
 )
-from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config
+from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, set_path
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -66,7 +66,34 @@ _OUTPUT_ONLY = {
     "points",
     "rates",
     "stop_on_slo_fail",
+    "no_report",
+    "no_metrics",
+    "metrics_interval",
+    "outage_timeout",
+    "no_preflight",
 }
+# Flags --resume takes on top of the saved config: (config path, flag, value).
+_RESUME_FLAGS = {
+    "drain_timeout": ("load.drain_timeout_s", "--drain-timeout"),
+    "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
+    "outage_timeout": ("load.outage_timeout_s", "--outage-timeout"),
+}
+PROGRESS_INTERVAL_MIN_S = 0.1
+
+
+def resume_overrides(a: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    ov: dict[str, Any] = {}
+    flags: dict[str, str] = {}
+    for name, (path, flag) in _RESUME_FLAGS.items():
+        if a.get(name) is not None:
+            ov[path], flags[path] = a[name], flag
+    if a.get("no_report"):
+        ov["report"], flags["report"] = False, "--no-report"
+    if a.get("no_metrics"):
+        ov["metrics.enabled"], flags["metrics.enabled"] = False, "--no-metrics"
+    if a.get("no_preflight"):
+        ov["preflight"], flags["preflight"] = False, "--no-preflight"
+    return ov, flags
 
 
 @command_options(RUN_OPTIONS)
@@ -115,6 +142,8 @@ def _plain_overrides(a: dict[str, Any], ov: _Overrides) -> None:
         ov.put("metrics.enabled", False, "--no-metrics")
     if a.get("no_report"):
         ov.put("report", False, "--no-report")
+    if a.get("no_preflight"):
+        ov.put("preflight", False, "--no-preflight")
     if a.get("concurrency") is not None and a.get("rate") is None:
         # A flag picks the loop mode even when the file chose the other one.
         ov.put("load.rate", None, "--concurrency")
@@ -179,7 +208,11 @@ def _endpoint_overrides(a: dict[str, Any], base: dict[str, Any], ov: _Overrides)
             ov.put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
     # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
     if a.get("metrics_url") is not None:
-        ov.put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
+        urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
+        if len(urls) > 1:  # replicas behind one address: scraped and summed
+            ov.put("endpoints.agent.metrics_urls", urls, "--metrics-url")
+        else:
+            ov.put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
 
 
 def _console() -> Console:
@@ -199,14 +232,16 @@ def _configure(a: dict[str, Any]) -> RunConfig:
                 "--resume continues with the run's saved config.yaml; drop "
                 + ", ".join("--" + n.replace("_", "-") for n in (given or ["config"]))
             )
+        if a.get("overwrite"):
+            raise ConfigError("--resume keeps the results in DIR; drop --overwrite")
         cfg = load_saved_config(a["resume"])
-        updates: dict[str, Any] = {"out": str(a["resume"])}
-        if a.get("drain_timeout") is not None:
-            load = cfg.load.model_copy(
-                update={"drain_timeout_s": parse_duration(a["drain_timeout"])}
-            )
-            updates["load"] = load
-        return cfg.model_copy(update=updates)
+        # Output flags apply to this attempt; they change no episode.
+        data = cfg.model_dump(by_alias=True)
+        ov, flags = resume_overrides(a)
+        for dotted, value in ov.items():
+            set_path(data, dotted, value)
+        data["out"] = str(a["resume"])
+        return build_config(data=data, flags=flags)
     from agentload.config import read_yaml
 
     path = a.get("config")
@@ -221,6 +256,13 @@ def _progress_mode(a: dict[str, Any]) -> str:
     mode = a.get("progress") or "auto"
     if mode not in ("auto", "live", "plain", "off"):
         raise ConfigError(f"flag --progress: expected auto, live, plain or off, got {mode!r}")
+    every = a.get("progress_interval")
+    # A tiny period costs the client CPU that shows up in its own measurements.
+    if every is not None and not PROGRESS_INTERVAL_MIN_S <= every <= 86_400:
+        raise ConfigError(
+            f"flag --progress-interval: expected {PROGRESS_INTERVAL_MIN_S:g} to 86400 seconds, "
+            f"got {every!r}"
+        )
     return mode
 
 

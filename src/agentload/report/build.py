@@ -260,6 +260,11 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     doc.h("Errors")
     if errors.get("by_kind"):
         doc.table(["error kind", "calls"], [[k, count(v)] for k, v in errors["by_kind"].items()])
+        from agentload.report.errors import HEADER, error_rows
+
+        if errors.get("messages"):
+            doc.p("Most frequent messages per kind (the servers' words, redacted):")
+            doc.table(HEADER, error_rows(summary), align_left=2)
     else:
         doc.p("No failed calls.")
     if errors.get("retried_calls"):

@@ -74,4 +74,9 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
         if errs:
             t.add_row("errors", ", ".join(f"{k} {v}" for k, v in errs.items()))
         parts.append(t)
+    from agentload.report.errors import error_table
+
+    errors = error_table(summary)
+    if errors is not None:
+        parts.append(errors)
     return Group(*parts)

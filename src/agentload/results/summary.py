@@ -23,6 +23,7 @@ import orjson
 import yaml
 
 from agentload import __version__, stats
+from agentload.results.errors import top_error_messages
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
@@ -523,6 +524,8 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "retried_calls": int(
             sum(1 for i in np.flatnonzero(m) if (all_calls[i].get("attempts") or 1) > 1)
         ),
+        # The servers' own words, per kind (redacted): what the counts above do not say.
+        "messages": top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
     }
 
     success = np.array([_success(s) for s in sessions], dtype=bool)

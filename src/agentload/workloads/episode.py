@@ -100,6 +100,21 @@ class EpisodeOptions:
     tool_latency: ToolLatency = field(default_factory=ToolLatency)
     agent_max_tokens: int | None = None
     user_max_tokens: int | None = None
+    # `seed` of each call: "none" (not sent), "episode" (the spec's seed) or a fixed int. A
+    # per-request seed makes engines sample on a per-request generator (a different path
+    # from unseeded traffic), so it is sent only when asked for.
+    request_seed: str | int = "none"
+
+
+def request_seed_for(option: str | int, episode_seed: int) -> int | None:
+    """The `seed` a call carries under the `request_seed` option (None: no seed)."""
+    if option == "none":
+        return None
+    if option == "episode":
+        return episode_seed
+    if isinstance(option, int) and not isinstance(option, bool):
+        return option
+    raise ValueError(f"request_seed: expected none, episode or an integer, got {option!r}")
 
 
 @dataclass
@@ -220,6 +235,7 @@ class _Episode:
         self.env: Environment | None = None
         self.transfer_tool = transfer_tool_name(self.domain)
         self.latency_rng = options.tool_latency.sampler(spec.seed)
+        self.request_seed = request_seed_for(options.request_seed, spec.seed)
         self.calls: list[CallRecord] = []
         self.turns = {"agent": 0, "user": 0}
         self.counts = dict.fromkeys(COUNT_KEYS, 0)
@@ -246,7 +262,7 @@ class _Episode:
                 tools=tools,
                 max_tokens=opts.agent_max_tokens if role == "agent" else opts.user_max_tokens,
                 temperature=opts.temperature,
-                seed=self.spec.seed,
+                seed=self.request_seed,
                 extra_body=self.extra_body,
                 headers=self.headers[role],
                 session_id=self.spec.session_id,
