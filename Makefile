@@ -26,11 +26,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 # The real-engine tier: a pinned vLLM CPU build in its own cached venv (.venv-real), small
 # models built locally, the engine started through agentload's launcher; see docs/engines.md.

@@ -380,7 +380,7 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
             say(f"{signame}: cancelling {noun} in flight")
             sched.abort()
 
-    installed: list[int] = []
+    installed: list[signal.Signals] = []
     if run.opts.install_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):

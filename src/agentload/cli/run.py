@@ -16,6 +16,7 @@ from agentload.cli.options import (
     SWEEP_OPTIONS,
     command_options,
     parse_headers,
+    parse_json_object,
     simple_paths,
 )
 from agentload.config import (
@@ -110,39 +111,67 @@ def run_command(**kwargs: Any) -> None:
     _main("run", kwargs)
 
 
-def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
+class _Overrides:
+    """Dotted-path overrides of the run configuration, each with the flag that set it."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.flags: dict[str, str] = {}
+
+    def put(self, path: str, value: Any, flag: str) -> None:
+        self.values[path] = value
+        self.flags[path] = flag
+
+
+# Endpoint fields the agent flags set, with their flags.
+_ENDPOINT_FLAGS = {
+    "headers": "--header",
+    "base_url": "--base-url",
+    "model": "--model",
+    "api_key_env": "--api-key-env",
+    "max_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "extra_body": "--extra-body",
+}
+
+
+def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """(dotted-path overrides, path -> flag) from the parsed flags."""
-    ov: dict[str, Any] = {}
-    flags: dict[str, str] = {}
+    ov = _Overrides()
+    _plain_overrides(a, ov)
+    _endpoint_overrides(a, base, ov)
+    return ov.values, ov.flags
 
-    def put(path: str, value: Any, flag: str) -> None:
-        ov[path] = value
-        flags[path] = flag
 
+def _plain_overrides(a: dict[str, Any], ov: _Overrides) -> None:
+    """Flags that map onto one config path, the loop mode and the tool latency."""
     for name, (path, flag) in _SIMPLE.items():
         if a.get(name) is not None:
-            put(path, a[name], flag)
+            ov.put(path, a[name], flag)
     if a.get("no_metrics"):
-        put("metrics.enabled", False, "--no-metrics")
+        ov.put("metrics.enabled", False, "--no-metrics")
     if a.get("no_report"):
-        put("report", False, "--no-report")
+        ov.put("report", False, "--no-report")
+    if a.get("no_preflight"):
+        ov.put("preflight", False, "--no-preflight")
     if a.get("concurrency") is not None and a.get("rate") is None:
         # A flag picks the loop mode even when the file chose the other one.
-        put("load.rate", None, "--concurrency")
-        put("load.max_concurrency", None, "--concurrency")
+        ov.put("load.rate", None, "--concurrency")
+        ov.put("load.max_concurrency", None, "--concurrency")
     if a.get("rate") is not None and a.get("concurrency") is None:
-        put("load.concurrency", None, "--rate")
+        ov.put("load.concurrency", None, "--rate")
     if a.get("tool_latency") is not None:
         kind, _, mean = str(a["tool_latency"]).partition(":")
         try:
-            put("workload.tool_latency.kind", kind.strip(), "--tool-latency")
-            put("workload.tool_latency.mean_s", parse_duration(mean or 0), "--tool-latency")
+            ov.put("workload.tool_latency.kind", kind.strip(), "--tool-latency")
+            ov.put("workload.tool_latency.mean_s", parse_duration(mean or 0), "--tool-latency")
         except ValueError as e:
             raise ConfigError(f"flag --tool-latency: {e}") from None
 
-    # Endpoint shorthand: --base-url / --model set the agent, and the user unless given.
-    eps = base.get("endpoints") if isinstance(base.get("endpoints"), dict) else {}
-    ep_fields = {
+
+def _agent_endpoint_fields(a: dict[str, Any]) -> dict[str, Any]:
+    """The endpoint fields given by the agent flags (--base-url, --model, ...)."""
+    fields = {
         "base_url": a.get("base_url"),
         "model": a.get("model"),
         "api_key_env": a.get("api_key_env"),
@@ -151,24 +180,20 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
     }
     if a.get("extra_body") is not None:
         try:
-            body = orjson.loads(a["extra_body"])
-        except orjson.JSONDecodeError as e:
-            raise ConfigError(f"flag --extra-body: not valid JSON ({e})") from None
-        if not isinstance(body, dict):
-            raise ConfigError("flag --extra-body: expected a JSON object")
-        ep_fields["extra_body"] = body
+            fields["extra_body"] = parse_json_object(a["extra_body"], "--extra-body")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if a.get("header"):
-        ep_fields["headers"] = parse_headers(a["header"])
-    flag_of = {
-        "headers": "--header",
-        "base_url": "--base-url",
-        "model": "--model",
-        "api_key_env": "--api-key-env",
-        "max_tokens": "--max-tokens",
-        "temperature": "--temperature",
-        "extra_body": "--extra-body",
-    }
-    given = {k: v for k, v in ep_fields.items() if v is not None}
+        fields["headers"] = parse_headers(a["header"])
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _endpoint_overrides(a: dict[str, Any], base: dict[str, Any], ov: _Overrides) -> None:
+    """Endpoint shorthand: --base-url / --model set the agent, and the user unless given."""
+    eps = base.get("endpoints")
+    if not isinstance(eps, dict):
+        eps = {}
+    given = _agent_endpoint_fields(a)
     user_given = {
         k: v
         for k, v in (("base_url", a.get("user_base_url")), ("model", a.get("user_model")))
@@ -181,26 +206,23 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
             "the endpoint flags need --base-url (or an endpoints: section in the config)"
         )
     for k, v in given.items():
-        put(f"endpoints.agent.{k}", v, flag_of[k])
+        ov.put(f"endpoints.agent.{k}", v, _ENDPOINT_FLAGS[k])
     if user_yaml is not None or user_given:
         if user_yaml is None:
             # A separate user endpoint starts as a copy of the agent's.
-            put("endpoints.user", {**(agent_yaml or {}), "name": "user"}, "--user-base-url")
+            ov.put("endpoints.user", {**(agent_yaml or {}), "name": "user"}, "--user-base-url")
         for k, v in given.items():
             if k not in user_given:
-                put(f"endpoints.user.{k}", v, flag_of[k])
+                ov.put(f"endpoints.user.{k}", v, _ENDPOINT_FLAGS[k])
         for k, v in user_given.items():
-            put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
+            ov.put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
     # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
     if a.get("metrics_url") is not None:
         urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
         if len(urls) > 1:  # replicas behind one address: scraped and summed
-            put("endpoints.agent.metrics_urls", urls, "--metrics-url")
+            ov.put("endpoints.agent.metrics_urls", urls, "--metrics-url")
         else:
-            put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
-    if a.get("no_preflight"):
-        put("preflight", False, "--no-preflight")
-    return ov, flags
+            ov.put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
 
 
 def _console() -> Console:

@@ -376,7 +376,7 @@ def _episodes(
         split[key.replace("_s", "_share")] = _ratio(v, total_sum)
     split["total_s"] = total_sum
     out["time_split"] = split
-    counts: Counter[str] = Counter()
+    counts: defaultdict[str, int | float] = defaultdict(int)
     for s in sessions:
         for k, v in (s.get("counts") or {}).items():
             if isinstance(v, int | float):

@@ -249,12 +249,12 @@ def clean_calls(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
         if s is not None and e is not None and e < s:
             problems.append("end_ns before start_ns")
             rec["start_ns"] = rec["end_ns"] = None
-        key = (rec.get("call_id"), rec.get("session_id"), rec.get("start_ns"), rec.get("end_ns"))
-        if rec.get("call_id") is not None and key in seen:
+        ident = (rec.get("call_id"), rec.get("session_id"), rec.get("start_ns"), rec.get("end_ns"))
+        if rec.get("call_id") is not None and ident in seen:
             fi.duplicates += 1
             fi.note(where, f"duplicate of call {rec.get('call_id')!r}: counted once")
             continue
-        seen.add(key)
+        seen.add(ident)
         if problems:
             fi.flagged += 1
             fi.note(where, "odd values set to null: " + ", ".join(problems))
