@@ -381,6 +381,7 @@ async def test_headers_seed_and_options_on_the_wire() -> None:
         chat_template_kwargs={"thinking": False},
         agent_max_tokens=77,
         user_max_tokens=33,
+        request_seed="episode",
     )
     res, server = await scripted(
         [Reply("Which flight?"), Reply("It is on time.")],
@@ -412,7 +413,9 @@ async def test_headers_seed_and_options_on_the_wire() -> None:
 async def test_same_task_and_trial_sends_the_same_seed() -> None:
     seeds = []
     for _ in range(2):
-        _, server = await scripted([Reply("Done.")], EpisodeOptions(user="scripted"))
+        _, server = await scripted(
+            [Reply("Done.")], EpisodeOptions(user="scripted", request_seed="episode")
+        )
         seeds.append(server.bodies("agent")[0]["seed"])
     assert seeds[0] == seeds[1] == episode_seed(7, READ_TASK, 0)
 

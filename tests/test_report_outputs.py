@@ -194,6 +194,7 @@ def test_failed_run_report_shows_errors_not_rates(tmp_path: Path) -> None:
             "workload": {"tasks": ["airline/000-001"]},
             "load": {"concurrency": 2},
             "metrics": {"enabled": False},
+            "preflight": False,  # preflight would stop the run before any episode
         }
     )
     assert s.exit_code == 1

@@ -8,6 +8,7 @@ whose message names the field and where its value came from (the file or the fla
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -31,13 +32,32 @@ class ConfigError(Exception):
     """A bad configuration or flag: one message, reported with exit code 2."""
 
 
+# Numbers are what they look like: `concurrency: true` or `trials: 2.5` is an error, not 1 or 2,
+# and no float is infinite or NaN. Every count and duration has a ceiling far above any real
+# run, so that a typo (1e30) is refused here instead of exhausting memory later.
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+INT64_MAX = 2**63 - 1
+MAX_EPISODES = 10_000_000
+MAX_CONCURRENCY = 100_000
+MAX_STEPS = 100_000
+MAX_TOKENS = 10_000_000
+DAY_S = 86_400.0
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_CONFIG_DEPTH = 64
+MAX_CONFIG_VALUES = 100_000
+
+
 class Warmup(BaseModel):
     """Leading episodes that run normally but are excluded from statistics."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
-    episodes: int = Field(0, ge=0, description="The first N episodes started are warmup.")
-    seconds: float = Field(0.0, ge=0, description="Episodes started in the first S s are warmup.")
+    episodes: int = Field(
+        0, ge=0, le=MAX_EPISODES, description="The first N episodes started are warmup."
+    )
+    seconds: float = Field(
+        0.0, ge=0, le=DAY_S, description="Episodes started in the first S s are warmup."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -70,18 +90,24 @@ class Warmup(BaseModel):
         return "none"
 
 
+# max_tokens of agent and user calls when neither the workload nor the endpoint sets one
+# (docs/engines.md, "Request defaults", gives the measured turn lengths behind them).
+DEFAULT_AGENT_MAX_TOKENS = 1024
+DEFAULT_USER_MAX_TOKENS = 256
+
+
 class ToolLatencyConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     kind: Literal["none", "constant", "uniform", "lognormal"] = "none"
-    mean_s: float = Field(0.0, ge=0, description="Mean simulated tool execution time.")
-    spread: float = Field(0.5, ge=0, description="uniform: ±spread×mean; lognormal: sigma.")
+    mean_s: float = Field(0.0, ge=0, le=3600, description="Mean simulated tool execution time.")
+    spread: float = Field(0.5, ge=0, le=100, description="uniform: ±spread×mean; lognormal: sigma.")
 
 
 class WorkloadConfig(BaseModel):
     """Which episodes run and how the agent and user behave."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     domains: list[str] = Field(
         default_factory=list, description="Domains whose tasks run; empty = all built-in."
@@ -90,27 +116,71 @@ class WorkloadConfig(BaseModel):
         default_factory=list,
         description="Task selectors: airline/000-019, retail/005, retail (whole domain).",
     )
-    trials: int = Field(1, ge=1, description="Trials per task (k of pass^k).")
+    trials: int = Field(1, ge=1, le=100_000, description="Trials per task (k of pass^k).")
     shuffle: bool = Field(False, description="Shuffle the task order of each trial round.")
-    seed: int = Field(0, description="Base seed: task order, episode seeds, arrivals.")
+    seed: int = Field(
+        0, ge=0, le=INT64_MAX, description="Base seed: task order, episode seeds, arrivals."
+    )
+    request_seed: Literal["none", "episode"] | int = Field(
+        "none",
+        description="`seed` sent with each LLM call: none (the default: the server samples "
+        "as it does for any client), episode (the episode's seed, derived from `seed`, task "
+        "and trial) or a fixed integer.",
+    )
     agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
     user: str = Field("llm", description="User simulator (a registered name).")
-    temperature: float | None = Field(None, ge=0)
-    max_steps: int = Field(30, ge=1, description="Agent LLM calls per episode.")
-    max_user_turns: int = Field(20, ge=1)
-    budget_s: float | None = Field(900.0, gt=0, description="Wall-time budget per episode.")
-    max_errors: int = Field(5, ge=1)
+    temperature: float | None = Field(None, ge=0, le=100)
+    max_steps: int = Field(30, ge=1, le=MAX_STEPS, description="Agent LLM calls per episode.")
+    max_user_turns: int = Field(20, ge=1, le=MAX_STEPS)
+    budget_s: float | None = Field(
+        900.0, gt=0, le=30 * DAY_S, description="Wall-time budget per episode."
+    )
+    max_errors: int = Field(5, ge=1, le=MAX_STEPS)
     keep_reasoning: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tool_latency: ToolLatencyConfig = Field(default_factory=ToolLatencyConfig)
-    agent_max_tokens: int | None = Field(None, ge=1)
-    user_max_tokens: int | None = Field(None, ge=1)
+    agent_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="max_tokens of agent calls; default: the agent endpoint's max_tokens, "
+        f"else {DEFAULT_AGENT_MAX_TOKENS}.",
+    )
+    user_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="max_tokens of user-simulator calls; default: the user endpoint's "
+        f"max_tokens, else {DEFAULT_USER_MAX_TOKENS}.",
+    )
+
+    @field_validator("request_seed", mode="before")
+    @classmethod
+    def _request_seed(cls, value: Any) -> Any:
+        if value is None:
+            return "none"
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text.lstrip("-").isdigit():
+                return int(text)
+            if text not in ("none", "episode"):
+                raise ValueError("expected none, episode or an integer seed")
+            return text
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected none, episode or an integer seed")
+        return value
 
     @field_validator("tasks", "domains", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
+        # An empty selector must not silently mean "every task".
         if isinstance(value, str):
-            return [p.strip() for p in value.split(",") if p.strip()]
+            parts = [p.strip() for p in value.split(",")]
+            if not any(parts):
+                raise ValueError("empty selection; leave the setting out to run every task")
+            value = parts
+        if isinstance(value, list) and any(isinstance(p, str) and not p.strip() for p in value):
+            raise ValueError("empty entry in the list (a stray comma?)")
         return value
 
     @field_validator("budget_s", mode="before")
@@ -136,29 +206,63 @@ class WorkloadConfig(BaseModel):
 class LoadConfig(BaseModel):
     """How episodes are issued: closed loop (concurrency) or open loop (rate)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     concurrency: int | None = Field(
-        None, ge=1, description="Closed loop: active episodes (default 8 when no rate)."
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Closed loop: active episodes (default 8 when no rate).",
     )
-    rate: float | None = Field(None, gt=0, description="Open loop: episode arrivals per second.")
+    rate: float | None = Field(
+        None, gt=0, le=1e6, description="Open loop: episode arrivals per second."
+    )
     burstiness: float = Field(
-        1.0, gt=0, description="Gamma shape of inter-arrival times; 1 = Poisson, <1 burstier."
+        1.0,
+        gt=0,
+        le=1000,
+        description="Gamma shape of inter-arrival times; 1 = Poisson, <1 burstier.",
     )
     max_concurrency: int | None = Field(
-        None, ge=1, description="Open loop: cap on active episodes (arrivals beyond it queue)."
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Open loop: cap on active episodes (arrivals beyond it queue).",
     )
     num_episodes: int | None = Field(
-        None, ge=1, description="Measured episodes (default: tasks × trials)."
+        None, ge=1, le=MAX_EPISODES, description="Measured episodes (default: tasks × trials)."
     )
-    duration_s: float | None = Field(None, gt=0, description="Stop issuing episodes after this.")
+    duration_s: float | None = Field(
+        None, gt=0, le=365 * DAY_S, description="Stop issuing episodes after this."
+    )
     warmup: Warmup = Field(default_factory=Warmup)
     drain_timeout_s: float = Field(
-        30.0, ge=0, description="On stop/interrupt: wait this long for in-flight episodes."
+        30.0,
+        ge=0,
+        le=DAY_S,
+        description="On stop/interrupt: wait this long for in-flight episodes.",
     )
-    lag_interval_s: float = Field(0.02, gt=0, description="Event-loop lag probe period.")
+    lag_interval_s: float = Field(0.02, ge=0.001, le=10, description="Event-loop lag probe period.")
+    retry_infra: int = Field(
+        2,
+        ge=0,
+        le=100,
+        description="Times an episode ended by an infrastructure error is run again in the run.",
+    )
+    max_infra_error_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Exit 1 when more than this share of episodes ended on infrastructure errors.",
+    )
+    outage_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        le=DAY_S,
+        description="Stop the run when the endpoint has been down for this long.",
+    )
 
-    @field_validator("duration_s", "drain_timeout_s", mode="before")
+    @field_validator("duration_s", "drain_timeout_s", "outage_timeout_s", mode="before")
     @classmethod
     def _dur(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)
@@ -186,14 +290,14 @@ class LoadConfig(BaseModel):
 class SimSettings(BaseModel):
     """The embedded simulator started when no endpoint is configured."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     profile: str = Field("tiny-cpu", description="Timing profile (name or file).")
-    speedup: float = Field(1.0, gt=0, description="Model time runs this many times faster.")
-    seed: int = 0
+    speedup: float = Field(1.0, gt=0, le=1e6, description="Model time runs this many times faster.")
+    seed: int = Field(0, ge=0, le=INT64_MAX)
     fault_rate: float = Field(0.0, ge=0, le=1, description="Share of calls that get a fault.")
     fault_kinds: list[str] | None = None
-    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     behaviour_options: dict[str, Any] = Field(default_factory=dict)
     options: dict[str, Any] = Field(
         default_factory=dict, description="Any further SimConfig field (see agentload sim)."
@@ -208,10 +312,10 @@ class SimSettings(BaseModel):
 
 
 class MetricsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     enabled: bool = True
-    interval_s: float = Field(1.0, gt=0, description="Prometheus scrape period.")
+    interval_s: float = Field(1.0, ge=0.1, le=DAY_S, description="Prometheus scrape period.")
 
     @field_validator("interval_s", mode="before")
     @classmethod
@@ -219,13 +323,42 @@ class MetricsConfig(BaseModel):
         return parse_duration(value)
 
 
-class RunConfig(BaseModel):
-    """Everything one run needs; saved (redacted) as config.yaml in the results folder."""
+class ReplayConfig(BaseModel):
+    """The `replay` kind: recorded conversations issued turn by turn (docs/replay.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    dataset: str | None = Field(None, description="Dataset file (JSONL).")
+    format: Literal["auto", "mlperf", "trajectories", "openai"] = "auto"
+    history: Literal["dataset", "live"] = Field(
+        "dataset", description="Send the recorded history, or what the server answered."
+    )
+    num_conversations: int | None = Field(None, ge=1, description="First N conversations.")
+    repeat: int = Field(1, ge=1, description="Passes over the dataset (the trial index).")
+    salt: bool = Field(False, description="Salt prompts per repeat and conversation.")
+    delay_scale: float = Field(1.0, ge=0, description="Scale of recorded delay_seconds; 0 = none.")
+    turn_timeout_s: float | None = Field(None, gt=0, description="Per-turn timeout.")
+    on_divergence: Literal["continue", "stop"] = "continue"
+    ignore_eos: bool | None = Field(
+        None, description="Output length = the recorded answer's (default: on the simulator)."
+    )
+    default_max_tokens: int | None = Field(
+        None, ge=1, description="Max tokens of turns the dataset gives none and no answer for."
+    )
+
+    @field_validator("turn_timeout_s", mode="before")
+    @classmethod
+    def _dur(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
+
+
+class RunConfig(BaseModel):
+    """Everything one run needs; saved (redacted) as config.yaml in the results folder."""
+
+    model_config = _STRICT
+
     schema_: str = Field(CONFIG_SCHEMA, alias="schema")
-    out: str = Field("results/run", description="Results folder.")
+    out: str = Field("results/run", min_length=1, description="Results folder.")
     run_id: str | None = Field(None, description="Default: derived from the start time.")
     kind: str = Field("episodes", description="Workload kind (a registered name).")
     endpoints: dict[str, EndpointConfig] = Field(
@@ -235,11 +368,41 @@ class RunConfig(BaseModel):
     sim: SimSettings = Field(default_factory=SimSettings)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     load: LoadConfig = Field(default_factory=LoadConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
     slo: dict[str, float] = Field(
         default_factory=dict, description="e.g. {ttft_p90: 2s, e2e_p99: 10s}."
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     report: bool = Field(True, description="Write report.md / report.html / charts.")
+    preflight: bool = Field(
+        True,
+        description="Check every endpoint (model, engine, usage, tool calling) before the "
+        "first episode; a failure stops the run with exit code 2.",
+    )
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _schema(cls, value: Any) -> Any:
+        if value != CONFIG_SCHEMA:
+            raise ValueError(f"unsupported config schema; this agentload reads {CONFIG_SCHEMA}")
+        return value
+
+    @field_validator("out")
+    @classmethod
+    def _out(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the results folder must not be empty")
+        if "\x00" in value:
+            raise ValueError("the results folder name holds a NUL byte")
+        return value
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, value: str | None) -> str | None:
+        # The id becomes part of session ids and file contents, never a path.
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", value):
+            raise ValueError("use 1-128 letters, digits, '.', '_' or '-'")
+        return value
 
     @field_validator("slo", mode="before")
     @classmethod
@@ -280,6 +443,14 @@ class RunConfig(BaseModel):
                 missing.remove("user")
             if missing:
                 raise ValueError(f"endpoints: missing role(s) {', '.join(missing)}")
+        # Resolved here so that config.yaml states the max_tokens every call carries.
+        w = self.workload
+        if w.agent_max_tokens is None:
+            ep = self.endpoints.get("agent")
+            w.agent_max_tokens = (ep and ep.max_tokens) or DEFAULT_AGENT_MAX_TOKENS
+        if w.user_max_tokens is None:
+            ep = self.endpoints.get("user")
+            w.user_max_tokens = (ep and ep.max_tokens) or DEFAULT_USER_MAX_TOKENS
         for key in self.slo:
             check_slo_key(key)
         return self
@@ -314,24 +485,147 @@ def deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (YAML would keep the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            dup = key in seen
+        except TypeError:  # an unhashable key (a list or mapping used as a key)
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a plain value", key_node.start_mark
+            ) from None
+        if dup:
+            first = seen[key].start_mark.line + 1
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark
+            )
+        seen[key] = key_node
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,
+)
+
+
+def _shape(node: yaml.Node) -> tuple[int, int]:
+    """(nesting depth, values after expanding aliases) of a composed YAML node, iteratively:
+    a deep file must not exhaust the stack, and aliases must not expand into a huge one."""
+    order: list[yaml.Node] = []
+    depth_of: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int]] = [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        if id(n) in depth_of:  # an alias: a node already walked
+            depth_of[id(n)] = max(depth_of[id(n)], d)
+            continue
+        depth_of[id(n)] = d
+        order.append(n)
+        stack.extend((c, d + 1) for c in _children(n))
+    size: dict[int, int] = {}
+    for n in reversed(order):  # children before parents
+        size[id(n)] = min(1 + sum(size.get(id(c), 1) for c in _children(n)), 1 << 40)
+    return max(depth_of.values()), size[id(node)]
+
+
+def _children(n: yaml.Node) -> list[yaml.Node]:
+    if isinstance(n, yaml.MappingNode):
+        return [x for pair in n.value for x in pair]
+    if isinstance(n, yaml.SequenceNode):
+        return list(n.value)
+    return []
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of [ ] and { } (brackets inside quoted strings count too: harmless)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(text):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_CONFIG_DEPTH:
+                break
+    return deepest
+
+
+def _decode_config(path: Path, raw: bytes) -> str:
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and raw[1:2] == b"\x00"):
+        raise ConfigError(f"{path}: the file is UTF-16 encoded; save it as UTF-8")
+    if b"\x00" in raw:
+        raise ConfigError(f"{path}: not a text file (it holds NUL bytes)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x}); save it as UTF-8"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping in a YAML config file; every problem is one ConfigError naming the file."""
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path}: {path.stat().st_size} bytes is too large for a config file "
+                f"(at most {MAX_CONFIG_BYTES // (1024 * 1024)} MiB)"
+            )
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    text = _decode_config(path, raw)
+    if _flow_depth(text) > MAX_CONFIG_DEPTH:
+        # Checked on the text: the YAML parser takes seconds to fail on deep flow nesting.
+        raise ConfigError(
+            f"{path}: nested more than {MAX_CONFIG_DEPTH} levels deep; "
+            "a run configuration is a few levels deep"
+        )
     try:
-        data = yaml.safe_load(text)
+        loader = _StrictLoader(text)
+        try:
+            # Compose first: the depth check must run before construction recurses.
+            node = loader.get_single_node()
+            depth, values = _shape(node) if node is not None else (0, 0)
+            if depth > MAX_CONFIG_DEPTH:
+                raise ConfigError(
+                    f"{path}: nested more than {MAX_CONFIG_DEPTH} levels deep; "
+                    "a run configuration is a few levels deep"
+                )
+            if values > MAX_CONFIG_VALUES:
+                raise ConfigError(
+                    f"{path}: expands to more than {MAX_CONFIG_VALUES} values "
+                    "(YAML aliases repeating large parts?)"
+                )
+            data = None if node is None else loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of settings")
+    if any(not isinstance(k, str) for k in data):
+        bad = next(k for k in data if not isinstance(k, str))
+        raise ConfigError(f"{path}: setting names are text, got {bad!r}")
     return data
 
 
@@ -357,7 +651,11 @@ def format_validation_error(
             ),
             None,
         )
-        if flag:
+        inner = sorted({f for p, f in flags.items() if loc and p.startswith(loc + ".")})
+        if flag is None and inner:
+            # A check across fields (e.g. load's loop mode): name the flags that set them.
+            where = ("flag " if len(inner) == 1 else "flags ") + ", ".join(inner)
+        elif flag:
             where = f"flag {flag}"
         elif source:
             where = source
@@ -420,15 +718,14 @@ EXAMPLE_CONFIG = """\
 out: results/airline-c16
 endpoints:                       # omit to use the embedded simulator
   agent:
-    base_url: http://127.0.0.1:8000/v1
+    base_url: http://127.0.0.1:8000  # /v1 is added when the URL has no path
     model: Qwen/Qwen3-8B
-    api_key_env: VLLM_API_KEY     # the env var's name; the key is never written down
+    api_key_env: VLLM_API_KEY     # the env var's name (default OPENAI_API_KEY when set)
     extra_body: {chat_template_kwargs: {enable_thinking: false}}
-    max_tokens: 1024
     temperature: 0.0
     timeouts: {connect: 10, first_token: 300, idle: 60, total: 900}
     retry: {max_attempts: 3}
-    metrics_url: http://127.0.0.1:8000/metrics
+    metrics_urls: [http://127.0.0.1:8000/metrics]  # replicas: list each (summed)
   user:                           # defaults to the agent's endpoint
     base_url: http://127.0.0.1:8001/v1
     model: Qwen/Qwen3-8B
@@ -438,6 +735,8 @@ workload:
   trials: 4
   shuffle: true
   seed: 7
+  request_seed: none              # none | episode | <int>: the `seed` each call carries
+  agent_max_tokens: 1024          # user_max_tokens: 256
   agent: tool-calling             # tool-calling | react | act | oracle | noop
   user: llm                       # llm | scripted
   tool_latency: {kind: lognormal, mean_s: 0.2, spread: 0.5}

@@ -36,6 +36,13 @@ _SECRET_KEY = re.compile(
 # scheme://user[:password]@host -> scheme://***@host
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
+# `api_key=abc`, `"token": "abc"` inside free text (a server quoting a request back), and
+# OpenAI-style keys (`sk-...`, `sk-proj-...`) wherever they appear.
+_KEY_VALUE = re.compile(
+    r"(?i)\b(api[_-]?key|access[_-]?token|token|secret|passw(?:or)?d)"
+    r"([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}&]+"
+)
+_OPENAI_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")
 # Values shorter than this are not scrubbed as known secrets: "abc" would mangle records.
 MIN_SECRET_LEN = 4
 
@@ -49,11 +56,16 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """URL userinfo and `Bearer` credentials masked inside free text."""
+    """URL userinfo, `Bearer` credentials, `api_key=...`-style pairs and `sk-...` keys masked
+    inside free text."""
     if "@" in text:
         text = _USERINFO.sub(r"\1***@", text)
     if "earer" in text or "EARER" in text:
         text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    if "sk-" in text:
+        text = _OPENAI_KEY.sub(REDACTED, text)
+    if ":" in text or "=" in text:
+        text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     return text
 
 
@@ -234,3 +246,17 @@ class Scrubber:
 
     def text(self, text: str) -> str:
         return self.bytes(text.encode()).decode(errors="replace") if self._values else text
+
+
+def redacted_paths(obj: Any, path: str = "") -> list[str]:
+    """Dotted paths of the values `redact` replaced (the marker, or a URL's `***@`): a saved
+    configuration with any of them cannot be sent to a server again as it stands."""
+    if isinstance(obj, Mapping):
+        return [
+            p for k, v in obj.items() for p in redacted_paths(v, f"{path}.{k}" if path else str(k))
+        ]
+    if isinstance(obj, list | tuple):
+        return [p for i, v in enumerate(obj) for p in redacted_paths(v, f"{path}[{i}]")]
+    if isinstance(obj, str) and (obj == REDACTED or "://***@" in obj):
+        return [path]
+    return []

@@ -2,11 +2,11 @@
 recorder → summary and report. `execute_run` reads as the run's phases; the workload kind
 (episodes, replay, …) plugs in through `agentload.workloads.base.Workload`.
 
-Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on):
-0 finished (all planned sessions, or the duration elapsed); 1 the run failed or aborted
-(harness error, the simulator did not start, or every session failed on infrastructure);
-2 bad usage or configuration; 130 interrupted (SIGINT / SIGTERM) — results so far are written
-and resumable.
+Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on; decided in
+`agentload.outcome`, see docs/reliability.md): 0 sessions completed; 1 the run failed (nothing
+measured, every call failed, too many infrastructure errors, the endpoint stayed down, a
+harness error, or the summary / report could not be written); 2 bad usage or configuration;
+130 interrupted (SIGINT / SIGTERM) — results so far are written and resumable.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import yaml
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
+from agentload.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from agentload.scheduler import (
     EpisodePlan,
     LoadSpec,
@@ -42,11 +43,12 @@ from agentload.scheduler import (
 
 if TYPE_CHECKING:
     from agentload.results.recorder import Recorder
-    from agentload.workloads.base import Workload
+    from agentload.scheduler.outage import OutageGate
+    from agentload.workloads.base import SessionOutcome, Workload
 
 log = logging.getLogger("agentload.run")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunFailed", "execute_run"]
 
 
 class RunFailed(Exception):
@@ -97,8 +99,15 @@ class RunState:
     meta: dict[str, Any]
     attempt: int
     tracker: ProgressTracker
+    workers: int = 1
+    """Closed loop: sessions in flight (the configured concurrency, capped at the plan)."""
     sched: Scheduler | None = None
+    gate: OutageGate | None = None
+    sim: Any = None
     interrupts: int = 0
+    finishing_interrupts: int = -1
+    """Signals received once the sessions are over (-1 until then)."""
+    engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
     # The client's own CPU time at the start, for the report's client-health check.
     cpu_start_s: float = field(default_factory=time.process_time)
 
@@ -137,18 +146,35 @@ async def execute_run(
         overwrite=overwrite,
         tune_gc=tune_gc,
     )
+    checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
+    if not _late_preflight(cfg):
+        # Before the results folder is touched: a failed preflight leaves nothing behind, so
+        # the same --out works for the next try.
+        checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
+        cfg = cfg.model_copy(update={"endpoints": checked[0]})
     from agentload.results.jsonl import ResultsError
+    from agentload.workloads.base import make_workload
 
+    workload = make_workload(cfg)
+    workload.units()  # a selection that matches nothing fails before the folder is touched
     out_dir = Path(cfg.out)
     with results_lock(out_dir, "resume" if resume else "run"):
         try:
-            run = open_run(cfg, opts)
-            try:
-                rep = await drive(run)
-            finally:
-                run.recorder.close()
-            _raise_write_error(run)
-            return conclude(run, rep)
+            run = open_run(cfg, opts, workload)
+            if checked is not None:
+                _note_endpoints(run, *checked)
+            with _signal_handlers(run):
+                try:
+                    rep = await drive(run)
+                except BaseException as e:
+                    # Whatever stops the run here, run.json must not stay "running".
+                    _mark_ended(run, e)
+                    raise
+                finally:
+                    run.recorder.close()
+                _raise_write_error(run)
+                run.finishing_interrupts = 0
+                return await conclude(run, rep)
         except ResultsError as e:  # a damaged folder, a full disk: one line, no traceback
             raise RunFailed(str(e)) from None
         except OSError as e:
@@ -170,22 +196,26 @@ def results_lock(out_dir: Path, purpose: str) -> Any:
     return contextlib.closing(lock)
 
 
-def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
-    """Phase 1: the workload, the results folder (fresh or resumed), the plan, run.json."""
-    from agentload.workloads.base import make_workload
-
+def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
+    """Phase 1: the results folder (fresh or resumed), the plan, run.json."""
     out_dir = Path(cfg.out)
     prev = _previous_meta(out_dir) if opts.resume else {}
     if cfg.run_id is None:
         cfg = cfg.model_copy(update={"run_id": prev.get("run_id") or new_run_id()})
-    workload = make_workload(cfg)
-    workload.units()  # a selection that matches nothing fails before the folder is touched
+    from agentload.outcome import concurrency_cap, drop_infra_sessions
+
+    # Sessions that ended on infrastructure errors did not run: a resume redoes them.
+    redo = drop_infra_sessions(out_dir) if opts.resume else 0
     recorder = _open_recorder(out_dir, opts)
     from agentload.redact import endpoint_secrets
 
     for ep_cfg in cfg.endpoints.values():
         recorder.add_secrets(endpoint_secrets(ep_cfg))
     plan = workload.plan(recorder.finished_keys())
+    issue = None if plan.to_issue is None else plan.to_issue + cfg.load.warmup.episodes
+    workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
+    if note:
+        opts.say(note)
     recorder.write_config(config_to_dict(cfg))
     prev_count = prev.get("resume_count", -1)
     attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if opts.resume else 0
@@ -205,10 +235,12 @@ def open_run(cfg: RunConfig, opts: RunOptions) -> RunState:
         opts.say(
             f"resuming {out_dir}: {plan.resume_done} of {total} {workload.noun} already "
             f"finished; {recorder.dropped_calls} calls of unfinished {workload.noun} set aside "
-            "in dropped/" + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
+            "in dropped/"
+            + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
+            + (f"; {redo} {workload.noun} ended by infrastructure errors run again" if redo else "")
         )
     tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
-    return RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker)
+    return RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker, workers)
 
 
 async def drive(run: RunState) -> SchedulerReport:
@@ -216,12 +248,20 @@ async def drive(run: RunState) -> SchedulerReport:
     from agentload.util import gc_tuned
 
     async with contextlib.AsyncExitStack() as stack:
-        stack.enter_context(_signal_handlers(run))
         endpoints = await stack.enter_async_context(_endpoints(run))
+        # The simulator or a launched engine, once it is up (unless the run was interrupted
+        # while it started).
+        if _late_preflight(run.cfg) and not run.interrupts:
+            endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
+            _note_endpoints(run, endpoints, detected)
         await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
+        gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
+        stack.push_async_callback(gate.close)
+        run.tracker.outage = gate.status
         clients = await _open_clients(run, endpoints, stack)
         await _start_scrapers(run, endpoints, stack)
-        run.sched = Scheduler(run.plan, _load_spec(run.cfg), _session_runner(run, clients))
+        spec = _load_spec(run.cfg, run.workers)
+        run.sched = Scheduler(run.plan, spec, _session_runner(run, clients), gate=gate)
         sched = run.sched
         run.recorder.on_write_error = lambda _e: _stop_on_write_error(sched)
         run.tracker.active = lambda: sched.active
@@ -239,36 +279,40 @@ async def drive(run: RunState) -> SchedulerReport:
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
-def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
-    """Phase 3: summary, exit code, final run.json, report."""
-    from agentload.results.context import run_context
-    from agentload.results.summary import load_run_meta, summarize, write_summary
+async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
+    """Phase 3: summary, exit code, final run.json, report.
 
-    out_dir = run.out_dir
-    summary = summarize(out_dir, slo=run.cfg.slo or None)
-    from agentload.results.client import combine_client, lag_histogram
+    run.json ends with the status the exit code says, whatever fails here: a summary or
+    report that cannot be written makes the run `failed` (exit 1) with the reason, and an
+    interrupt while the summary is written makes it `interrupted` (exit 130) with the report
+    skipped.
+    """
+    from agentload.outcome import Verdict
 
-    cpu_s = time.process_time() - run.cpu_start_s
-
-    block = client_block(rep, run.cfg, {"resume_attempt": run.attempt, "cpu_s": cpu_s})
-    block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
-    summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
-    code, reason = _exit_status(run, rep, summary)
-    run.meta.update(
-        {
-            "ended_at": time.time(),
-            "status": reason,
-            "exit_code": code,
-            "stop_reason": rep.stop_reason,
-        }
-    )
-    update_meta(out_dir, run.meta)
-    # The summary embeds run.json: take the final status, not the "running" it read.
-    summary["run"] = load_run_meta(out_dir)
-    summary["context"] = run_context(out_dir)
-    write_summary(out_dir, summary)
-    files = _write_report(out_dir, summary) if run.cfg.report else []
-    return RunOutcome(out_dir, code, reason, summary, rep, files)
+    summary, verdict = _summarize(run, rep)
+    if await _interrupted(run):
+        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+    _settle(run, rep, verdict)
+    if summary is not None:
+        try:
+            _write_summary(run, summary)
+        except Exception as e:
+            verdict = Verdict(EXIT_FAILED, f"failed: summary.json could not be written: {_why(e)}")
+            _settle(run, rep, verdict)
+    if await _interrupted(run) and verdict.code != EXIT_INTERRUPTED:
+        verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+        _settle(run, rep, verdict, summary)
+    files: list[Path] = []
+    if run.cfg.report and summary is not None:
+        if verdict.code == EXIT_INTERRUPTED and run.finishing_interrupts > 0:
+            run.opts.say(
+                f"interrupted: report skipped (write it with `agentload report {run.out_dir}`)"
+            )
+        else:
+            files, verdict = _report(run, rep, summary, verdict)
+    if verdict.code == EXIT_FAILED and rep.stop_reason != "failed":
+        run.opts.say(f"the {run.workload.noun} ran, but the run {verdict.status}")
+    return RunOutcome(run.out_dir, verdict.code, verdict.status, summary, rep, files)
 
 
 # ---- phase 1 helpers ---------------------------------------------------------------------
@@ -300,10 +344,21 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     if not path.exists():
         raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
     try:
-        return build_config(path=path)
+        cfg = build_config(path=path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
+    from agentload.redact import redacted_paths
+
+    # Secrets were never written down; sending their placeholders would be a silent lie.
+    hidden = redacted_paths(cfg.model_dump(mode="json", by_alias=True, exclude={"sim"}))
+    if hidden:
+        raise ConfigError(
+            f"--resume {out_dir}: config.yaml holds secrets that were not saved "
+            f"({', '.join(hidden[:5])}); keep keys in the environment (api_key_env, "
+            "OPENAI_API_KEY) so a resume can read them, or start a new run"
+        )
+    return cfg
 
 
 # ---- phase 2 helpers ---------------------------------------------------------------------
@@ -317,8 +372,14 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
 
     def on_signal(signame: str) -> None:
         run.interrupts += 1
+        if run.finishing_interrupts >= 0:
+            run.finishing_interrupts += 1
+            say(f"{signame}: finishing summary.json, then stopping (report skipped)")
+            return
         sched = run.sched
         if sched is None:
+            if run.engines:
+                run.engines.cancel()  # interrupted while engines start: stop at once
             return
         if run.interrupts == 1:
             say(
@@ -330,7 +391,7 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
             say(f"{signame}: cancelling {noun} in flight")
             sched.abort()
 
-    installed: list[int] = []
+    installed: list[signal.Signals] = []
     if run.opts.install_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -349,12 +410,12 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
     here, stopped on the way out)."""
     cfg = run.cfg
     if not cfg.embedded:
-        endpoints = dict(cfg.endpoints)
-        run.meta["endpoints"] = _describe_endpoints(endpoints)
-        yield endpoints
+        async with _launched(run) as endpoints:
+            run.meta["endpoints"] = _describe_endpoints(endpoints)
+            yield endpoints
         return
     # Started from the main thread: the death signal is tied to the starting thread.
-    sim = start_embedded_sim(cfg, run.out_dir / "sim.log")
+    sim = run.sim = start_embedded_sim(cfg, run.out_dir / "sim.log")
     try:
         ep = EndpointConfig(
             name="sim", base_url=sim.base_url, model=sim.config.model, metrics_url=sim.metrics_url
@@ -371,6 +432,61 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
         yield endpoints
     finally:
         await asyncio.to_thread(sim.stop)
+
+
+def _late_preflight(cfg: RunConfig) -> bool:
+    """Endpoints that exist only once the run starts them (the embedded simulator, engines
+    with `launch:`) are checked then; the others before the results folder is touched."""
+    return cfg.embedded or any(ep.launch is not None for ep in cfg.endpoints.values())
+
+
+async def _preflight(
+    cfg: RunConfig, endpoints: dict[str, EndpointConfig], say: Say
+) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
+    """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
+    use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
+    from agentload.engines.preflight import preflight_for_run
+    from agentload.workloads.base import make_workload
+
+    return await preflight_for_run(
+        endpoints,
+        enabled=cfg.preflight,
+        tool_roles=make_workload(cfg).tool_roles(),
+        metrics=cfg.metrics.enabled,
+        say=say,
+    )
+
+
+def _note_endpoints(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], detected: dict[str, Any] | None
+) -> None:
+    """run.json: what preflight found, and the sampling parameters every call carries."""
+    from agentload.workloads.sampling import describe, sampling_block
+
+    if detected is not None:
+        run.meta["endpoints_detected"] = detected
+    run.meta["sampling"] = sampling_block(run.cfg, endpoints)
+    run.recorder.write_meta(run.meta)
+    run.opts.say(describe(run.meta["sampling"]))
+
+
+@contextlib.asynccontextmanager
+async def _launched(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
+    """Endpoints with `launch:` get their engine before the first episode (stopped at the
+    end); a launch problem is exit 2, an engine that does not come up exit 1."""
+    from agentload.engines.launch import EngineError, EngineStartError
+    from agentload.engines.run import RunEngines, launched_engines
+
+    run.engines = RunEngines(run.cfg.endpoints, run.out_dir, run.opts.say)
+    try:
+        async with launched_engines(run.engines, run.cfg.endpoints) as endpoints:
+            if run.engines:
+                run.meta["engines"] = run.engines.meta()
+            yield endpoints
+    except EngineError as e:
+        raise ConfigError(str(e)) from None
+    except EngineStartError as e:
+        raise RunFailed(str(e)) from None
 
 
 def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
@@ -414,9 +530,13 @@ async def _open_clients(
 ) -> dict[str, ChatClient]:
     recorder, tracker = run.recorder, run.tracker
 
+    gate = run.gate
+
     def on_record(rec: CallRecord) -> None:
         recorder.record_call(rec)
         tracker.on_call(rec)
+        if gate is not None:
+            gate.on_record(rec)
 
     return {
         role: await stack.enter_async_context(ChatClient(ep, on_record=on_record))
@@ -434,10 +554,11 @@ async def _start_scrapers(
 
     seen: set[str] = set()
     for ep in endpoints.values():
-        if ep.metrics_url and ep.metrics_url not in seen:
-            seen.add(ep.metrics_url)
+        urls = ep.all_metrics_urls  # several: replicas, one sample summed over them
+        if urls and ",".join(urls) not in seen:
+            seen.add(",".join(urls))
             scraper = MetricsScraper(
-                ep.metrics_url,
+                urls,
                 run.recorder,
                 interval_s=run.cfg.metrics.interval_s,
                 endpoint=ep.name,
@@ -455,11 +576,12 @@ def session_id_for(run_id: str, item: WorkItem, attempt: int) -> str:
 
 def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
     """The scheduler's `run_one`: one session of the workload, recorded with its timing."""
-    workload, recorder, tracker = run.workload, run.recorder, run.tracker
+    recorder, tracker = run.recorder, run.tracker
     run_id, attempt = run.run_id, run.attempt
 
     async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
-        out = await workload.run_session(item, session_id_for(run_id, item, attempt), clients)
+        sid = session_id_for(run_id, item, attempt)
+        out = await _run_with_infra_retries(run, item, sid, clients)
         session = out.session
         session["run_id"] = run_id
         session["warmup"] = item.warmup
@@ -472,11 +594,62 @@ def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
     return run_one
 
 
-def _load_spec(cfg: RunConfig) -> LoadSpec:
+async def _run_with_infra_retries(
+    run: RunState, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
+) -> SessionOutcome:
+    """One session; when it ended on infrastructure errors during an outage, it is re-queued
+    (not burned): wait the outage out and run it again, up to `load.retry_infra` times."""
+    gate, retries = run.gate, run.cfg.load.retry_infra
+    tries = 0
+    while True:
+        # A rerun is a new session; the failed one's calls stay unfinished.
+        began = time.monotonic()
+        out = await run.workload.run_session(
+            item, sid if tries == 0 else f"{sid}-rerun{tries}", clients
+        )
+        sched = run.sched
+        if (
+            out.session.get("termination") != "infra_error"
+            or tries >= retries
+            or gate is None
+            or sched is None
+            or sched.stopping
+            # A lone failure of a live endpoint is a measured failure.
+            or not await gate.confirm(began)
+            or not await gate.wait_open()
+            or sched.stopping
+        ):
+            return out
+        gate.note_retry()
+        tries += 1
+
+
+def make_gate(
+    cfg: RunConfig, endpoints: Mapping[str, EndpointConfig], sim: Any, say: Say
+) -> OutageGate:
+    """The outage gate of a run: probes the endpoints' model lists; an embedded simulator
+    whose process exited can never come back, so the run stops at once."""
+    from agentload.scheduler.outage import OutageGate, OutagePolicy, http_probe, probe_urls
+
+    def sim_gone() -> str | None:
+        proc = getattr(sim, "proc", None)
+        if proc is None or proc.poll() is None:
+            return None
+        return f"the embedded simulator exited (status {proc.returncode}; see sim.log)"
+
+    return OutageGate(
+        http_probe(probe_urls(endpoints)),
+        OutagePolicy(give_up_s=cfg.load.outage_timeout_s),
+        say=say,
+        gone=sim_gone if sim is not None else None,
+    )
+
+
+def _load_spec(cfg: RunConfig, workers: int) -> LoadSpec:
     ld = cfg.load
     return LoadSpec(
         mode=ld.mode,
-        concurrency=ld.effective_concurrency,
+        concurrency=workers,
         rate=ld.rate,
         burstiness=ld.burstiness,
         max_concurrency=ld.max_concurrency,
@@ -527,18 +700,91 @@ def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any])
     }
 
 
-def _exit_status(
-    run: RunState, rep: SchedulerReport, summary: Mapping[str, Any]
-) -> tuple[int, str]:
-    sessions = (summary.get("counts") or {}).get("sessions", 0)
-    if rep.stop_reason == "interrupted":
-        return EXIT_INTERRUPTED, "interrupted"
-    if rep.stop_reason == "failed":
-        return EXIT_FAILED, f"failed: {rep.error}"
-    if sessions and _infra_failures(run.out_dir) >= sessions:
-        noun = run.workload.noun.removesuffix("s")
-        return EXIT_FAILED, f"failed: every {noun} ended with an infrastructure error"
-    return EXIT_OK, rep.stop_reason
+def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | None, Any]:
+    """(summary, verdict); odd records or a full disk must not leave run.json "running"."""
+    from agentload.outcome import Verdict, count_infra_episodes, judge
+    from agentload.results.client import combine_client, lag_histogram
+    from agentload.results.summary import summarize
+
+    out_dir = run.out_dir
+    try:
+        summary = summarize(out_dir, slo=run.cfg.slo or None)
+        extra = {
+            "resume_attempt": run.attempt,
+            "cpu_s": time.process_time() - run.cpu_start_s,
+            "outages": run.gate.summary() if run.gate else None,
+        }
+        block = client_block(rep, run.cfg, extra)
+        block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
+        summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
+        verdict = judge(
+            stop_reason=rep.stop_reason,
+            error=rep.error,
+            summary=summary,
+            infra_episodes=count_infra_episodes(out_dir),
+            max_infra_share=run.cfg.load.max_infra_error_share,
+        )
+    except Exception as e:
+        log.debug("summary failed", exc_info=True)
+        return None, Verdict(EXIT_FAILED, f"failed: the summary could not be computed: {_why(e)}")
+    return summary, verdict
+
+
+async def _interrupted(run: RunState) -> bool:
+    # Signal handlers run on the event loop: give it a turn between the blocking steps.
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return run.finishing_interrupts > 0
+
+
+def _settle(
+    run: RunState, rep: SchedulerReport, verdict: Any, summary: dict[str, Any] | None = None
+) -> None:
+    """run.json takes the verdict (and summary.json's copy of run.json, when given)."""
+    run.meta.update(
+        ended_at=time.time(),
+        status=verdict.status,
+        exit_code=verdict.code,
+        stop_reason=rep.stop_reason,
+    )
+    try:
+        update_meta(run.out_dir, run.meta)
+    except OSError as e:
+        run.opts.say(f"cannot update run.json: {_why(e)}")
+    if summary is not None:
+        with contextlib.suppress(Exception):
+            _write_summary(run, summary)
+
+
+def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
+    from agentload.results.context import run_context
+    from agentload.results.summary import load_run_meta, write_summary
+
+    # The summary embeds run.json: take the final status, not the "running" it read.
+    summary["run"] = load_run_meta(run.out_dir)
+    summary["context"] = run_context(run.out_dir)
+    write_summary(run.out_dir, summary)
+
+
+def _report(
+    run: RunState, rep: SchedulerReport, summary: dict[str, Any], verdict: Any
+) -> tuple[list[Path], Any]:
+    from agentload.outcome import Verdict
+
+    try:
+        from agentload.report import write_report
+    except ImportError:  # the report package is optional for a run to be useful
+        log.warning("report module unavailable; wrote summary.json only")
+        return [], verdict
+    try:
+        return list(write_report(run.out_dir, summary)), verdict
+    except Exception as e:
+        log.debug("report failed", exc_info=True)
+        if verdict.code == EXIT_INTERRUPTED:
+            return [], verdict
+        verdict = Verdict(EXIT_FAILED, f"failed: the report could not be written: {_why(e)}")
+        _settle(run, rep, verdict, summary)
+        return [], verdict
 
 
 def _stop_on_write_error(sched: Scheduler | None) -> None:
@@ -556,23 +802,21 @@ def _raise_write_error(run: RunState) -> None:
         raise err
 
 
-def _infra_failures(out_dir: Path) -> int:
-    from agentload.results.jsonl import load_jsonl
-
-    return sum(
-        1
-        for s in load_jsonl(out_dir / "sessions.jsonl")
-        if not s.get("warmup") and s.get("termination") == "infra_error"
-    )
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}" + (f" ({e.filename})" if e.filename else "")
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def _write_report(out_dir: Path, summary: Mapping[str, Any]) -> list[Path]:
-    try:
-        from agentload.report import write_report
-    except ImportError:  # the report package is optional for a run to be useful
-        log.warning("report module unavailable; wrote summary.json only")
-        return []
-    return list(write_report(out_dir, summary))
+def _mark_ended(run: RunState, e: BaseException) -> None:
+    if isinstance(e, KeyboardInterrupt | asyncio.CancelledError):
+        status, code = "interrupted", EXIT_INTERRUPTED
+    else:
+        status = f"failed: {e}" if isinstance(e, ConfigError | RunFailed) else f"failed: {_why(e)}"
+        code = EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILED
+    run.meta.update(ended_at=time.time(), status=status, exit_code=code)
+    with contextlib.suppress(Exception):
+        update_meta(run.out_dir, run.meta)
 
 
 def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:

@@ -41,6 +41,7 @@ def parse_duration(value: Any) -> float:
 
 
 SLO_METRICS = ("ttft", "e2e", "itl", "tpot")
+SLO_MAX_S = 86_400.0
 _SLO_STAT = re.compile(r"^p(\d+(?:\.\d+)?)$|^(mean|max)$")
 
 
@@ -75,5 +76,10 @@ def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]
     out: dict[str, float] = {}
     for key, val in items:
         check_slo_key(key)
-        out[key] = parse_duration(val)
+        seconds = parse_duration(val)
+        if not 0 < seconds <= SLO_MAX_S:
+            raise ValueError(
+                f"SLO {key}: expected a duration above 0 and at most 1 day, got {val!r}"
+            )
+        out[key] = seconds
     return out

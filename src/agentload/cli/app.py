@@ -2,11 +2,54 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from agentload import __version__
 
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as one line naming the flag (scripts grep stderr), exit code 2."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        # Click's own signature, so no argument can reach it twice.
+        call = (args, prog_name, complete_var, False, windows_expand_args)
+        if not standalone_mode:
+            return super().main(*call, **extra)
+        try:
+            rv = super().main(*call, **extra)
+        except typer.Abort:
+            print("agentload: interrupted", file=sys.stderr, flush=True)
+            sys.exit(130)
+        except Exception as e:
+            # Click's exceptions (typer may vendor click, so they are recognised by shape).
+            if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
+                raise
+            ctx = getattr(e, "ctx", None)
+            if type(e).__name__ == "NoArgsIsHelpError":
+                print(ctx.get_help() if ctx else e.format_message(), file=sys.stderr)
+                sys.exit(e.exit_code)
+            where = getattr(ctx, "command_path", None) or "agentload"
+            msg = " ".join(str(e.format_message()).split())
+            print(f"{where}: error: {msg} (see {where} --help)", file=sys.stderr, flush=True)
+            sys.exit(e.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="agentload",
     help="Benchmark OpenAI-compatible LLM inference services under agentic workloads.",
     no_args_is_help=True,

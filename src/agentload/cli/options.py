@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 from pydantic import BaseModel
 from rich.markup import escape
@@ -25,6 +26,10 @@ WORKLOAD = "Workload"
 LOAD = "Load"
 SIM = "Simulator"
 OUTPUT = "Output"
+
+
+REQUIRED: Any = inspect.Parameter.empty
+"""The default of an option that must be given."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class Opt:
     path: str | None = None
     """Dotted RunConfig path the flag overrides (None: handled by the command itself)."""
     metavar: str | None = None
+    min: float | None = None
+    """Smallest value accepted (numbers only)."""
 
     def parameter(self) -> inspect.Parameter:
         help_text = self.help
@@ -53,7 +60,8 @@ class Opt:
             rich_help_panel=self.panel,
             # Flags take no value; other options name theirs (typer would print "<str>").
             metavar="" if flag else (self.metavar or self.name.upper()),
-            show_default=not flag and self.default is not None,
+            show_default=not flag and self.default not in (None, REQUIRED, []),
+            min=self.min,
         )
         return inspect.Parameter(
             self.name,
@@ -107,6 +115,12 @@ def command_options(*groups: Iterable[Opt]) -> Callable[[Callable[..., Any]], Ca
     return wrap
 
 
+def pick(group: Iterable[Opt], *names: str) -> list[Opt]:
+    """The options of `group` with these parameter names, in the order given."""
+    by_name = {o.name: o for o in group}
+    return [by_name[n] for n in names]
+
+
 def simple_paths(*groups: Iterable[Opt]) -> dict[str, tuple[str, str]]:
     """name -> (config path, flag) for the options that map straight onto the config."""
     return {o.name: (o.path, o.decls[0]) for g in groups for o in g if o.path is not None}
@@ -121,6 +135,17 @@ def parse_headers(items: Iterable[str]) -> dict[str, str]:
             raise typer.BadParameter(f"--header expects 'Name: value', got {item!r}")
         out[k.strip()] = v.strip()
     return out
+
+
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """A flag's value that must be a JSON object; ValueError naming the flag otherwise."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"flag {flag}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"flag {flag}: expected a JSON object")
+    return value
 
 
 CONFIG = [
@@ -145,7 +170,7 @@ ENDPOINTS = [
         "base_url",
         ("--base-url",),
         str | None,
-        "Agent (and user) endpoint, e.g. http://127.0.0.1:8000/v1.",
+        "Agent (and user) endpoint: http://127.0.0.1:8000 or http://127.0.0.1:8000/v1.",
         ENDPOINT,
         metavar="URL",
     ),
@@ -163,7 +188,7 @@ ENDPOINTS = [
         "api_key_env",
         ("--api-key-env",),
         str | None,
-        "Env var holding the API key.",
+        "Env var holding the API key (default: OPENAI_API_KEY when set, else no key).",
         ENDPOINT,
         metavar="VAR",
     ),
@@ -171,11 +196,19 @@ ENDPOINTS = [
         "metrics_url",
         ("--metrics-url",),
         str | None,
-        "Prometheus URL of the agent's server.",
+        "Prometheus URL of the agent's server; comma-separated for replicas (summed). "
+        "Default: <server>/metrics when it answers.",
         ENDPOINT,
         metavar="URL",
     ),
-    Opt("max_tokens", ("--max-tokens",), int | None, "Per call.", ENDPOINT, metavar="N"),
+    Opt(
+        "max_tokens",
+        ("--max-tokens",),
+        int | None,
+        "max_tokens of agent and user calls (default: agent 1024, user 256).",
+        ENDPOINT,
+        metavar="N",
+    ),
     Opt(
         "temperature",
         ("--temperature",),
@@ -192,6 +225,14 @@ ENDPOINTS = [
         '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
         ENDPOINT,
         metavar="JSON",
+    ),
+    Opt(
+        "no_preflight",
+        ("--no-preflight",),
+        bool,
+        "Skip the endpoint checks before the first episode (model, engine, tool calling).",
+        ENDPOINT,
+        False,
     ),
     Opt(
         "header",
@@ -257,6 +298,33 @@ EPISODES = [
         WORKLOAD,
         path="workload.user",
         metavar="NAME",
+    ),
+    Opt(
+        "request_seed",
+        ("--request-seed",),
+        str | None,
+        "`seed` sent with each call: none | episode | N.",
+        WORKLOAD,
+        path="workload.request_seed",
+        metavar="SEED",
+    ),
+    Opt(
+        "agent_max_tokens",
+        ("--agent-max-tokens",),
+        int | None,
+        "max_tokens of agent calls (default: --max-tokens, else 1024).",
+        WORKLOAD,
+        path="workload.agent_max_tokens",
+        metavar="N",
+    ),
+    Opt(
+        "user_max_tokens",
+        ("--user-max-tokens",),
+        int | None,
+        "max_tokens of user-simulator calls (default: --max-tokens, else 256).",
+        WORKLOAD,
+        path="workload.user_max_tokens",
+        metavar="N",
     ),
     Opt(
         "max_steps",
@@ -349,6 +417,33 @@ LOAD_SHAPE = [
         "On stop, wait this long for sessions in flight.",
         LOAD,
         path="load.drain_timeout_s",
+        metavar="TIME",
+    ),
+    Opt(
+        "retry_infra",
+        ("--retry-infra",),
+        int | None,
+        "Run an episode that failed in an endpoint outage again, up to N times.",
+        LOAD,
+        path="load.retry_infra",
+        metavar="N",
+    ),
+    Opt(
+        "max_infra_error_share",
+        ("--max-infra-error-share",),
+        float | None,
+        "Exit 1 when more than this share of episodes ended on infrastructure errors.",
+        LOAD,
+        path="load.max_infra_error_share",
+        metavar="X",
+    ),
+    Opt(
+        "outage_timeout",
+        ("--outage-timeout",),
+        str | None,
+        "Stop the run when the endpoint stays down this long.",
+        LOAD,
+        path="load.outage_timeout_s",
         metavar="TIME",
     ),
     Opt(

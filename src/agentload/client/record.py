@@ -83,6 +83,9 @@ class CallRecord:
     error_message: str | None = None
     http_status: int | None = None
     attempts: int = 1
+    replay: dict[str, Any] | None = None
+    """Replayed calls: conversation id, dataset turn, recorded output tokens, send timing,
+    divergence (see docs/replay.md)."""
     schema: str = CALL_SCHEMA
     # Seconds slept between attempts (backoff and Retry-After together), and the last wait a
     # server asked for with Retry-After (after the cap), if any.

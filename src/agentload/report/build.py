@@ -279,13 +279,11 @@ def _errors_section(doc: Document, summary: Mapping[str, Any], ser: Series | Non
         doc.p("No failed calls.")
     else:
         doc.table(["error kind", "calls"], [[k, count(v)] for k, v in errors["by_kind"].items()])
-        if ser is not None and ser.error_messages:
-            doc.h("Messages", 3)
-            doc.table(
-                ["error kind", "calls", "message (first 200 characters)"],
-                [[k, count(n), m or DASH] for k, n, m in ser.error_messages],
-                align_left=1,
-            )
+        if errors.get("messages"):
+            from agentload.report.errors import HEADER, error_rows
+
+            doc.p("Most frequent messages per kind (the servers' words, redacted):")
+            doc.table(HEADER, error_rows(summary), align_left=2)
         doc.chart(plots.error_timeline(ser))
     if errors.get("retried_calls"):
         doc.p(f"{count(errors['retried_calls'])} calls needed more than one attempt.")
@@ -374,7 +372,12 @@ def build_document(
     _calls_section(doc, summary)
     _latency_section(doc, summary, series)
     _turns_section(doc, summary, pngs)
-    if summary.get("episodes"):
+    # A replay's sessions are not graded: its own section replaces the episodes'.
+    if summary.get("replay"):
+        from agentload.report.replay import replay_section
+
+        replay_section(doc, summary["replay"])
+    elif summary.get("episodes"):
         _episodes(doc, summary["episodes"], rates_meaningful(summary))
     if summary.get("slo"):
         _slo(doc, summary["slo"])

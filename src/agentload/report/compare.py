@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from agentload.results.summary import SUCCESS_REWARD, MeasuredRun, load_measured, session_end
+from agentload.results.summary import SUCCESS_REWARD, MeasuredRun, load_measured
+from agentload.results.window import session_window
 
 CONFIDENCE = 0.95
 RESAMPLES = 1000
@@ -164,9 +165,8 @@ def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, d
     if run.sessions:
         succ = np.array([float((s.get("reward") or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
         out["success_rate"] = _mean_metric(succ, seed=5)
-        start = min(float(s.get("started_at") or 0.0) for s in run.sessions)
-        end = max(session_end(s) for s in run.sessions)
-        minutes = (end - start) / 60
+        # the summary's window: monotonic clock, robust to wall-clock steps
+        minutes = (session_window(run.sessions)["duration_s"] or 0.0) / 60
         out["episodes_per_min"] = {
             "value": len(run.sessions) / minutes if minutes > 0 else None,
             "ci": None,

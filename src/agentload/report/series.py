@@ -7,7 +7,7 @@ long run has at most MAX_BINS of them.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +30,6 @@ class Series:
     active_sessions: list[int] = field(default_factory=list)
     calls_in_flight: list[int] = field(default_factory=list)
     errors: dict[str, list[int]] = field(default_factory=dict)
-    error_messages: list[tuple[str, int, str]] = field(default_factory=list)  # kind, n, text
     server: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     prompt_vs_latency: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     itl_hist: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
@@ -88,14 +87,10 @@ def build_series(
     ser.active_sessions = _occupancy([_session_span(s) for s in measured], edges)
 
     errs: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(n, dtype=int))
-    msgs: Counter[tuple[str, str]] = Counter()
     for c, i, good in zip(calls, idx.tolist(), ok.tolist(), strict=True):
         if not good:
-            kind = str(c.get("error_kind") or "unknown")
-            errs[kind][i] += 1
-            msgs[(kind, str(c.get("error_message") or "")[:200])] += 1
+            errs[str(c.get("error_kind") or "unknown")][i] += 1
     ser.errors = {k: v.tolist() for k, v in sorted(errs.items())}
-    ser.error_messages = [(k, cnt, m) for (k, m), cnt in msgs.most_common(20)]
 
     ser.server = _server_series(server_samples, float(t0))
     ser.prompt_vs_latency = _prompt_points(calls)

@@ -38,6 +38,20 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
 
     ep = summary.get("episodes")
     slo = summary.get("slo")
+    rp = summary.get("replay")
+    if rp:
+        # Replayed conversations are not graded: no success rate or pass^k.
+        t = Table(title="agentload: replay", title_justify="left", show_header=False)
+        t.add_column("figure")
+        t.add_column("value", justify="right")
+        t.add_row("conversations", count(rp.get("conversations")))
+        t.add_row("turns sent / aborted", f"{rp.get('turns_sent')} / {rp.get('turns_aborted')}")
+        t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in rp["terminations"].items()))
+        perf = dig(rp, "windows", "performance") or {}
+        t.add_row("calls / s (performance window)", num(perf.get("calls_per_s"), 1))
+        t.add_row("send lag p99", secs(dig(rp, "send_lag_s", "p99")))
+        parts.append(t)
+        ep = None
     if ep or slo:
         t = Table(title="agentload: episodes", title_justify="left", show_header=False)
         t.add_column("figure")
@@ -64,5 +78,10 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
         if errs:
             t.add_row("errors", ", ".join(f"{k} {v}" for k, v in errs.items()))
         parts.append(t)
+    from agentload.report.errors import error_table
+
+    errors = error_table(summary)
+    if errors is not None:
+        parts.append(errors)
     parts.extend(f"[yellow]warning:[/] {w}" for w in client_warnings(summary))
     return Group(*parts)

@@ -24,6 +24,7 @@ import yaml
 
 from agentload import __version__, stats
 from agentload.results.context import run_context
+from agentload.results.errors import top_error_messages
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
@@ -352,14 +353,6 @@ def _dur(s: Mapping[str, Any], key: str) -> float:
     return float(v) if v is not None else NAN
 
 
-def session_end(s: Mapping[str, Any]) -> float:
-    """Wall-clock end of a session (unix s)."""
-    total = _dur(s, "total_s")
-    if math.isnan(total) and s.get("end_ns") is not None and s.get("start_ns") is not None:
-        total = (s["end_ns"] - s["start_ns"]) / 1e9
-    return float(s.get("started_at") or 0.0) + (0.0 if math.isnan(total) else total)
-
-
 def _episodes(
     sessions: list[dict[str, Any]],
     window_s: float | None,
@@ -383,7 +376,7 @@ def _episodes(
         split[key.replace("_s", "_share")] = _ratio(v, total_sum)
     split["total_s"] = total_sum
     out["time_split"] = split
-    counts: Counter[str] = Counter()
+    counts: defaultdict[str, int | float] = defaultdict(int)
     for s in sessions:
         for k, v in (s.get("counts") or {}).items():
             if isinstance(v, int | float):
@@ -411,22 +404,6 @@ def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dic
     if m.any():
         return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
     return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
-
-
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Time covered by at least one interval (excludes idle gaps, e.g. between resumes)."""
-    order = np.argsort(starts)
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 # ---- entry points -------------------------------------------------------------------------
@@ -537,6 +514,8 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "retried_calls": int(
             sum(1 for i in np.flatnonzero(m) if (all_calls[i].get("attempts") or 1) > 1)
         ),
+        # The servers' own words, per kind (redacted): what the counts above do not say.
+        "messages": top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
     }
 
     success = np.array([_success(s) for s in sessions], dtype=bool)
@@ -580,6 +559,11 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         # What the readers skipped, flagged or counted once (agentload.results.validate).
         "integrity": run.integrity.to_dict(),
     }
+    from agentload.results.replay_summary import replay_summary
+
+    replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
+    if replay is not None:
+        summary["replay"] = replay
     return summary
 
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentload.scheduler.outage import OutageGate, OutageGaveUp
 from agentload.scheduler.plan import EpisodePlan, WorkItem
 from agentload.stats import describe
 
@@ -66,6 +67,10 @@ class SchedulerReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, OutageGaveUp) else repr(exc)
 
 
 class LagMonitor:
@@ -117,8 +122,10 @@ class Scheduler:
         run_one: RunOne,
         *,
         lag: LagMonitor | None = None,
+        gate: OutageGate | None = None,
     ) -> None:
         self.plan = plan
+        self.gate = gate
         self.spec = spec
         self.run_one = run_one
         self.lag = lag or LagMonitor(spec.lag_interval_s)
@@ -194,9 +201,20 @@ class Scheduler:
             return None
         return self.plan.next(self.elapsed_s())
 
+    async def _gate_open(self) -> bool:
+        """Wait out an outage; False (and the run stops) when the gate gave up."""
+        if self.gate is None or await self.gate.wait_open():
+            return True
+        if self._failure is None:
+            self._failure = OutageGaveUp(f"endpoint outage: {self.gate.failed}")
+        self.stop("failed")
+        return False
+
     async def _worker(self) -> None:
         intended = _now_ns()
         while True:
+            if not await self._gate_open():
+                return
             item = self._next_item()
             if item is None:
                 return
@@ -228,6 +246,9 @@ class Scheduler:
         async def arrive(item: WorkItem, intended: int) -> None:
             task = asyncio.current_task()
             assert task is not None
+            # During an outage arrivals wait (their scheduling delay shows it).
+            if not await self._gate_open() or self._stop.is_set():
+                return
             if sem is not None:
                 async with sem:
                     self._queued.discard(task)
@@ -320,7 +341,7 @@ class Scheduler:
             max_active=self.max_active,
             lag_s=self.lag.summary(),
             sched_delay_s=describe(self.sched_delays, (50, 90, 99)),
-            error=None if self._failure is None else repr(self._failure),
+            error=None if self._failure is None else _describe(self._failure),
         )
         if self.spec.mode == "open":
             rep.rate_target = self.spec.rate

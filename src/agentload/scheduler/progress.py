@@ -52,6 +52,7 @@ class ProgressTracker:
         self._window: deque[tuple[float, int, int]] = deque(maxlen=64)
         self.active: Callable[[], int] = lambda: 0
         self.lag_p99: Callable[[], float | None] = lambda: None
+        self.outage: Callable[[], str | None] = lambda: None
 
     def on_call(self, rec: CallRecord) -> None:
         self.calls += 1
@@ -117,6 +118,7 @@ class ProgressTracker:
             "ttft_p90": percentile_sorted(ttft, 0.9),
             "success_rate": self.successes / self.episodes if self.episodes else None,
             "lag_p99": self.lag_p99(),
+            "outage": self.outage(),
         }
 
 
@@ -126,7 +128,8 @@ def progress_line(s: dict[str, Any]) -> str:
     pct = f" ({100 * s['episodes'] / total:.0f}%)" if total else ""
     warm = f" +{s['warmup_episodes']} warmup" if s["warmup_episodes"] else ""
     succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
-    return (
+    outage = f"{s['outage']} | " if s.get("outage") else ""
+    return outage + (
         f"episodes {done}{pct}{warm} ETA {eta(s['eta_s'])} | active {s['active']} | "
         f"calls/s {s['calls_per_s']:.1f} | tok/s {s['tokens_per_s']:.0f} | "
         f"errors {100 * s['error_rate']:.1f}% | TTFT p50 {secs_c(s['ttft_p50'])} "
@@ -154,6 +157,8 @@ def progress_table(s: dict[str, Any], title: str = "") -> Table:
     succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}%"
     t.add_row("success", succ)
     t.add_row("loop lag p99", secs_c(s["lag_p99"]))
+    if s.get("outage"):
+        t.add_row("outage", f"[bold red]{s['outage']}[/]")
     return t
 
 

@@ -106,3 +106,17 @@ def parse_metrics(text: str) -> dict[str, Any]:
                 out[field] = sum(vs) if agg == SUM else sum(vs) / len(vs)
                 break
     return out
+
+
+def combine_samples(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One sample for several replicas behind one endpoint: SUM fields added, MEAN fields
+    averaged over the replicas that expose them; `engine` is the first one recognised."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    engines = [p.get("engine") for p in parts if p.get("engine") not in (None, "unknown")]
+    out: dict[str, Any] = {"engine": engines[0] if engines else "unknown"}
+    for field, (agg, _) in FIELDS.items():
+        vs = [float(p[field]) for p in parts if p.get(field) is not None]
+        if vs:
+            out[field] = sum(vs) if agg == SUM else sum(vs) / len(vs)
+    return out

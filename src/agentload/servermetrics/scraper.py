@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
 
-from agentload.servermetrics.parse import SAMPLE_SCHEMA, parse_metrics
+from agentload.client.safety import without_userinfo
+from agentload.servermetrics.parse import SAMPLE_SCHEMA, combine_samples, parse_metrics
 
 log = logging.getLogger("agentload.servermetrics")
 
@@ -30,6 +31,7 @@ async def fetch_metrics(
     """The text of one GET of a /metrics URL (raises on HTTP or network errors)."""
     own = session is None
     sess = session or aiohttp.ClientSession()
+    url, headers = without_userinfo(url, headers)
     try:
         async with sess.get(
             url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
@@ -44,6 +46,10 @@ async def fetch_metrics(
 class MetricsScraper:
     """Scrape `url` every `interval_s` and hand each sample to `sink`.
 
+    `url` may be a list (replicas serving one endpoint): each tick scrapes them all at once
+    and records one sample with their counters and request gauges summed (see
+    `combine_samples`); the sample fails when any replica fails, so a sum is never partial.
+
     `sink` is a Recorder (its `record_server_metrics`) or any callable taking the sample.
     Ticks are on a fixed schedule (a slow scrape does not shift later ones). A failed scrape
     is recorded as a sample with `ok: false` and the error, so gaps in the timeline are
@@ -52,7 +58,7 @@ class MetricsScraper:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         sink: _Sink | Callable[[dict[str, Any]], None],
         *,
         interval_s: float = 1.0,
@@ -62,7 +68,10 @@ class MetricsScraper:
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
-        self.url = url
+        self.urls = [url] if isinstance(url, str) else list(url)
+        if not self.urls:
+            raise ValueError("no metrics URL")
+        self.url = self.urls[0] if len(self.urls) == 1 else ",".join(self.urls)
         self.interval_s = interval_s
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -88,10 +97,16 @@ class MetricsScraper:
             "url": self.url,
         }
         try:
-            text = await fetch_metrics(
-                self.url, session=self._session, timeout_s=self.timeout_s, headers=self.headers
+            sess, hdrs = self._session, self.headers
+            texts = await asyncio.gather(
+                *(
+                    fetch_metrics(u, session=sess, timeout_s=self.timeout_s, headers=hdrs)
+                    for u in self.urls
+                )
             )
-            sample.update(parse_metrics(text))
+            sample.update(combine_samples([parse_metrics(txt) for txt in texts]))
+            if len(self.urls) > 1:
+                sample["replicas"] = len(self.urls)
             sample["ok"] = True
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             self.failures += 1

@@ -537,6 +537,7 @@ class SimApp:
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/metrics", self.metrics_handler)
         self.app.router.add_get("/sim/stats", self.stats_handler)
         self._engine_task: asyncio.Task[None] | None = None
@@ -588,6 +589,12 @@ class SimApp:
     # -- simple endpoints ------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        # vLLM answers {"version": ...}; `server` tells preflight this is the simulator.
+        from agentload import __version__
+
+        return json_response({"version": __version__, "server": "agentload-sim"})
 
     async def models(self, request: web.Request) -> web.Response:
         m = self.config.model

@@ -77,6 +77,11 @@ class Workload(ABC):
         """Entries for run.json (data and grader versions, dataset digests, …)."""
         return {}
 
+    def tool_roles(self) -> tuple[str, ...]:
+        """Roles whose calls offer tools (`tool_choice: auto`): preflight checks that their
+        endpoints accept such a request."""
+        return ()
+
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:  # noqa: B027 - optional hook
         """Called once before the first session, with the endpoints by role (e.g. to warm the
         embedded simulator up so the first measured call carries no one-off cost)."""

@@ -100,6 +100,21 @@ class EpisodeOptions:
     tool_latency: ToolLatency = field(default_factory=ToolLatency)
     agent_max_tokens: int | None = None
     user_max_tokens: int | None = None
+    # `seed` of each call: "none" (not sent), "episode" (the spec's seed) or a fixed int. A
+    # per-request seed makes engines sample on a per-request generator (a different path
+    # from unseeded traffic), so it is sent only when asked for.
+    request_seed: str | int = "none"
+
+
+def request_seed_for(option: str | int, episode_seed: int) -> int | None:
+    """The `seed` a call carries under the `request_seed` option (None: no seed)."""
+    if option == "none":
+        return None
+    if option == "episode":
+        return episode_seed
+    if isinstance(option, int) and not isinstance(option, bool):
+        return option
+    raise ValueError(f"request_seed: expected none, episode or an integer, got {option!r}")
 
 
 @dataclass
@@ -220,6 +235,7 @@ class _Episode:
         self.env: Environment | None = None
         self.transfer_tool = transfer_tool_name(self.domain)
         self.latency_rng = options.tool_latency.sampler(spec.seed)
+        self.request_seed = request_seed_for(options.request_seed, spec.seed)
         self.calls: list[CallRecord] = []
         self.turns = {"agent": 0, "user": 0}
         self.counts = dict.fromkeys(COUNT_KEYS, 0)
@@ -246,7 +262,7 @@ class _Episode:
                 tools=tools,
                 max_tokens=opts.agent_max_tokens if role == "agent" else opts.user_max_tokens,
                 temperature=opts.temperature,
-                seed=self.spec.seed,
+                seed=self.request_seed,
                 extra_body=self.extra_body,
                 headers=self.headers[role],
                 session_id=self.spec.session_id,
@@ -457,42 +473,13 @@ def _finish(
     start_ns: int,
     end_ns: int,
 ) -> EpisodeResult:
-    spec, task, domain = ep.spec, ep.task, ep.domain
-    try:
-        g = grade_environment(domain, task, ep.env, ep.replies, ep.db_seed)
-        grade_dict = g.to_dict()
-        reward = float(g.reward)
-    except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
-        log.exception("grading %s failed", spec.task_id)
-        grade_dict = {
-            "reward": 0.0,
-            "db_match": False,
-            "outputs_ok": False,
-            "missing_outputs": list(task.required_outputs),
-            "error": repr(e),
-        }
-        reward = 0.0
-    counts = ep.counts
-    llm_s = user_s = 0.0
-    for rec in ep.calls:
-        if rec.role == "user":
-            counts["user_calls"] += 1
-            user_s += rec.total_s
-        else:
-            counts["agent_calls"] += 1
-            llm_s += rec.total_s
-        if rec.status != "ok":
-            counts["failed_calls"] += 1
-    counts["steps"] = ep.steps
-    counts["user_turns"] = ep.user_turns
+    grade_dict, reward = _grade(ep)
+    llm_s, user_s = _tally_calls(ep)
     messages = ep.agent.messages
+    task, domain = ep.task, ep.domain
     session = {
         "schema": SESSION_SCHEMA,
-        "session_id": spec.session_id,
-        "domain": domain.name,
-        "task_id": spec.task_id,
-        "trial": spec.trial,
-        "seed": spec.seed,
+        **_identity(ep),
         "agent": ep.options.agent,
         "user": ep.options.user,
         "reward": reward,
@@ -505,7 +492,7 @@ def _finish(
         "data_version": domain.data_version,
         "termination": termination,
         "error": error,
-        "counts": counts,
+        "counts": ep.counts,
         "durations": {
             "total_s": (end_ns - start_ns) / 1e9,
             "llm_s": llm_s,
@@ -521,11 +508,7 @@ def _finish(
     }
     trajectory = {
         "schema": TRAJECTORY_SCHEMA,
-        "session_id": spec.session_id,
-        "domain": domain.name,
-        "task_id": spec.task_id,
-        "trial": spec.trial,
-        "seed": spec.seed,
+        **_identity(ep),
         "db_seed": ep.db_seed,
         "messages": messages,
         "tools": ep.agent.tools or [],
@@ -536,3 +519,51 @@ def _finish(
         "grade": grade_dict,
     }
     return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
+
+
+def _identity(ep: _Episode) -> dict[str, Any]:
+    """The fields that name an episode, first in both its session and trajectory records."""
+    spec = ep.spec
+    return {
+        "session_id": spec.session_id,
+        "domain": ep.domain.name,
+        "task_id": spec.task_id,
+        "trial": spec.trial,
+        "seed": spec.seed,
+    }
+
+
+def _grade(ep: _Episode) -> tuple[dict[str, Any], float]:
+    """The episode's grade as a dict, and its reward; a grader bug is recorded, not raised."""
+    try:
+        g = grade_environment(ep.domain, ep.task, ep.env, ep.replies, ep.db_seed)
+        return g.to_dict(), float(g.reward)
+    except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
+        log.exception("grading %s failed", ep.spec.task_id)
+        grade_dict = {
+            "reward": 0.0,
+            "db_match": False,
+            "outputs_ok": False,
+            "missing_outputs": list(ep.task.required_outputs),
+            "error": repr(e),
+        }
+        return grade_dict, 0.0
+
+
+def _tally_calls(ep: _Episode) -> tuple[float, float]:
+    """Count the episode's calls by role and outcome into `ep.counts` (with its steps and
+    user turns); returns the seconds spent in agent and in user calls."""
+    counts = ep.counts
+    llm_s = user_s = 0.0
+    for rec in ep.calls:
+        if rec.role == "user":
+            counts["user_calls"] += 1
+            user_s += rec.total_s
+        else:
+            counts["agent_calls"] += 1
+            llm_s += rec.total_s
+        if rec.status != "ok":
+            counts["failed_calls"] += 1
+    counts["steps"] = ep.steps
+    counts["user_turns"] = ep.user_turns
+    return llm_s, user_s

@@ -48,6 +48,12 @@ def resolve_tasks(cfg: RunConfig) -> list[str]:
     from agentload.domains import domain_names
 
     needed = needed_domains(cfg)
+    unknown = [d for d in needed if d not in domain_names()]
+    if unknown:  # said before any domain loads its tasks (seconds for a large one)
+        raise ConfigError(
+            f"invalid configuration: field 'workload.tasks': unknown domain {unknown[0]!r} "
+            f"(known: {', '.join(domain_names())})"
+        )
     try:
         available = available_tasks(needed)
         for d in needed:  # a domain the selectors name must be loaded even when not listed
@@ -75,6 +81,7 @@ def episode_options(cfg: RunConfig) -> EpisodeOptions:
         ),
         agent_max_tokens=w.agent_max_tokens,
         user_max_tokens=w.user_max_tokens,
+        request_seed=w.request_seed,
     )
 
 
@@ -135,6 +142,11 @@ class EpisodesWorkload(Workload):
             meta["grader_version"] = GRADER_VERSION
             meta["data_versions"] = {d: get_domain(d).data_version for d in domains}
         return meta
+
+    def tool_roles(self) -> tuple[str, ...]:
+        # react / act describe the tools in the prompt; oracle / noop call no model. A
+        # plugged-in strategy is assumed to offer tools.
+        return () if self.cfg.workload.agent in ("react", "act", "oracle", "noop") else ("agent",)
 
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
         if embedded:

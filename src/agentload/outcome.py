@@ -1,0 +1,116 @@
+"""What a run's end means: its exit code and final status, decided from what was measured.
+
+Exit 0 says "episodes completed and the numbers mean something". A run that measured no
+episode, whose every call failed, or where more than `load.max_infra_error_share` of the
+episodes ended on infrastructure errors is a failure (exit 1) whatever made it stop. The same
+verdict goes into run.json (`status`, `exit_code`) so files and exit code never disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("agentload.run")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+INFRA = "infra_error"
+
+
+@dataclass
+class Verdict:
+    code: int
+    status: str
+    """run.json `status`: completed | duration | interrupted | failed: <why>."""
+
+
+def judge(
+    *,
+    stop_reason: str,
+    error: str | None,
+    summary: Mapping[str, Any] | None,
+    infra_episodes: int,
+    max_infra_share: float,
+) -> Verdict:
+    """The exit code and status of a run that got as far as its summary."""
+    if stop_reason == "interrupted":
+        return Verdict(EXIT_INTERRUPTED, "interrupted")
+    if stop_reason == "failed":
+        return Verdict(EXIT_FAILED, f"failed: {error or 'the run failed'}")
+    s = summary or {}
+    counts = s.get("counts") or {}
+    sessions = int(counts.get("sessions") or 0)
+    calls = int(counts.get("calls") or 0)
+    errors = s.get("errors") or {}
+    failed_calls = int(errors.get("calls_failed") or 0)
+    if sessions == 0:
+        return Verdict(EXIT_FAILED, "failed: 0 episodes measured")
+    if calls and failed_calls >= calls:
+        kinds = ", ".join(f"{k} {n}" for k, n in (errors.get("by_kind") or {}).items())
+        why = f"failed: every one of the {calls} calls failed"
+        return Verdict(EXIT_FAILED, f"{why} ({kinds})" if kinds else why)
+    if sessions and infra_episodes / sessions > max_infra_share:
+        return Verdict(
+            EXIT_FAILED,
+            f"failed: {infra_episodes} of {sessions} episodes ended on infrastructure errors "
+            f"(more than {max_infra_share:.0%}; --max-infra-error-share); "
+            "`agentload run --resume` redoes them",
+        )
+    return Verdict(EXIT_OK, stop_reason)
+
+
+def count_infra_episodes(out_dir: Path) -> int:
+    """Measured episodes of a results folder that ended on infrastructure errors."""
+    from agentload.results.jsonl import load_jsonl
+
+    return sum(
+        1
+        for s in load_jsonl(out_dir / "sessions.jsonl")
+        if not s.get("warmup") and s.get("termination") == INFRA
+    )
+
+
+def drop_infra_sessions(out_dir: Path) -> int:
+    """Before a resume: take the session lines of episodes that ended on infrastructure
+    errors out of sessions.jsonl, so they count as unfinished and run again (their calls and
+    trajectories then go the way of any unfinished episode's). Returns how many.
+
+    Lines are removed byte for byte; a line that does not parse is left for the recorder's
+    own checks.
+    """
+    from agentload.results.jsonl import atomic_write_bytes
+
+    path = out_dir / "sessions.jsonl"
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    kept: list[bytes] = []
+    dropped = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            obj = orjson.loads(line) if line.strip() else None
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("termination") == INFRA and not obj.get("warmup"):
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped:
+        atomic_write_bytes(path, b"".join(kept))
+    return dropped
+
+
+def concurrency_cap(mode: str, concurrency: int, episodes: int | None) -> tuple[int, str | None]:
+    """More workers than episodes only costs memory: cap at the episodes planned."""
+    if episodes is None or mode != "closed" or concurrency <= max(episodes, 1):
+        return concurrency, None
+    cap = max(episodes, 1)
+    return cap, (
+        f"concurrency {concurrency} is more than the {episodes} episodes planned; using {cap}"
+    )
