@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from agentload.client import itlhist
 from agentload.client.config import EndpointConfig
 from agentload.client.record import CallRecord, ItlSummary
 from agentload.client.safety import (
@@ -687,6 +688,8 @@ class ChatClient:
         rec.token_chunks = len(acc.token_times)
         summary, gaps = itl_summary(acc.token_times)
         rec.itl = summary
+        if gaps:
+            rec.itl_hist = itlhist.encode(gaps)
         if keep_itl:
             rec.itl_s = gaps
         try:

@@ -71,6 +71,8 @@ async def fetch(
         out.error = f"cannot connect ({e.os_error.strerror or e})"
     except aiohttp.ClientError as e:
         out.error = f"{type(e).__name__}: {e}"
+    except ValueError as e:  # e.g. a password in the URL and an Authorization header
+        out.error = str(e)
     return out
 
 
