@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from agentload.redact import MIN_SECRET_LEN, is_secret_key
+from agentload.redact import MIN_SECRET_LEN, REDACTED, is_secret_key
 
 # The longest wait a `Retry-After` header can impose before the next attempt, in seconds. A
 # server asking for more (or for a date far ahead) gets this; the wait is in the record.
@@ -61,10 +61,10 @@ def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> floa
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of each secret replaced by `***`."""
+    """`text` with every occurrence of each secret replaced by the project's marker."""
     for secret in secrets:
         if len(secret) >= _MIN_SECRET_LEN and secret in text:
-            text = text.replace(secret, "***")
+            text = text.replace(secret, REDACTED)
     return text
 
 
