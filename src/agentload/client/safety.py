@@ -61,7 +61,7 @@ def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> floa
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of each secret replaced by the one redaction marker."""
+    """`text` with every occurrence of each secret replaced by the project's marker."""
     for secret in secrets:
         if len(secret) >= _MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, REDACTED)
