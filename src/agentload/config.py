@@ -315,7 +315,7 @@ class MetricsConfig(BaseModel):
     model_config = _STRICT
 
     enabled: bool = True
-    interval_s: float = Field(5.0, ge=0.1, le=DAY_S, description="Prometheus scrape period.")
+    interval_s: float = Field(1.0, ge=0.1, le=DAY_S, description="Prometheus scrape period.")
 
     @field_validator("interval_s", mode="before")
     @classmethod

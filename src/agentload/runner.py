@@ -108,6 +108,8 @@ class RunState:
     finishing_interrupts: int = -1
     """Signals received once the sessions are over (-1 until then)."""
     engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
+    # The client's own CPU time at the start, for the report's client-health check.
+    cpu_start_s: float = field(default_factory=time.process_time)
 
     @property
     def out_dir(self) -> Path:
@@ -698,6 +700,7 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
         summary = summarize(out_dir, slo=run.cfg.slo or None)
         extra = {
             "resume_attempt": run.attempt,
+            "cpu_s": time.process_time() - run.cpu_start_s,
             "outages": run.gate.summary() if run.gate else None,
         }
         block = client_block(rep, run.cfg, extra)
@@ -743,10 +746,12 @@ def _settle(
 
 
 def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
+    from agentload.results.context import run_context
     from agentload.results.summary import load_run_meta, write_summary
 
     # The summary embeds run.json: take the final status, not the "running" it read.
     summary["run"] = load_run_meta(run.out_dir)
+    summary["context"] = run_context(run.out_dir)
     write_summary(run.out_dir, summary)
 
 

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "agentload.cli.report",
     "agentload.cli.metrics",
     "agentload.cli.serve",
+    "agentload.cli.export",
 )
 
 for _name in COMMAND_MODULES:

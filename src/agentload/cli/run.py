@@ -78,6 +78,7 @@ _OUTPUT_ONLY = {
     "metrics_interval",
     "outage_timeout",
     "no_preflight",
+    "mlflow",
 }
 # Flags --resume takes on top of the saved config: (config path, flag, value).
 _RESUME_FLAGS = {
@@ -275,8 +276,10 @@ def _main(command: str, a: dict[str, Any]) -> None:
                 )
             )
             code = _finish_run(outcome, a)
+            _mlflow(a, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {}))
         else:
-            kind, points = _sweep_points(a)
+            # A resumed sweep takes its points from sweep.json.
+            kind, points = ("concurrency", []) if a.get("resume") else _sweep_points(a)
             doc, code = run_async(
                 execute_sweep(
                     cfg,
@@ -287,8 +290,10 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     say=say,
                     progress_interval_s=a["progress_interval"],
                     overwrite=a.get("overwrite", False),
+                    resume=a.get("resume") is not None,
                 )
             )
+            _mlflow(a, say, lambda m: m.log_sweep(cfg.out, doc))
             if a.get("json_out"):
                 sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
             elif not quiet:
@@ -298,7 +303,7 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     print(
                         f"highest {kind} meeting the SLO: {'none' if best is None else f'{best:g}'}"
                     )
-                print(f"sweep written to {cfg.out}/sweep.json and sweep.md")
+                print(f"sweep written to {cfg.out}/sweep.json, sweep.md and sweep.html")
     except ConfigError as e:
         _err(str(e))
         raise typer.Exit(EXIT_USAGE) from None
@@ -309,6 +314,20 @@ def _main(command: str, a: dict[str, Any]) -> None:
         _err("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
+
+
+def _mlflow(a: dict[str, Any], say: Any, log: Any) -> None:
+    """Log to MLflow when asked; a logging failure is reported, the results stay."""
+    from agentload.integrations import mlflow as ml
+
+    if not ml.enabled(bool(a.get("mlflow"))):
+        return
+    try:
+        run_id = log(ml)
+    except Exception as e:  # MLflow raises many kinds (connection, REST, ImportError, ...)
+        _err(f"MLflow logging failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return
+    say(f"logged to MLflow: run {run_id}")
 
 
 def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:

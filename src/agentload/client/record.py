@@ -68,6 +68,8 @@ class CallRecord:
     total_s: float = 0.0
     itl: ItlSummary = field(default_factory=ItlSummary)
     itl_s: list[float] | None = None
+    # Every gap, as a sparse log-bucket histogram within 1 % (agentload.client.itlhist).
+    itl_hist: list[int] | None = None
     token_chunks: int = 0
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
