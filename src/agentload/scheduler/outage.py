@@ -59,7 +59,7 @@ class OutagePolicy:
     window_s: float = 10.0
     probe_base_s: float = 0.25
     """First wait between probes; doubles up to `probe_max_s`."""
-    probe_max_s: float = 5.0
+    probe_max_s: float = 2.0
     probe_timeout_s: float = 2.0
     give_up_s: float = 120.0
     """Stop the run when the endpoint has not answered for this long."""
