@@ -43,8 +43,8 @@ async def test_every_malformed_call_is_recorded(tmp_path: Path, bad: str) -> Non
                 "workload": {"tasks": ["airline/000-003"], "user": "scripted"},
                 "load": {"concurrency": 2},
                 "report": False,
-                # Preflight would refuse this server before any episode (its stream is
-                # malformed); here every call of a run must reach it and be recorded.
+                # The preflight would refuse this server before the run: the point here is
+                # what the run records when every call goes wrong.
                 "preflight": False,
             }
         )

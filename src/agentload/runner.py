@@ -2,11 +2,11 @@
 recorder → summary and report. `execute_run` reads as the run's phases; the workload kind
 (episodes, replay, …) plugs in through `agentload.workloads.base.Workload`.
 
-Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on):
-0 finished (all planned sessions, or the duration elapsed); 1 the run failed or aborted
-(harness error, the simulator did not start, or every session failed on infrastructure);
-2 bad usage or configuration; 130 interrupted (SIGINT / SIGTERM) — results so far are written
-and resumable.
+Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on; decided in
+`agentload.outcome`, see docs/reliability.md): 0 sessions completed; 1 the run failed (nothing
+measured, every call failed, too many infrastructure errors, the endpoint stayed down, a
+harness error, or the summary / report could not be written); 2 bad usage or configuration;
+130 interrupted (SIGINT / SIGTERM) — results so far are written and resumable.
 """
 
 from __future__ import annotations
@@ -107,6 +107,9 @@ class RunState:
     interrupts: int = 0
     finishing_interrupts: int = -1
     """Signals received once the sessions are over (-1 until then)."""
+    engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
+    # The client's own CPU time at the start, for the report's client-health check.
+    cpu_start_s: float = field(default_factory=time.process_time)
 
     @property
     def out_dir(self) -> Path:
@@ -144,7 +147,7 @@ async def execute_run(
         tune_gc=tune_gc,
     )
     checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
-    if not cfg.embedded:
+    if not _late_preflight(cfg):
         # Before the results folder is touched: a failed preflight leaves nothing behind, so
         # the same --out works for the next try.
         checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
@@ -246,7 +249,9 @@ async def drive(run: RunState) -> SchedulerReport:
 
     async with contextlib.AsyncExitStack() as stack:
         endpoints = await stack.enter_async_context(_endpoints(run))
-        if run.cfg.embedded:  # the simulator passes preflight like any server
+        # The simulator or a launched engine, once it is up (unless the run was interrupted
+        # while it started).
+        if _late_preflight(run.cfg) and not run.interrupts:
             endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
             _note_endpoints(run, endpoints, detected)
         await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
@@ -339,10 +344,21 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     if not path.exists():
         raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
     try:
-        return build_config(path=path)
+        cfg = build_config(path=path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
+    from agentload.redact import redacted_paths
+
+    # Secrets were never written down; sending their placeholders would be a silent lie.
+    hidden = redacted_paths(cfg.model_dump(mode="json", by_alias=True, exclude={"sim"}))
+    if hidden:
+        raise ConfigError(
+            f"--resume {out_dir}: config.yaml holds secrets that were not saved "
+            f"({', '.join(hidden[:5])}); keep keys in the environment (api_key_env, "
+            "OPENAI_API_KEY) so a resume can read them, or start a new run"
+        )
+    return cfg
 
 
 # ---- phase 2 helpers ---------------------------------------------------------------------
@@ -362,6 +378,8 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
             return
         sched = run.sched
         if sched is None:
+            if run.engines:
+                run.engines.cancel()  # interrupted while engines start: stop at once
             return
         if run.interrupts == 1:
             say(
@@ -373,7 +391,7 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
             say(f"{signame}: cancelling {noun} in flight")
             sched.abort()
 
-    installed: list[int] = []
+    installed: list[signal.Signals] = []
     if run.opts.install_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -392,9 +410,9 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
     here, stopped on the way out)."""
     cfg = run.cfg
     if not cfg.embedded:
-        endpoints = dict(cfg.endpoints)
-        run.meta["endpoints"] = _describe_endpoints(endpoints)
-        yield endpoints
+        async with _launched(run) as endpoints:
+            run.meta["endpoints"] = _describe_endpoints(endpoints)
+            yield endpoints
         return
     # Started from the main thread: the death signal is tied to the starting thread.
     sim = run.sim = start_embedded_sim(cfg, run.out_dir / "sim.log")
@@ -414,6 +432,12 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
         yield endpoints
     finally:
         await asyncio.to_thread(sim.stop)
+
+
+def _late_preflight(cfg: RunConfig) -> bool:
+    """Endpoints that exist only once the run starts them (the embedded simulator, engines
+    with `launch:`) are checked then; the others before the results folder is touched."""
+    return cfg.embedded or any(ep.launch is not None for ep in cfg.endpoints.values())
 
 
 async def _preflight(
@@ -444,6 +468,25 @@ def _note_endpoints(
     run.meta["sampling"] = sampling_block(run.cfg, endpoints)
     run.recorder.write_meta(run.meta)
     run.opts.say(describe(run.meta["sampling"]))
+
+
+@contextlib.asynccontextmanager
+async def _launched(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
+    """Endpoints with `launch:` get their engine before the first episode (stopped at the
+    end); a launch problem is exit 2, an engine that does not come up exit 1."""
+    from agentload.engines.launch import EngineError, EngineStartError
+    from agentload.engines.run import RunEngines, launched_engines
+
+    run.engines = RunEngines(run.cfg.endpoints, run.out_dir, run.opts.say)
+    try:
+        async with launched_engines(run.engines, run.cfg.endpoints) as endpoints:
+            if run.engines:
+                run.meta["engines"] = run.engines.meta()
+            yield endpoints
+    except EngineError as e:
+        raise ConfigError(str(e)) from None
+    except EngineStartError as e:
+        raise RunFailed(str(e)) from None
 
 
 def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
@@ -668,6 +711,7 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
         summary = summarize(out_dir, slo=run.cfg.slo or None)
         extra = {
             "resume_attempt": run.attempt,
+            "cpu_s": time.process_time() - run.cpu_start_s,
             "outages": run.gate.summary() if run.gate else None,
         }
         block = client_block(rep, run.cfg, extra)
@@ -713,10 +757,12 @@ def _settle(
 
 
 def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
+    from agentload.results.context import run_context
     from agentload.results.summary import load_run_meta, write_summary
 
     # The summary embeds run.json: take the final status, not the "running" it read.
     summary["run"] = load_run_meta(run.out_dir)
+    summary["context"] = run_context(run.out_dir)
     write_summary(run.out_dir, summary)
 
 

@@ -111,7 +111,7 @@ def throughput(
 
 def bootstrap_ci(
     values: Sequence[float],
-    stat: Callable[[np.ndarray], Any] = np.mean,
+    stat: Callable[..., Any] = np.mean,
     *,
     confidence: float = 0.95,
     n_resamples: int = 2000,

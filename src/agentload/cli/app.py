@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -14,11 +15,21 @@ from agentload import __version__
 class _OneLineErrors(TyperGroup):
     """Usage errors as one line naming the flag (scripts grep stderr), exit code 2."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        # Click's own signature, so no argument can reach it twice.
+        call = (args, prog_name, complete_var, False, windows_expand_args)
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*call, **extra)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(*call, **extra)
         except typer.Abort:
             print("agentload: interrupted", file=sys.stderr, flush=True)
             sys.exit(130)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,17 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.app import app
-from agentload.cli.options import parse_headers
+from agentload.cli.options import (
+    ENDPOINT,
+    ENDPOINTS,
+    OUTPUT,
+    REQUIRED,
+    Opt,
+    command_options,
+    parse_headers,
+    parse_json_object,
+    pick,
+)
 from agentload.client.client import CallResult, ChatClient
 from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
 from agentload.fmt import secs
@@ -68,104 +79,120 @@ def _print_human(res: CallResult, console: Console) -> None:
     console.print(t)
 
 
+REQUEST = "Request"
+
+_max_tokens, _temperature, _header, _api_key_env, _extra_body = pick(
+    ENDPOINTS, "max_tokens", "temperature", "header", "api_key_env", "extra_body"
+)
+CALL_OPTIONS = [
+    Opt(
+        "base_url",
+        ("--base-url",),
+        str,
+        "Endpoint base URL, e.g. http://127.0.0.1:8000/v1.",
+        ENDPOINT,
+        REQUIRED,
+        metavar="URL",
+    ),
+    Opt("model", ("--model",), str, "Model name to request.", ENDPOINT, REQUIRED),
+    _api_key_env,
+    _header,
+    _extra_body,
+    Opt("prompt", ("--prompt",), str | None, "User message text.", REQUEST, metavar="TEXT"),
+    Opt(
+        "messages",
+        ("--messages",),
+        Path | None,
+        "JSON file with an OpenAI `messages` list (instead of --prompt).",
+        REQUEST,
+        metavar="FILE",
+    ),
+    Opt(
+        "system",
+        ("--system",),
+        str | None,
+        "System message prepended to the messages.",
+        REQUEST,
+        metavar="TEXT",
+    ),
+    Opt(
+        "tools",
+        ("--tools",),
+        Path | None,
+        "JSON file with an OpenAI `tools` list (or a request body holding one).",
+        REQUEST,
+        metavar="FILE",
+    ),
+    Opt(
+        "tool_choice",
+        ("--tool-choice",),
+        str | None,
+        "auto | none | required | a tool name (named choice).",
+        REQUEST,
+        metavar="CHOICE",
+    ),
+    replace(_max_tokens, help="max_tokens for the reply.", panel=REQUEST, min=1),
+    replace(_temperature, panel=REQUEST, min=0.0),
+    Opt("seed", ("--seed",), int | None, "Sampling seed sent to the server.", REQUEST, metavar="N"),
+    Opt("no_stream", ("--no-stream",), bool, "Send a non-streaming request.", REQUEST, False),
+    Opt(
+        "timeout",
+        ("--timeout",),
+        float,
+        "Total time limit per attempt (s).",
+        REQUEST,
+        300.0,
+        metavar="S",
+        min=0.001,
+    ),
+    Opt(
+        "retries",
+        ("--retries",),
+        int,
+        "Retries for retryable errors (429, 5xx, ...).",
+        REQUEST,
+        0,
+        metavar="N",
+        min=0,
+    ),
+    Opt(
+        "keep_itl",
+        ("--keep-itl",),
+        bool,
+        "Include every inter-token gap in --json output.",
+        OUTPUT,
+        False,
+    ),
+    Opt("json_out", ("--json",), bool, "Print the full result as JSON.", OUTPUT, False),
+]
+
+
 @app.command("call")
-def call(
-    base_url: str = typer.Option(..., help="Endpoint base URL, e.g. http://127.0.0.1:8000/v1."),
-    model: str = typer.Option(..., help="Model name to request."),
-    prompt: str | None = typer.Option(None, help="User message text."),
-    messages: Path | None = typer.Option(
-        None, help="JSON file with an OpenAI `messages` list (instead of --prompt)."
-    ),
-    system: str | None = typer.Option(None, help="System message prepended to the messages."),
-    tools: Path | None = typer.Option(
-        None, help="JSON file with an OpenAI `tools` list (or a request body holding one)."
-    ),
-    tool_choice: str | None = typer.Option(
-        None, help="auto | none | required | a tool name (named choice)."
-    ),
-    max_tokens: int | None = typer.Option(None, min=1, help="max_tokens for the reply."),
-    temperature: float | None = typer.Option(None, min=0.0, help="Sampling temperature."),
-    seed: int | None = typer.Option(None, help="Sampling seed sent to the server."),
-    header: list[str] = typer.Option(
-        [], "--header", "-H", help="Extra request header KEY:VALUE (repeatable)."
-    ),
-    api_key_env: str | None = typer.Option(
-        None, help="Environment variable that holds the API key (sent as a bearer token)."
-    ),
-    extra_body: str | None = typer.Option(
-        None, help="JSON object merged into the request body, e.g. '{\"ignore_eos\": true}'."
-    ),
-    no_stream: bool = typer.Option(False, "--no-stream", help="Send a non-streaming request."),
-    timeout: float = typer.Option(300.0, min=0.001, help="Total time limit per attempt (s)."),
-    retries: int = typer.Option(0, min=0, help="Retries for retryable errors (429, 5xx, ...)."),
-    keep_itl: bool = typer.Option(False, help="Include every inter-token gap in --json output."),
-    json_out: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
-) -> None:
+@command_options(CALL_OPTIONS)
+def call(**a: Any) -> None:
     """Send one chat completion and print the reply with its timing and token figures.
 
     Exit code 0 on success; 1 when the call failed (the error kind is printed); 2 for bad
     arguments.
     """
-    if (prompt is None) == (messages is None):
-        raise typer.BadParameter("give exactly one of --prompt or --messages")
-    msgs: list[dict[str, Any]]
-    if messages is not None:
-        loaded = _load_json(messages, "messages")
-        if not isinstance(loaded, list) or not all(isinstance(m, dict) for m in loaded):
-            raise typer.BadParameter(f"{messages}: expected a JSON list of message objects")
-        msgs = loaded
-    else:
-        msgs = [{"role": "user", "content": prompt}]
-    if system is not None:
-        msgs = [{"role": "system", "content": system}, *msgs]
-    tool_list = None
-    if tools is not None:
-        tool_list = _load_json(tools, "tools")
-        if isinstance(tool_list, dict) and isinstance(tool_list.get("tools"), list):
-            tool_list = tool_list["tools"]  # a saved request body: take its tools
-        if not isinstance(tool_list, list):
-            raise typer.BadParameter(
-                f"{tools}: expected a JSON list of tools (or an object with a 'tools' list)"
-            )
-    choice: Any = tool_choice
-    if tool_choice and tool_choice not in ("auto", "none", "required"):
-        choice = {"type": "function", "function": {"name": tool_choice}}
-    extra: dict[str, Any] = {}
-    if extra_body:
-        try:
-            extra = orjson.loads(extra_body)
-        except orjson.JSONDecodeError as e:
-            raise typer.BadParameter(f"--extra-body is not valid JSON: {e}") from None
-        if not isinstance(extra, dict):
-            raise typer.BadParameter("--extra-body must be a JSON object")
-    try:
-        endpoint = EndpointConfig(
-            base_url=base_url,
-            model=model,
-            api_key_env=api_key_env,
-            headers=parse_headers(header),
-            extra_body=extra,
-            stream=not no_stream,
-            timeouts=Timeouts(total=timeout, first_token=timeout, idle=timeout),
-            retry=RetryPolicy(max_attempts=retries + 1),
-        )
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+    msgs = _messages(a["prompt"], a["messages"], a["system"])
+    tools = _tools(a["tools"])
+    endpoint = _endpoint(a)
 
     async def _go() -> CallResult:
         async with ChatClient(endpoint) as client:
             return await client.chat(
                 msgs,
-                tools=tool_list,
-                tool_choice=choice,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=seed,
-                keep_itl=keep_itl,
+                tools=tools,
+                tool_choice=_tool_choice(a["tool_choice"]),
+                max_tokens=a["max_tokens"],
+                temperature=a["temperature"],
+                seed=a["seed"],
+                keep_itl=a["keep_itl"],
             )
 
     res = run_async(_go())
-    if json_out:
+    if a["json_out"]:
         sys.stdout.buffer.write(orjson.dumps(res.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
     else:
         _print_human(res, Console())
@@ -175,3 +202,60 @@ def call(
             highlight=False,
         )
         raise typer.Exit(1)
+
+
+def _messages(prompt: str | None, path: Path | None, system: str | None) -> list[dict[str, Any]]:
+    """The request's messages: --prompt as one user message, or the --messages file."""
+    if (prompt is None) == (path is None):
+        raise typer.BadParameter("give exactly one of --prompt or --messages")
+    msgs: list[dict[str, Any]]
+    if path is not None:
+        loaded = _load_json(path, "messages")
+        if not isinstance(loaded, list) or not all(isinstance(m, dict) for m in loaded):
+            raise typer.BadParameter(f"{path}: expected a JSON list of message objects")
+        msgs = loaded
+    else:
+        msgs = [{"role": "user", "content": prompt}]
+    if system is not None:
+        msgs = [{"role": "system", "content": system}, *msgs]
+    return msgs
+
+
+def _tools(path: Path | None) -> list[Any] | None:
+    if path is None:
+        return None
+    tools = _load_json(path, "tools")
+    if isinstance(tools, dict) and isinstance(tools.get("tools"), list):
+        tools = tools["tools"]  # a saved request body: take its tools
+    if not isinstance(tools, list):
+        raise typer.BadParameter(
+            f"{path}: expected a JSON list of tools (or an object with a 'tools' list)"
+        )
+    return tools
+
+
+def _tool_choice(choice: str | None) -> Any:
+    """auto / none / required as they are; any other name as a named function choice."""
+    if choice and choice not in ("auto", "none", "required"):
+        return {"type": "function", "function": {"name": choice}}
+    return choice
+
+
+def _endpoint(a: dict[str, Any]) -> EndpointConfig:
+    extra: dict[str, Any] = {}
+    try:
+        if a["extra_body"]:
+            extra = parse_json_object(a["extra_body"], "--extra-body")
+        timeout = a["timeout"]
+        return EndpointConfig(
+            base_url=a["base_url"],
+            model=a["model"],
+            api_key_env=a["api_key_env"],
+            headers=parse_headers(a["header"] or []),
+            extra_body=extra,
+            stream=not a["no_stream"],
+            timeouts=Timeouts(total=timeout, first_token=timeout, idle=timeout),
+            retry=RetryPolicy(max_attempts=a["retries"] + 1),
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 from pydantic import BaseModel
 from rich.markup import escape
@@ -25,6 +26,10 @@ WORKLOAD = "Workload"
 LOAD = "Load"
 SIM = "Simulator"
 OUTPUT = "Output"
+
+
+REQUIRED: Any = inspect.Parameter.empty
+"""The default of an option that must be given."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class Opt:
     path: str | None = None
     """Dotted RunConfig path the flag overrides (None: handled by the command itself)."""
     metavar: str | None = None
+    min: float | None = None
+    """Smallest value accepted (numbers only)."""
 
     def parameter(self) -> inspect.Parameter:
         help_text = self.help
@@ -53,7 +60,8 @@ class Opt:
             rich_help_panel=self.panel,
             # Flags take no value; other options name theirs (typer would print "<str>").
             metavar="" if flag else (self.metavar or self.name.upper()),
-            show_default=not flag and self.default is not None,
+            show_default=not flag and self.default not in (None, REQUIRED, []),
+            min=self.min,
         )
         return inspect.Parameter(
             self.name,
@@ -107,6 +115,12 @@ def command_options(*groups: Iterable[Opt]) -> Callable[[Callable[..., Any]], Ca
     return wrap
 
 
+def pick(group: Iterable[Opt], *names: str) -> list[Opt]:
+    """The options of `group` with these parameter names, in the order given."""
+    by_name = {o.name: o for o in group}
+    return [by_name[n] for n in names]
+
+
 def simple_paths(*groups: Iterable[Opt]) -> dict[str, tuple[str, str]]:
     """name -> (config path, flag) for the options that map straight onto the config."""
     return {o.name: (o.path, o.decls[0]) for g in groups for o in g if o.path is not None}
@@ -123,6 +137,17 @@ def parse_headers(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """A flag's value that must be a JSON object; ValueError naming the flag otherwise."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"flag {flag}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"flag {flag}: expected a JSON object")
+    return value
+
+
 CONFIG = [
     Opt("config", ("--config",), Path | None, "YAML run configuration.", OUTPUT, metavar="FILE"),
     Opt("out", ("--out", "-o"), str | None, "Results folder.", OUTPUT, path="out", metavar="DIR"),
@@ -134,7 +159,7 @@ RESUME = [
         "resume",
         ("--resume",),
         Path | None,
-        "Continue an interrupted run in DIR from its saved config.",
+        "Continue an interrupted run (or sweep) in DIR from its saved config.",
         OUTPUT,
         metavar="DIR",
     ),
@@ -488,6 +513,15 @@ OUTPUTS = [
     ),
     Opt("quiet", ("--quiet", "-q"), bool, "No progress or messages.", OUTPUT, False),
     Opt("json_out", ("--json",), bool, "Print the final summary as JSON on stdout.", OUTPUT, False),
+    Opt(
+        "mlflow",
+        ("--mlflow",),
+        bool,
+        "Log parameters, metrics and artifacts to MLflow (at MLFLOW_TRACKING_URI, which "
+        "alone also turns this on).",
+        OUTPUT,
+        False,
+    ),
 ]
 
 SWEEP_POINTS = [
@@ -528,4 +562,13 @@ RUN_OPTIONS = [
     *SIMULATOR,
     *OUTPUTS,
 ]
-SWEEP_OPTIONS = [*CONFIG, *ENDPOINTS, *EPISODES, *SWEEP_POINTS, *LOAD_SHAPE, *SIMULATOR, *OUTPUTS]
+SWEEP_OPTIONS = [
+    *CONFIG,
+    *RESUME,
+    *ENDPOINTS,
+    *EPISODES,
+    *SWEEP_POINTS,
+    *LOAD_SHAPE,
+    *SIMULATOR,
+    *OUTPUTS,
+]

@@ -2,6 +2,7 @@
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -15,9 +16,17 @@ from agentload.cli.options import (
     SWEEP_OPTIONS,
     command_options,
     parse_headers,
+    parse_json_object,
     simple_paths,
 )
-from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, set_path
+from agentload.config import (
+    EXAMPLE_CONFIG,
+    MAX_CONCURRENCY,
+    ConfigError,
+    RunConfig,
+    build_config,
+    set_path,
+)
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -33,10 +42,11 @@ from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\
-Exit codes: 0 finished; 1 the run failed or aborted (harness error, simulator did not start,
-every episode failed on infrastructure); 2 bad usage or configuration; 130 interrupted
-(Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for --drain-timeout, the summary is
-written and `agentload run --resume DIR` continues)."""
+Exit codes: 0 episodes completed; 1 the run failed (0 episodes measured, every call failed,
+more than --max-infra-error-share of the episodes ended on infrastructure errors, the endpoint
+stayed down, a harness error, or the summary / report could not be written); 2 bad usage or
+configuration; 130 interrupted (Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for
+--drain-timeout, the summary is written and `agentload run --resume DIR` continues)."""
 
 RUN_HELP = f"""Run agentic episodes against an endpoint (or the embedded simulator) and record
 every call, session and trajectory, then write summary.json and a report.
@@ -70,6 +80,7 @@ _OUTPUT_ONLY = {
     "metrics_interval",
     "outage_timeout",
     "no_preflight",
+    "mlflow",
 }
 # Flags --resume takes on top of the saved config: (config path, flag, value).
 _RESUME_FLAGS = {
@@ -100,39 +111,67 @@ def run_command(**kwargs: Any) -> None:
     _main("run", kwargs)
 
 
-def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
+class _Overrides:
+    """Dotted-path overrides of the run configuration, each with the flag that set it."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.flags: dict[str, str] = {}
+
+    def put(self, path: str, value: Any, flag: str) -> None:
+        self.values[path] = value
+        self.flags[path] = flag
+
+
+# Endpoint fields the agent flags set, with their flags.
+_ENDPOINT_FLAGS = {
+    "headers": "--header",
+    "base_url": "--base-url",
+    "model": "--model",
+    "api_key_env": "--api-key-env",
+    "max_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "extra_body": "--extra-body",
+}
+
+
+def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """(dotted-path overrides, path -> flag) from the parsed flags."""
-    ov: dict[str, Any] = {}
-    flags: dict[str, str] = {}
+    ov = _Overrides()
+    _plain_overrides(a, ov)
+    _endpoint_overrides(a, base, ov)
+    return ov.values, ov.flags
 
-    def put(path: str, value: Any, flag: str) -> None:
-        ov[path] = value
-        flags[path] = flag
 
+def _plain_overrides(a: dict[str, Any], ov: _Overrides) -> None:
+    """Flags that map onto one config path, the loop mode and the tool latency."""
     for name, (path, flag) in _SIMPLE.items():
         if a.get(name) is not None:
-            put(path, a[name], flag)
+            ov.put(path, a[name], flag)
     if a.get("no_metrics"):
-        put("metrics.enabled", False, "--no-metrics")
+        ov.put("metrics.enabled", False, "--no-metrics")
     if a.get("no_report"):
-        put("report", False, "--no-report")
+        ov.put("report", False, "--no-report")
+    if a.get("no_preflight"):
+        ov.put("preflight", False, "--no-preflight")
     if a.get("concurrency") is not None and a.get("rate") is None:
         # A flag picks the loop mode even when the file chose the other one.
-        put("load.rate", None, "--concurrency")
-        put("load.max_concurrency", None, "--concurrency")
+        ov.put("load.rate", None, "--concurrency")
+        ov.put("load.max_concurrency", None, "--concurrency")
     if a.get("rate") is not None and a.get("concurrency") is None:
-        put("load.concurrency", None, "--rate")
+        ov.put("load.concurrency", None, "--rate")
     if a.get("tool_latency") is not None:
         kind, _, mean = str(a["tool_latency"]).partition(":")
         try:
-            put("workload.tool_latency.kind", kind.strip(), "--tool-latency")
-            put("workload.tool_latency.mean_s", parse_duration(mean or 0), "--tool-latency")
+            ov.put("workload.tool_latency.kind", kind.strip(), "--tool-latency")
+            ov.put("workload.tool_latency.mean_s", parse_duration(mean or 0), "--tool-latency")
         except ValueError as e:
             raise ConfigError(f"flag --tool-latency: {e}") from None
 
-    # Endpoint shorthand: --base-url / --model set the agent, and the user unless given.
-    eps = base.get("endpoints") if isinstance(base.get("endpoints"), dict) else {}
-    ep_fields = {
+
+def _agent_endpoint_fields(a: dict[str, Any]) -> dict[str, Any]:
+    """The endpoint fields given by the agent flags (--base-url, --model, ...)."""
+    fields = {
         "base_url": a.get("base_url"),
         "model": a.get("model"),
         "api_key_env": a.get("api_key_env"),
@@ -141,24 +180,20 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
     }
     if a.get("extra_body") is not None:
         try:
-            body = orjson.loads(a["extra_body"])
-        except orjson.JSONDecodeError as e:
-            raise ConfigError(f"flag --extra-body: not valid JSON ({e})") from None
-        if not isinstance(body, dict):
-            raise ConfigError("flag --extra-body: expected a JSON object")
-        ep_fields["extra_body"] = body
+            fields["extra_body"] = parse_json_object(a["extra_body"], "--extra-body")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if a.get("header"):
-        ep_fields["headers"] = parse_headers(a["header"])
-    flag_of = {
-        "headers": "--header",
-        "base_url": "--base-url",
-        "model": "--model",
-        "api_key_env": "--api-key-env",
-        "max_tokens": "--max-tokens",
-        "temperature": "--temperature",
-        "extra_body": "--extra-body",
-    }
-    given = {k: v for k, v in ep_fields.items() if v is not None}
+        fields["headers"] = parse_headers(a["header"])
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _endpoint_overrides(a: dict[str, Any], base: dict[str, Any], ov: _Overrides) -> None:
+    """Endpoint shorthand: --base-url / --model set the agent, and the user unless given."""
+    eps = base.get("endpoints")
+    if not isinstance(eps, dict):
+        eps = {}
+    given = _agent_endpoint_fields(a)
     user_given = {
         k: v
         for k, v in (("base_url", a.get("user_base_url")), ("model", a.get("user_model")))
@@ -171,26 +206,23 @@ def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict, dict]:
             "the endpoint flags need --base-url (or an endpoints: section in the config)"
         )
     for k, v in given.items():
-        put(f"endpoints.agent.{k}", v, flag_of[k])
+        ov.put(f"endpoints.agent.{k}", v, _ENDPOINT_FLAGS[k])
     if user_yaml is not None or user_given:
         if user_yaml is None:
             # A separate user endpoint starts as a copy of the agent's.
-            put("endpoints.user", {**(agent_yaml or {}), "name": "user"}, "--user-base-url")
+            ov.put("endpoints.user", {**(agent_yaml or {}), "name": "user"}, "--user-base-url")
         for k, v in given.items():
             if k not in user_given:
-                put(f"endpoints.user.{k}", v, flag_of[k])
+                ov.put(f"endpoints.user.{k}", v, _ENDPOINT_FLAGS[k])
         for k, v in user_given.items():
-            put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
+            ov.put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
     # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
     if a.get("metrics_url") is not None:
         urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
         if len(urls) > 1:  # replicas behind one address: scraped and summed
-            put("endpoints.agent.metrics_urls", urls, "--metrics-url")
+            ov.put("endpoints.agent.metrics_urls", urls, "--metrics-url")
         else:
-            put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
-    if a.get("no_preflight"):
-        put("preflight", False, "--no-preflight")
-    return ov, flags
+            ov.put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
 
 
 def _console() -> Console:
@@ -244,7 +276,11 @@ def _progress_mode(a: dict[str, Any]) -> str:
     return mode
 
 
-def _main(command: str, a: dict[str, Any]) -> None:
+def _main(
+    command: str, a: dict[str, Any], configure: Callable[[dict[str, Any]], RunConfig] | None = None
+) -> None:
+    """The flow of run-like commands (flags → RunConfig → execute_run); `configure` builds
+    the RunConfig of commands with options of their own (replay)."""
     quiet = bool(a.get("quiet"))
     logging.basicConfig(level=logging.WARNING, format="agentload: %(levelname)s: %(message)s")
 
@@ -253,9 +289,9 @@ def _main(command: str, a: dict[str, Any]) -> None:
             print(f"[agentload] {msg}", file=sys.stderr, flush=True)
 
     try:
-        cfg = _configure(a)
+        cfg = (configure or _configure)(a)
         mode = _progress_mode(a)
-        if command == "run":
+        if command != "sweep":
             outcome = run_async(
                 execute_run(
                     cfg,
@@ -267,8 +303,10 @@ def _main(command: str, a: dict[str, Any]) -> None:
                 )
             )
             code = _finish_run(outcome, a)
+            _mlflow(a, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {}))
         else:
-            kind, points = _sweep_points(a)
+            # A resumed sweep takes its points from sweep.json.
+            kind, points = ("concurrency", []) if a.get("resume") else _sweep_points(a)
             doc, code = run_async(
                 execute_sweep(
                     cfg,
@@ -279,8 +317,10 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     say=say,
                     progress_interval_s=a["progress_interval"],
                     overwrite=a.get("overwrite", False),
+                    resume=a.get("resume") is not None,
                 )
             )
+            _mlflow(a, say, lambda m: m.log_sweep(cfg.out, doc))
             if a.get("json_out"):
                 sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
             elif not quiet:
@@ -290,7 +330,7 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     print(
                         f"highest {kind} meeting the SLO: {'none' if best is None else f'{best:g}'}"
                     )
-                print(f"sweep written to {cfg.out}/sweep.json and sweep.md")
+                print(f"sweep written to {cfg.out}/sweep.json, sweep.md and sweep.html")
     except ConfigError as e:
         _err(str(e))
         raise typer.Exit(EXIT_USAGE) from None
@@ -301,6 +341,20 @@ def _main(command: str, a: dict[str, Any]) -> None:
         _err("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
+
+
+def _mlflow(a: dict[str, Any], say: Any, log: Any) -> None:
+    """Log to MLflow when asked; a logging failure is reported, the results stay."""
+    from agentload.integrations import mlflow as ml
+
+    if not ml.enabled(bool(a.get("mlflow"))):
+        return
+    try:
+        run_id = log(ml)
+    except Exception as e:  # MLflow raises many kinds (connection, REST, ImportError, ...)
+        _err(f"MLflow logging failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return
+    say(f"logged to MLflow: run {run_id}")
 
 
 def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
@@ -315,8 +369,9 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             pass
         client = (out.summary or {}).get("client") or {}
         lag = (client.get("event_loop_lag_s") or {}).get("p99")
+        noun = "conversations" if (out.summary or {}).get("replay") else "episodes"
         print(
-            f"{out.stop_reason}: {client.get('episodes_finished', 0)} episodes in "
+            f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun} in "
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
@@ -328,13 +383,16 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
     return out.exit_code
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, most: float) -> list[float]:
     try:
         vals = [float(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise ConfigError(f"flag {flag}: expected numbers like 1,2,4,8, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise ConfigError(f"flag {flag}: expected positive numbers like 1,2,4,8")
+    # Every point is checked before the first one runs.
+    if not vals or any(not 0 < v <= most for v in vals):  # also false for NaN
+        raise ConfigError(
+            f"flag {flag}: expected numbers above 0 and at most {most:g}, got {text!r}"
+        )
     return vals
 
 
@@ -343,11 +401,11 @@ def _sweep_points(a: dict[str, Any]) -> tuple[str, list[float]]:
     if (c is None) == (r is None):
         raise ConfigError("sweep needs exactly one of --concurrency 1,2,4,… or --rates 0.5,1,…")
     if c is not None:
-        vals = _floats(c, "--concurrency")
+        vals = _floats(c, "--concurrency", MAX_CONCURRENCY)
         if any(v != int(v) for v in vals):
             raise ConfigError("flag --concurrency: expected whole numbers")
         return "concurrency", vals
-    return "rate", _floats(r, "--rates")
+    return "rate", _floats(r, "--rates", 1e6)
 
 
 app.command(

@@ -3,15 +3,228 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any
 
 import typer
 import yaml
 from pydantic import ValidationError
 
 from agentload.cli.app import app
+from agentload.cli.options import Opt, command_options
 from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig, describe_errors
 from agentload.sim.profiles import BUILTIN_PROFILES
+
+SERVER = "Server"
+ENGINE = "Engine"
+BEHAVIOUR = "Generic behaviour"
+FAULTS = "Faults"
+LOGS = "Logging"
+
+
+def _sim(name: str, decl: str, type_: Any, help: str, panel: str, **kw: Any) -> Opt:
+    """An option named after its SimConfig field, defaulting to that field's default."""
+    default = SimConfig.model_fields[name].get_default(call_default_factory=True)
+    return Opt(name, (decl,), type_, help, panel, default, **kw)
+
+
+# Each option is named after the SimConfig field it sets, and takes that field's default.
+SIM_OPTIONS = [
+    _sim("host", "--host", str, "Address to bind (loopback by default).", SERVER, metavar="ADDR"),
+    _sim("port", "--port", int, "TCP port; 0 picks a free one.", SERVER, metavar="PORT"),
+    _sim("model", "--model", str, "Model name served and checked in requests.", SERVER),
+    _sim(
+        "api_key",
+        "--api-key",
+        str | None,
+        "Require 'Authorization: Bearer KEY' on /v1 routes (401 otherwise).",
+        SERVER,
+        metavar="KEY",
+    ),
+    _sim(
+        "tokenizer",
+        "--tokenizer",
+        str | None,
+        "A tokenizer.json to count tokens with (needs the 'tokenizers' package); "
+        "default: the built-in approximation (~4 characters per token).",
+        SERVER,
+        metavar="FILE",
+    ),
+    _sim(
+        "header_timeout_s",
+        "--header-timeout",
+        float,
+        "Seconds a connection has to send a request's headers, then it is closed.",
+        SERVER,
+        metavar="S",
+    ),
+    _sim(
+        "body_timeout_s",
+        "--body-timeout",
+        float,
+        "Seconds a request's body may take to arrive (408 and close otherwise).",
+        SERVER,
+        metavar="S",
+    ),
+    _sim(
+        "profile",
+        "--profile",
+        str,
+        "Timing profile: one of " + ", ".join(BUILTIN_PROFILES) + ", or a YAML/JSON profile file.",
+        ENGINE,
+        metavar="NAME|FILE",
+    ),
+    _sim(
+        "max_num_seqs",
+        "--max-num-seqs",
+        int | None,
+        "Most sequences in one engine step (default: the profile's).",
+        ENGINE,
+        metavar="N",
+    ),
+    _sim(
+        "max_num_batched_tokens",
+        "--max-num-batched-tokens",
+        int | None,
+        "Token budget of one engine step, prefill chunks included (default: the profile's).",
+        ENGINE,
+        metavar="N",
+    ),
+    _sim(
+        "kv_blocks",
+        "--kv-blocks",
+        int | None,
+        "KV-cache size in blocks (default: the profile's).",
+        ENGINE,
+        metavar="N",
+    ),
+    _sim(
+        "block_size",
+        "--block-size",
+        int | None,
+        "Tokens per KV block, also the prefix-cache granularity (default: the "
+        "profile's; 16 on the GPU profiles, 128 on tiny-cpu).",
+        ENGINE,
+        metavar="N",
+    ),
+    Opt(
+        "no_prefix_caching",
+        ("--no-prefix-caching",),
+        bool,
+        "Disable automatic prefix caching.",
+        ENGINE,
+        False,
+    ),
+    _sim(
+        "max_model_len",
+        "--max-model-len",
+        int | None,
+        "Longest prompt + completion in tokens (default: the profile's).",
+        ENGINE,
+        metavar="N",
+    ),
+    _sim(
+        "speedup",
+        "--speedup",
+        float,
+        "Run the model clock this many times faster.",
+        ENGINE,
+        metavar="X",
+    ),
+    _sim("seed", "--seed", int, "Seed for outputs and fault selection.", ENGINE, metavar="N"),
+    _sim(
+        "mean_output_tokens",
+        "--mean-output-tokens",
+        float,
+        "Mean length of text answers, in tokens (lognormal).",
+        BEHAVIOUR,
+        metavar="N",
+    ),
+    _sim(
+        "output_tokens_sigma",
+        "--output-tokens-sigma",
+        float,
+        "Sigma of the lognormal text length.",
+        BEHAVIOUR,
+        metavar="S",
+    ),
+    _sim(
+        "mean_reasoning_tokens",
+        "--mean-reasoning-tokens",
+        float,
+        "Mean reasoning length when thinking is requested.",
+        BEHAVIOUR,
+        metavar="N",
+    ),
+    _sim(
+        "tool_call_probability",
+        "--tool-call-probability",
+        float,
+        "Probability of a tool call when tool_choice is auto.",
+        BEHAVIOUR,
+        metavar="P",
+    ),
+    _sim(
+        "parallel_tool_call_probability",
+        "--parallel-tool-call-probability",
+        float,
+        "Probability that a tool-call answer holds 2-3 calls.",
+        BEHAVIOUR,
+        metavar="P",
+    ),
+    Opt(
+        "behaviour_options",
+        ("--behaviour-option",),
+        list[str],
+        "KEY=VALUE passed to behaviours (repeatable), e.g. agent_skill=0.8.",
+        BEHAVIOUR,
+        [],
+        metavar="KEY=VALUE",
+    ),
+    _sim(
+        "fault_rate",
+        "--fault-rate",
+        float,
+        "Share of generation requests that get an injected fault.",
+        FAULTS,
+        metavar="P",
+    ),
+    Opt(
+        "fault_kinds",
+        ("--fault-kinds",),
+        list[str],
+        "Comma-separated (or repeated) fault kinds among "
+        + ", ".join(FAULT_KINDS)
+        + " (default: all).",
+        FAULTS,
+        [],
+        metavar="KINDS",
+    ),
+    _sim(
+        "fault_stall_s",
+        "--fault-stall-s",
+        float,
+        "Length of a 'stall' fault in seconds (wall clock, not sped up).",
+        FAULTS,
+        metavar="S",
+    ),
+    _sim(
+        "fault_after_tokens",
+        "--fault-after-tokens",
+        int,
+        "Tokens sent before a mid-stream fault (reset, truncate, malformed, stall).",
+        FAULTS,
+        metavar="N",
+    ),
+    _sim(
+        "log_interval_s",
+        "--log-interval",
+        float,
+        "Seconds between log lines with queue, KV and emission-lag figures; 0: none.",
+        LOGS,
+        metavar="S",
+    ),
+    Opt("log_level", ("--log-level",), str, "Logging level.", LOGS, "INFO", metavar="LEVEL"),
+]
 
 
 def _parse_options(values: list[str]) -> dict[str, Any]:
@@ -41,133 +254,28 @@ def _parse_kinds(values: list[str]) -> list[FaultKind]:
                 raise typer.BadParameter(
                     f"{kind!r} is not one of {', '.join(FAULT_KINDS)}", param_hint="--fault-kinds"
                 )
-            kinds.append(cast(FaultKind, kind))
+            kinds.append(kind)
     return kinds or list(FAULT_KINDS)
 
 
-def sim_command(
-    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
-    port: int = typer.Option(8000, help="TCP port; 0 picks a free one."),
-    model: str = typer.Option("agentload-sim", help="Model name served and checked in requests."),
-    profile: str = typer.Option(
-        "tiny-cpu",
-        help="Timing profile: one of "
-        + ", ".join(BUILTIN_PROFILES)
-        + ", or a YAML/JSON profile file.",
-    ),
-    max_num_seqs: int | None = typer.Option(
-        None, help="Most sequences in one engine step (default: the profile's)."
-    ),
-    max_num_batched_tokens: int | None = typer.Option(
-        None,
-        help="Token budget of one engine step, prefill chunks included (default: the profile's).",
-    ),
-    kv_blocks: int | None = typer.Option(
-        None, help="KV-cache size in blocks (default: the profile's)."
-    ),
-    block_size: int | None = typer.Option(
-        None,
-        help="Tokens per KV block, also the prefix-cache granularity (default: the "
-        "profile's; 16 on the GPU profiles, 128 on tiny-cpu).",
-    ),
-    no_prefix_caching: bool = typer.Option(
-        False, "--no-prefix-caching", help="Disable automatic prefix caching."
-    ),
-    max_model_len: int | None = typer.Option(
-        None, help="Longest prompt + completion in tokens (default: the profile's)."
-    ),
-    speedup: float = typer.Option(1.0, help="Run the model clock this many times faster."),
-    api_key: str | None = typer.Option(
-        None, help="Require 'Authorization: Bearer KEY' on /v1 routes (401 otherwise)."
-    ),
-    seed: int = typer.Option(0, help="Seed for outputs and fault selection."),
-    tokenizer: str | None = typer.Option(
-        None,
-        help="A tokenizer.json to count tokens with (needs the 'tokenizers' package); "
-        "default: the built-in approximation (~4 characters per token).",
-    ),
-    mean_output_tokens: float = typer.Option(
-        96.0, help="Generic behaviour: mean length of text answers, in tokens (lognormal)."
-    ),
-    output_tokens_sigma: float = typer.Option(
-        0.6, help="Generic behaviour: sigma of the lognormal text length."
-    ),
-    mean_reasoning_tokens: float = typer.Option(
-        64.0, help="Generic behaviour: mean reasoning length when thinking is requested."
-    ),
-    tool_call_probability: float = typer.Option(
-        0.5, help="Generic behaviour: probability of a tool call when tool_choice is auto."
-    ),
-    parallel_tool_call_probability: float = typer.Option(
-        0.0, help="Generic behaviour: probability that a tool-call answer holds 2-3 calls."
-    ),
-    behaviour_option: list[str] = typer.Option(
-        [],
-        "--behaviour-option",
-        help="KEY=VALUE passed to behaviours (repeatable), e.g. agent_skill=0.8.",
-    ),
-    fault_rate: float = typer.Option(
-        0.0, help="Share of generation requests that get an injected fault."
-    ),
-    fault_kinds: list[str] = typer.Option(
-        [],
-        "--fault-kinds",
-        help="Comma-separated (or repeated) fault kinds among "
-        + ", ".join(FAULT_KINDS)
-        + " (default: all).",
-    ),
-    fault_stall_s: float = typer.Option(
-        5.0, help="Length of a 'stall' fault in seconds (wall clock, not sped up)."
-    ),
-    fault_after_tokens: int = typer.Option(
-        2, help="Tokens sent before a mid-stream fault (reset, truncate, malformed, stall)."
-    ),
-    log_interval: float = typer.Option(
-        10.0, help="Seconds between log lines with queue, KV and emission-lag figures; 0: none."
-    ),
-    header_timeout: float = typer.Option(
-        10.0, help="Seconds a connection has to send a request's headers, then it is closed."
-    ),
-    body_timeout: float = typer.Option(
-        30.0, help="Seconds a request's body may take to arrive (408 and close otherwise)."
-    ),
-    log_level: str = typer.Option("INFO", help="Logging level."),
-) -> None:
+def sim_config(a: dict[str, Any]) -> SimConfig:
+    """The SimConfig the parsed flags describe (ValidationError for values it refuses)."""
+    fields = {k: v for k, v in a.items() if k not in ("no_prefix_caching", "log_level")}
+    fields["prefix_caching"] = not a["no_prefix_caching"]
+    fields["behaviour_options"] = _parse_options(a["behaviour_options"])
+    fields["fault_kinds"] = _parse_kinds(a["fault_kinds"])
+    return SimConfig(**fields)
+
+
+@command_options(SIM_OPTIONS)
+def sim_command(**a: Any) -> None:
     """Run the embedded engine simulator: an OpenAI-compatible server with vLLM's wire format,
     metrics and continuous-batching timing."""
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=a["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        config = SimConfig(
-            host=host,
-            port=port,
-            model=model,
-            profile=profile,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            kv_blocks=kv_blocks,
-            block_size=block_size,
-            prefix_caching=not no_prefix_caching,
-            max_model_len=max_model_len,
-            speedup=speedup,
-            api_key=api_key,
-            seed=seed,
-            tokenizer=tokenizer,
-            mean_output_tokens=mean_output_tokens,
-            output_tokens_sigma=output_tokens_sigma,
-            mean_reasoning_tokens=mean_reasoning_tokens,
-            tool_call_probability=tool_call_probability,
-            parallel_tool_call_probability=parallel_tool_call_probability,
-            behaviour_options=_parse_options(behaviour_option),
-            fault_rate=fault_rate,
-            fault_kinds=_parse_kinds(fault_kinds),
-            fault_stall_s=fault_stall_s,
-            fault_after_tokens=fault_after_tokens,
-            log_interval_s=log_interval,
-            header_timeout_s=header_timeout,
-            body_timeout_s=body_timeout,
-        )
+        config = sim_config(a)
     except ValidationError as exc:
         for line in describe_errors(exc):
             typer.echo(f"agentload sim: {line}", err=True)

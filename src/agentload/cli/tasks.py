@@ -178,7 +178,7 @@ def tasks_grade(
         raw = path.read_bytes()
     except OSError as e:
         raise typer.BadParameter(f"cannot read {path}: {e.strerror or e}") from None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue

@@ -9,6 +9,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentload.engines.config import LaunchConfig
+
 # Error kinds worth another attempt: the request never reached a model, or the server said
 # "not now". Anything that produced tokens or a definite rejection is not retried.
 DEFAULT_RETRY_ON: tuple[str, ...] = (
@@ -151,6 +153,9 @@ class EndpointConfig(BaseModel):
     metrics_urls: list[str] = Field(
         default_factory=list,
         description="Several Prometheus endpoints (replicas behind one address), summed.",
+    )
+    launch: LaunchConfig | None = Field(
+        None, description="Start this engine for the run (see docs/engines.md)."
     )
 
     @field_validator("base_url")

@@ -12,7 +12,7 @@ Counts made here are estimates and every record that uses one says so
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -65,7 +65,7 @@ class TokenizerJsonCounter:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: Mapping[str, Any]) -> str:
     """All the text a chat template would render for one message."""
     parts: list[str] = []
     content = message.get("content")
@@ -90,8 +90,8 @@ def message_text(message: dict[str, Any]) -> str:
 
 def count_prompt_tokens(
     counter: TokenCounter,
-    messages: Iterable[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
+    messages: Iterable[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> int:
     n = 0
     for m in messages:

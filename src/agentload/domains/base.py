@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import jsonschema
 import orjson
 
+from agentload.domains.text_actions import ActionParseError, parse_action
 from agentload.stats import pass_hat_k as pass_hat_k  # one implementation, re-exported
 
 # Bump when grading semantics change; it goes into every Grade (and so every result).
@@ -227,7 +228,11 @@ def evaluate_arithmetic(expression: str) -> float:
         raise ToolError("expression too long")
 
     def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)  # True + 1 is not arithmetic
+        ):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
             return _ARITHMETIC[type(node.op)](ev(node.left), ev(node.right))
@@ -423,8 +428,6 @@ def trajectory_actions(trajectory: Mapping[str, Any]) -> tuple[list[Action], lis
         content = msg.get("content")
         calls = msg.get("tool_calls") or []
         if text_actions:
-            from agentload.agents.actions import ActionParseError, parse_action
-
             try:
                 parsed = parse_action(content if isinstance(content, str) else None)
             except ActionParseError:
@@ -436,7 +439,7 @@ def trajectory_actions(trajectory: Mapping[str, Any]) -> tuple[list[Action], lis
             continue
         for call in calls:
             fn = (call.get("function") or {}) if isinstance(call, Mapping) else {}
-            args = fn.get("arguments")
+            args: Any = fn.get("arguments")  # any JSON value; see the docstring
             if isinstance(args, str):
                 try:
                     args = orjson.loads(args)

@@ -174,7 +174,9 @@ def combine_client(out_dir: Path, block: dict[str, Any], *, resume: bool) -> dic
     out["max_active"] = int(max(_num(prev.get("max_active")), _num(block.get("max_active"))))
     elapsed = out["elapsed_s"]
     out["episodes_per_s"] = out["episodes_finished"] / elapsed if elapsed else None
-    prev_attempts = prev.get("attempts") if isinstance(prev.get("attempts"), list) else []
+    prev_attempts = prev.get("attempts")
+    if not isinstance(prev_attempts, list):
+        prev_attempts = []
     out["attempts"] = [*prev_attempts, this]
     attempt = block.get("resume_attempt")
     done = len(out["attempts"])

@@ -47,44 +47,47 @@ def _int(v: Any) -> int | None:
 
 def _union_ns(pairs: list[tuple[int, int]]) -> int:
     total = 0
-    cur_s = cur_e = None
+    cur: tuple[int, int] | None = None  # the run of overlapping intervals so far
     for s, e in sorted(pairs):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+        if cur is None or s > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (s, e)
         else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+            cur = (cur[0], max(cur[1], e))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 
 def _group_window(items: list[Interval]) -> tuple[float, float, float, float] | None:
     """(wall anchor, span s, active s, clock disagreement s) of one attempt."""
-    mono = [i for i in items if i.start_ns is not None and i.end_ns is not None]
+    mono = [
+        (i.start_ns, i.end_ns, i.started_at)
+        for i in items
+        if i.start_ns is not None and i.end_ns is not None
+    ]
     if mono:
-        t0 = min(i.start_ns for i in mono)  # type: ignore[type-var]
-        t1 = max(i.end_ns for i in mono)  # type: ignore[type-var]
-        first = min(mono, key=lambda i: i.start_ns)  # type: ignore[arg-type,return-value]
-        anchor = first.started_at
+        t0 = min(start for start, _, _ in mono)
+        t1 = max(end for _, end, _ in mono)
+        anchor = min(mono, key=lambda m: m[0])[2]  # the first record's wall clock
         step = 0.0
         if anchor is not None:
-            for i in mono:
-                if i.started_at is not None:
-                    expect = anchor + (i.start_ns - t0) / 1e9  # type: ignore[operator]
-                    step = max(step, abs(i.started_at - expect))
+            for start, _, wall in mono:
+                if wall is not None:
+                    expect = anchor + (start - t0) / 1e9
+                    step = max(step, abs(wall - expect))
         else:
-            walls = [i.started_at for i in mono if i.started_at is not None]
+            walls = [wall for _, _, wall in mono if wall is not None]
             anchor = min(walls) if walls else 0.0
-        pairs = [(i.start_ns, i.end_ns) for i in mono]
-        return anchor, (t1 - t0) / 1e9, _union_ns(pairs) / 1e9, step  # type: ignore[arg-type]
-    walls = [(i.started_at, i.started_at + (i.dur_s or 0.0)) for i in items if i.started_at]
-    if not walls:
+        pairs = [(start, end) for start, end, _ in mono]
+        return anchor, (t1 - t0) / 1e9, _union_ns(pairs) / 1e9, step
+    spans = [(i.started_at, i.started_at + (i.dur_s or 0.0)) for i in items if i.started_at]
+    if not spans:
         return None
-    s = min(w[0] for w in walls)
-    e = max(w[1] for w in walls)
-    pairs_w = [(int(a * 1e9), int(b * 1e9)) for a, b in walls]
+    s = min(w[0] for w in spans)
+    e = max(w[1] for w in spans)
+    pairs_w = [(int(a * 1e9), int(b * 1e9)) for a, b in spans]
     return s, e - s, _union_ns(pairs_w) / 1e9, 0.0
 
 
@@ -120,7 +123,9 @@ def window_from(groups: Mapping[Any, list[Interval]], source: str) -> dict[str, 
 def session_window(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     groups: dict[Any, list[Interval]] = defaultdict(list)
     for s in sessions:
-        d = s.get("durations") if isinstance(s.get("durations"), Mapping) else {}
+        d = s.get("durations")
+        if not isinstance(d, Mapping):
+            d = {}
         groups[s.get("attempt")].append(
             Interval(
                 _int(s.get("start_ns")),

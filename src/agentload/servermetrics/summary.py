@@ -64,7 +64,7 @@ def _slice(
 
 
 def summarize_endpoint(
-    samples: list[Mapping[str, Any]], window: tuple[float | None, float | None] = (None, None)
+    samples: Sequence[Mapping[str, Any]], window: tuple[float | None, float | None] = (None, None)
 ) -> dict[str, Any]:
     ok = sorted((s for s in samples if s.get("ok", True)), key=lambda s: float(s["t"]))
     span, inside = _slice(ok, *window)

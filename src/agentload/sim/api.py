@@ -97,7 +97,7 @@ class SimServer(_Addresses):
             await self.stop()
             reason = exc.strerror or str(exc) or type(exc).__name__
             raise SimBindError(f"cannot listen on {cfg.host}:{cfg.port}: {reason}") from exc
-        sockets = self._listener.sockets or []
+        sockets = self._listener.sockets  # a tuple, empty once closed
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
         return self

@@ -663,7 +663,7 @@ class SkilledAgent:
         self, step: Step, plan: EpisodePlan, rng: random.Random, mode: str, out: ResponsePlan
     ) -> ResponsePlan:
         """One action in the react / act text format (no parallel calls there)."""
-        from agentload.agents.actions import RESPOND, format_action
+        from agentload.domains.text_actions import RESPOND, format_action
 
         if step.calls:
             action = format_action(step.calls[0].name, step.calls[0].arguments)
@@ -694,7 +694,7 @@ def text_mode(request: RequestView) -> str | None:
 def from_text_actions(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """A text-action conversation in the native tool-calling shape: actions become tool
     calls, ``Observation:`` messages tool results, ``respond`` actions plain replies."""
-    from agentload.agents.actions import ActionParseError, parse_action
+    from agentload.domains.text_actions import ActionParseError, parse_action
 
     out: list[Mapping[str, Any]] = []
     open_ids: list[str] = []

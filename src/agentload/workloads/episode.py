@@ -473,42 +473,13 @@ def _finish(
     start_ns: int,
     end_ns: int,
 ) -> EpisodeResult:
-    spec, task, domain = ep.spec, ep.task, ep.domain
-    try:
-        g = grade_environment(domain, task, ep.env, ep.replies, ep.db_seed)
-        grade_dict = g.to_dict()
-        reward = float(g.reward)
-    except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
-        log.exception("grading %s failed", spec.task_id)
-        grade_dict = {
-            "reward": 0.0,
-            "db_match": False,
-            "outputs_ok": False,
-            "missing_outputs": list(task.required_outputs),
-            "error": repr(e),
-        }
-        reward = 0.0
-    counts = ep.counts
-    llm_s = user_s = 0.0
-    for rec in ep.calls:
-        if rec.role == "user":
-            counts["user_calls"] += 1
-            user_s += rec.total_s
-        else:
-            counts["agent_calls"] += 1
-            llm_s += rec.total_s
-        if rec.status != "ok":
-            counts["failed_calls"] += 1
-    counts["steps"] = ep.steps
-    counts["user_turns"] = ep.user_turns
+    grade_dict, reward = _grade(ep)
+    llm_s, user_s = _tally_calls(ep)
     messages = ep.agent.messages
+    task, domain = ep.task, ep.domain
     session = {
         "schema": SESSION_SCHEMA,
-        "session_id": spec.session_id,
-        "domain": domain.name,
-        "task_id": spec.task_id,
-        "trial": spec.trial,
-        "seed": spec.seed,
+        **_identity(ep),
         "agent": ep.options.agent,
         "user": ep.options.user,
         "reward": reward,
@@ -521,7 +492,7 @@ def _finish(
         "data_version": domain.data_version,
         "termination": termination,
         "error": error,
-        "counts": counts,
+        "counts": ep.counts,
         "durations": {
             "total_s": (end_ns - start_ns) / 1e9,
             "llm_s": llm_s,
@@ -537,11 +508,7 @@ def _finish(
     }
     trajectory = {
         "schema": TRAJECTORY_SCHEMA,
-        "session_id": spec.session_id,
-        "domain": domain.name,
-        "task_id": spec.task_id,
-        "trial": spec.trial,
-        "seed": spec.seed,
+        **_identity(ep),
         "db_seed": ep.db_seed,
         "messages": messages,
         "tools": ep.agent.tools or [],
@@ -552,3 +519,51 @@ def _finish(
         "grade": grade_dict,
     }
     return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
+
+
+def _identity(ep: _Episode) -> dict[str, Any]:
+    """The fields that name an episode, first in both its session and trajectory records."""
+    spec = ep.spec
+    return {
+        "session_id": spec.session_id,
+        "domain": ep.domain.name,
+        "task_id": spec.task_id,
+        "trial": spec.trial,
+        "seed": spec.seed,
+    }
+
+
+def _grade(ep: _Episode) -> tuple[dict[str, Any], float]:
+    """The episode's grade as a dict, and its reward; a grader bug is recorded, not raised."""
+    try:
+        g = grade_environment(ep.domain, ep.task, ep.env, ep.replies, ep.db_seed)
+        return g.to_dict(), float(g.reward)
+    except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
+        log.exception("grading %s failed", ep.spec.task_id)
+        grade_dict = {
+            "reward": 0.0,
+            "db_match": False,
+            "outputs_ok": False,
+            "missing_outputs": list(ep.task.required_outputs),
+            "error": repr(e),
+        }
+        return grade_dict, 0.0
+
+
+def _tally_calls(ep: _Episode) -> tuple[float, float]:
+    """Count the episode's calls by role and outcome into `ep.counts` (with its steps and
+    user turns); returns the seconds spent in agent and in user calls."""
+    counts = ep.counts
+    llm_s = user_s = 0.0
+    for rec in ep.calls:
+        if rec.role == "user":
+            counts["user_calls"] += 1
+            user_s += rec.total_s
+        else:
+            counts["agent_calls"] += 1
+            llm_s += rec.total_s
+        if rec.status != "ok":
+            counts["failed_calls"] += 1
+    counts["steps"] = ep.steps
+    counts["user_turns"] = ep.user_turns
+    return llm_s, user_s

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 NOW = "2025-06-12T10:00:00"  # the frozen clock, US Eastern Time, as in the policy
@@ -327,88 +328,116 @@ def _make_users(rng: random.Random) -> dict:
     return users
 
 
+@dataclass(frozen=True)
+class _Network:
+    """What every booking draws from: the routes, their flights and the bookable days."""
+
+    flights: dict
+    routes: dict[tuple[str, str], list[str]]
+    route_keys: list[tuple[str, str]]
+    days: list[str]
+    now: datetime
+
+
 def _make_reservations(rng: random.Random, users: dict, flights: dict) -> tuple[dict, int]:
     routes = _routes(flights)
-    route_keys = sorted(routes)
-    all_days = dates()
-    now = datetime.fromisoformat(NOW)
+    net = _Network(flights, routes, sorted(routes), dates(), datetime.fromisoformat(NOW))
     reservations: dict = {}
     n = 0
     for uid in sorted(users):
         user = users[uid]
         for _ in range(rng.choice((1, 2, 2, 3, 4))):
-            origin, dest = rng.choice(route_keys)
-            trip = "round_trip" if rng.random() < 0.5 and (dest, origin) in routes else "one_way"
-            out_i = rng.randrange(0, len(all_days) - 3)
-            legs = [(rng.choice(routes[(origin, dest)]), all_days[out_i])]
-            if trip == "round_trip":
-                back_i = min(len(all_days) - 1, out_i + rng.randrange(1, 6))
-                legs.append((rng.choice(routes[(dest, origin)]), all_days[back_i]))
-            cabin = rng.choices(CABINS, (3, 5, 2))[0]
-            pax = [
-                {
-                    "first_name": user["name"]["first_name"],
-                    "last_name": user["name"]["last_name"],
-                    "dob": user["dob"],
-                }
-            ]
-            for p in user["saved_passengers"]:
-                if rng.random() < 0.4:
-                    pax.append(dict(p))
-            first_dep = datetime.fromisoformat(
-                departure_datetime(legs[0][1], flights[legs[0][0]]["departure_time"])
-            )
-            # Booked 1-40 days before the first flight, never after "now"; about one in
-            # twelve booked within the last day (the 24-hour cancellation window).
-            if rng.random() < 0.08 and first_dep > now:
-                created = now - timedelta(hours=rng.randrange(1, 20))
-            else:
-                created = min(first_dep, now) - timedelta(
-                    days=rng.randrange(1, 41), hours=rng.randrange(0, 24)
-                )
-            segs = []
-            for number, day in legs:
-                f = flights[number]
-                segs.append(
-                    {
-                        "flight_number": number,
-                        "origin": f["origin"],
-                        "destination": f["destination"],
-                        "date": day,
-                        "price": f["dates"][day]["prices"][cabin],
-                    }
-                )
-            insurance = rng.random() < 0.3
-            free = FREE_BAGS[user["membership"]][cabin] * len(pax)
-            total_bags = rng.randrange(0, len(pax) * 2 + 1)
-            nonfree = max(0, total_bags - free)
-            amount = (
-                sum(s["price"] for s in segs) * len(pax)
-                + (INSURANCE_PER_PASSENGER * len(pax) if insurance else 0)
-                + nonfree * BAG_FEE
-            )
-            cards = [m for m in user["payment_methods"].values() if m["source"] == "credit_card"]
             n += 1
             rid = reservation_id(n)
             assert rid not in reservations, rid
-            reservations[rid] = {
-                "reservation_id": rid,
-                "user_id": uid,
-                "origin": origin,
-                "destination": dest,
-                "trip_type": trip,
-                "cabin": cabin,
-                "flights": segs,
-                "passengers": pax,
-                "payment_history": [{"payment_id": rng.choice(cards)["id"], "amount": amount}],
-                "created_at": created.replace(microsecond=0).isoformat(),
-                "total_baggages": total_bags,
-                "nonfree_baggages": nonfree,
-                "insurance": insurance,
-                "status": "cancelled" if rng.random() < 0.05 else "active",
-            }
+            reservations[rid] = _reservation(rng, net, rid, user)
             user["reservations"].append(rid)
     return reservations, n
+
+
+def _reservation(rng: random.Random, net: _Network, rid: str, user: dict) -> dict:
+    # The order of the draws below is part of the database: changing it changes every
+    # generated reservation (and data_version must then change).
+    origin, dest, trip, legs = _itinerary(rng, net)
+    cabin = rng.choices(CABINS, (3, 5, 2))[0]
+    pax = _passengers(rng, user)
+    first_dep = datetime.fromisoformat(
+        departure_datetime(legs[0][1], net.flights[legs[0][0]]["departure_time"])
+    )
+    created = _booking_time(rng, first_dep, net.now)
+    segs = [_segment(net.flights[number], number, day, cabin) for number, day in legs]
+    insurance = rng.random() < 0.3
+    free = FREE_BAGS[user["membership"]][cabin] * len(pax)
+    total_bags = rng.randrange(0, len(pax) * 2 + 1)
+    nonfree = max(0, total_bags - free)
+    amount = (
+        sum(s["price"] for s in segs) * len(pax)
+        + (INSURANCE_PER_PASSENGER * len(pax) if insurance else 0)
+        + nonfree * BAG_FEE
+    )
+    cards = [m for m in user["payment_methods"].values() if m["source"] == "credit_card"]
+    return {
+        "reservation_id": rid,
+        "user_id": user["user_id"],
+        "origin": origin,
+        "destination": dest,
+        "trip_type": trip,
+        "cabin": cabin,
+        "flights": segs,
+        "passengers": pax,
+        "payment_history": [{"payment_id": rng.choice(cards)["id"], "amount": amount}],
+        "created_at": created.replace(microsecond=0).isoformat(),
+        "total_baggages": total_bags,
+        "nonfree_baggages": nonfree,
+        "insurance": insurance,
+        "status": "cancelled" if rng.random() < 0.05 else "active",
+    }
+
+
+def _itinerary(rng: random.Random, net: _Network) -> tuple[str, str, str, list[tuple[str, str]]]:
+    """(origin, destination, trip type, [(flight number, day)]) of one booking."""
+    origin, dest = rng.choice(net.route_keys)
+    routes, days = net.routes, net.days
+    trip = "round_trip" if rng.random() < 0.5 and (dest, origin) in routes else "one_way"
+    out_i = rng.randrange(0, len(days) - 3)
+    legs = [(rng.choice(routes[(origin, dest)]), days[out_i])]
+    if trip == "round_trip":
+        back_i = min(len(days) - 1, out_i + rng.randrange(1, 6))
+        legs.append((rng.choice(routes[(dest, origin)]), days[back_i]))
+    return origin, dest, trip, legs
+
+
+def _passengers(rng: random.Random, user: dict) -> list[dict]:
+    """The user, and each saved passenger with probability 0.4."""
+    pax = [
+        {
+            "first_name": user["name"]["first_name"],
+            "last_name": user["name"]["last_name"],
+            "dob": user["dob"],
+        }
+    ]
+    for p in user["saved_passengers"]:
+        if rng.random() < 0.4:
+            pax.append(dict(p))
+    return pax
+
+
+def _booking_time(rng: random.Random, first_dep: datetime, now: datetime) -> datetime:
+    # Booked 1-40 days before the first flight, never after "now"; about one in
+    # twelve booked within the last day (the 24-hour cancellation window).
+    if rng.random() < 0.08 and first_dep > now:
+        return now - timedelta(hours=rng.randrange(1, 20))
+    return min(first_dep, now) - timedelta(days=rng.randrange(1, 41), hours=rng.randrange(0, 24))
+
+
+def _segment(flight: dict, number: str, day: str, cabin: str) -> dict:
+    return {
+        "flight_number": number,
+        "origin": flight["origin"],
+        "destination": flight["destination"],
+        "date": day,
+        "price": flight["dates"][day]["prices"][cabin],
+    }
 
 
 def make_db(seed: int = 0) -> dict:

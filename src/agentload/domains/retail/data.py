@@ -578,30 +578,15 @@ def _order(
     products: list[dict],
     used: set[str],
 ) -> dict:
+    # The order of the draws below is part of the database: changing it changes every
+    # generated order (and data_version must then change).
     order_id = f"R{_digits(rng, 7, used)}"
     status = rng.choices([s for s, _ in STATUS_WEIGHTS], weights=[w for _, w in STATUS_WEIGHTS])[0]
-    n_items = rng.choices([1, 2, 3, 4, 5], weights=[30, 32, 20, 12, 6])[0]
-    items: list[dict] = []
-    seen: set[str] = set()
-    while len(items) < n_items:
-        prod = rng.choice(products)
-        item_id = rng.choice(list(prod["variants"]))
-        if item_id in seen:
-            continue
-        seen.add(item_id)
-        v = prod["variants"][item_id]
-        items.append({"item_id": item_id, "product_id": prod["product_id"], "price": v["price"]})
+    items = _order_items(rng, products)
     total = round(sum(i["price"] for i in items), 2)
     pm_id = rng.choice(sorted(user["payment_methods"]))
     # A gift card pays in full too; its balance is what is left after such payments.
-    if status == "pending":
-        created = NOW - timedelta(hours=rng.randint(2, 96))
-    elif status == "processed":
-        created = NOW - timedelta(hours=rng.randint(48, 200))
-    elif status in ("return requested", "exchange requested"):
-        created = NOW - timedelta(days=rng.randint(8, 30))
-    else:
-        created = NOW - timedelta(days=rng.randint(7, 150), hours=rng.randint(0, 23))
+    created = _order_created(rng, status)
     address = dict(user["address"]) if rng.random() < 0.85 else make_address(rng)
     order: dict = {
         "order_id": order_id,
@@ -615,13 +600,7 @@ def _order(
         "payment_history": [{"type": "payment", "amount": total, "payment_method_id": pm_id}],
     }
     if status in ("processed", "delivered", "return requested", "exchange requested"):
-        # One or two parcels, each with its own tracking number.
-        ids = [i["item_id"] for i in items]
-        cut = rng.randint(1, len(ids) - 1) if len(ids) > 1 and rng.random() < 0.3 else len(ids)
-        parts = [ids[:cut], ids[cut:]] if cut < len(ids) else [ids]
-        order["fulfillments"] = [
-            {"tracking_id": _digits(rng, 12, used), "item_ids": p} for p in parts
-        ]
+        order["fulfillments"] = _fulfillments(rng, items, used)
     if status in ("delivered", "return requested", "exchange requested"):
         delivered = created + timedelta(days=rng.randint(2, 6), hours=rng.randint(0, 12))
         order["delivered_at"] = iso(min(delivered, NOW - timedelta(hours=6)))
@@ -633,26 +612,69 @@ def _order(
             {"type": "refund", "amount": total, "payment_method_id": pm_id}
         )
     if status == "return requested":
-        k = rng.randint(1, len(items))
-        ret = [i["item_id"] for i in items[:k]]
-        order["return_request"] = {
-            "item_ids": ret,
-            "payment_method_id": pm_id,
-            "refund_amount": round(sum(i["price"] for i in items[:k]), 2),
-        }
+        order["return_request"] = _return_request(rng, items, pm_id)
     if status == "exchange requested":
-        it = items[0]
-        prod = next(p for p in products if p["product_id"] == it["product_id"])
-        others = [v for v in prod["variants"] if v != it["item_id"]]
-        new_id = rng.choice(others)
-        diff = round(prod["variants"][new_id]["price"] - it["price"], 2)
-        order["exchange_request"] = {
-            "item_ids": [it["item_id"]],
-            "new_item_ids": [new_id],
-            "payment_method_id": pm_id,
-            "price_difference": diff,
-        }
+        order["exchange_request"] = _exchange_request(rng, items, products, pm_id)
     return order
+
+
+def _order_items(rng: random.Random, products: list[dict]) -> list[dict]:
+    """One to five distinct items (variants), each with its price."""
+    n_items = rng.choices([1, 2, 3, 4, 5], weights=[30, 32, 20, 12, 6])[0]
+    items: list[dict] = []
+    seen: set[str] = set()
+    while len(items) < n_items:
+        prod = rng.choice(products)
+        item_id = rng.choice(list(prod["variants"]))
+        if item_id in seen:
+            continue
+        seen.add(item_id)
+        v = prod["variants"][item_id]
+        items.append({"item_id": item_id, "product_id": prod["product_id"], "price": v["price"]})
+    return items
+
+
+def _order_created(rng: random.Random, status: str) -> datetime:
+    """When an order was placed: recent for pending ones, longer ago the further it went."""
+    if status == "pending":
+        return NOW - timedelta(hours=rng.randint(2, 96))
+    if status == "processed":
+        return NOW - timedelta(hours=rng.randint(48, 200))
+    if status in ("return requested", "exchange requested"):
+        return NOW - timedelta(days=rng.randint(8, 30))
+    return NOW - timedelta(days=rng.randint(7, 150), hours=rng.randint(0, 23))
+
+
+def _fulfillments(rng: random.Random, items: list[dict], used: set[str]) -> list[dict]:
+    """One or two parcels, each with its own tracking number."""
+    ids = [i["item_id"] for i in items]
+    cut = rng.randint(1, len(ids) - 1) if len(ids) > 1 and rng.random() < 0.3 else len(ids)
+    parts = [ids[:cut], ids[cut:]] if cut < len(ids) else [ids]
+    return [{"tracking_id": _digits(rng, 12, used), "item_ids": p} for p in parts]
+
+
+def _return_request(rng: random.Random, items: list[dict], pm_id: str) -> dict:
+    k = rng.randint(1, len(items))
+    return {
+        "item_ids": [i["item_id"] for i in items[:k]],
+        "payment_method_id": pm_id,
+        "refund_amount": round(sum(i["price"] for i in items[:k]), 2),
+    }
+
+
+def _exchange_request(
+    rng: random.Random, items: list[dict], products: list[dict], pm_id: str
+) -> dict:
+    it = items[0]
+    prod = next(p for p in products if p["product_id"] == it["product_id"])
+    others = [v for v in prod["variants"] if v != it["item_id"]]
+    new_id = rng.choice(others)
+    return {
+        "item_ids": [it["item_id"]],
+        "new_item_ids": [new_id],
+        "payment_method_id": pm_id,
+        "price_difference": round(prod["variants"][new_id]["price"] - it["price"], 2),
+    }
 
 
 def generate(seed: int = 0) -> dict:
