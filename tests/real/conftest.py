@@ -113,7 +113,11 @@ def engines(
     """The session's engines, started together (their start-up is mostly Python imports, so
     two overlap well) and stopped at the end."""
     logs = tmp_path_factory.mktemp("engines")
-    specs = [_spec("vllm", tiny_model, logs, VLLM_ARGS, {})]
+    specs = (
+        []
+        if os.environ.get("AGENTLOAD_REAL_URL")
+        else [_spec("vllm", tiny_model, logs, VLLM_ARGS, {})]
+    )
     if _wants_locked(request.session):
         specs.append(
             _spec("vllm-locked", tiny_model, logs, LOCKED_ARGS, {"VLLM_API_KEY": LOCKED_KEY})
