@@ -3,6 +3,7 @@ messages shown per kind (redacted) in summary.json and the console table."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 from aiohttp import web
 from rich.console import Console
 
@@ -22,6 +24,8 @@ from agentload.results.errors import redact_message, top_error_messages
 from agentload.runner import execute_run
 from agentload.servermetrics.scraper import MetricsScraper
 from agentload.sim import SimConfig, SimServer
+from test_secrets_canary import CANARIES, _hits
+from test_secrets_canary import servers as servers  # a fixture
 
 AGENTLOAD = str(Path(sys.executable).parent / "agentload")
 
@@ -276,3 +280,33 @@ async def test_run_summary_and_console_show_the_messages(tmp_path: Path) -> None
     text = console.export_text()
     assert "agentload: errors" in text
     assert "Internal server error (injected by agentload sim)" in text
+
+
+async def test_preflight_failure_leaks_no_secret(tmp_path: Path, servers: tuple[str, str]) -> None:
+    # The gateway answers 401 echoing the key, headers and body; preflight quotes the server's
+    # words, without any of the planted secrets.
+    echo, sim = servers
+    cfg = {
+        "endpoints": {
+            "agent": {
+                "base_url": f"http://{echo}",
+                "model": "agentload-sim",
+                "api_key_env": "AGENTLOAD_CANARY_KEY",
+                "headers": {"X-Api-Key": CANARIES["header"], "Cookie": CANARIES["cookie"]},
+                "extra_body": {"api_key": CANARIES["extra_cli"]},
+                "metrics_url": f"http://m:{CANARIES['metrics_pass']}@{sim}/metrics",
+            }
+        }
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    proc = await asyncio.create_subprocess_exec(
+        *(AGENTLOAD, "run", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "r")),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={"AGENTLOAD_CANARY_KEY": CANARIES["env"], "PATH": "/usr/bin:/bin"},
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    err = stderr.decode()
+    assert proc.returncode == 2, err
+    assert "(http_401)" in err and "invalid credentials" in err and "<redacted>" in err
+    assert _hits(stdout) == [] and _hits(stderr) == []

@@ -11,7 +11,12 @@ import pytest
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig, RetryPolicy, Timeouts
 from agentload.client import client as client_module
-from agentload.client.safety import parse_retry_after, redact, split_userinfo
+from agentload.client.safety import (
+    parse_retry_after,
+    redact,
+    split_userinfo,
+    without_userinfo,
+)
 from scripted_server import DONE, Script, ScriptedServer, chunk, sse, usage_chunk
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -167,7 +172,11 @@ def test_split_userinfo() -> None:
     url, auth, secrets = split_userinfo("http://alice:s3cr%40t-pw@127.0.0.1:8000/v1/x")
     assert url == "http://127.0.0.1:8000/v1/x"
     assert auth == "Basic " + base64.b64encode(b"alice:s3cr@t-pw").decode()
-    assert set(secrets) == {"s3cr@t-pw", "s3cr%40t-pw"}
+    assert set(secrets) == {
+        "s3cr@t-pw",
+        "s3cr%40t-pw",
+        base64.b64encode(b"alice:s3cr@t-pw").decode(),
+    }
     assert split_userinfo("http://127.0.0.1:8000/v1") == ("http://127.0.0.1:8000/v1", None, ())
 
 
@@ -243,3 +252,32 @@ async def test_echoed_key_is_redacted(
     assert rec.error_message and "***" in rec.error_message
     dumped = rec.to_json() + orjson.dumps(res.to_dict())
     assert KEY[:8].encode() not in dumped
+
+
+def test_without_userinfo() -> None:
+    basic = "Basic " + base64.b64encode(b"bob:hunter22pw").decode()
+    url = "http://bob:hunter22pw@127.0.0.1:8000/metrics"
+    assert without_userinfo(url, None) == (
+        "http://127.0.0.1:8000/metrics",
+        {"Authorization": basic},
+    )
+    assert without_userinfo(url, {"authorization": "Bearer k"}) == (
+        "http://127.0.0.1:8000/metrics",
+        {"authorization": "Bearer k"},
+    )
+    assert without_userinfo("http://h/m", {"a": "b"}) == ("http://h/m", {"a": "b"})
+
+
+async def test_preflight_with_url_credentials_and_a_key(monkeypatch) -> None:
+    # aiohttp refuses URL credentials next to an Authorization header: every request the run
+    # makes, the preflight's included, must go out without them.
+    from agentload.engines.preflight import run_preflight
+    from agentload.sim import SimConfig
+    from agentload.sim.api import SimServer
+
+    monkeypatch.setenv("AGENTLOAD_TEST_KEY", KEY)
+    async with SimServer(SimConfig(port=0, api_key=KEY)) as sim:
+        url = sim.base_url.replace("http://", "http://bob:hunter22pw@")
+        ep = EndpointConfig(base_url=url, model="agentload-sim", api_key_env="AGENTLOAD_TEST_KEY")
+        report = await run_preflight({"agent": ep}, probe_metrics=False, timeout_s=10)
+    assert report.ok, report

@@ -261,7 +261,7 @@ def _snapshot(d: Path) -> dict[str, bytes]:
 
 
 def _check_outcome(r: Any, what: str) -> str:
-    """'ok' or 'error'; fails on a traceback or an error that is not one line."""
+    """'ok', or 'error: <the line>'; fails on a traceback or an error that is not one line."""
     assert r.exception is None or isinstance(r.exception, SystemExit), (
         what,
         repr(r.exception),
@@ -274,7 +274,7 @@ def _check_outcome(r: Any, what: str) -> str:
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert r.exit_code in (1, 2), (what, r.exit_code, err)
     assert len(lines) == 1 and "error" in lines[0], (what, err)
-    return "error"
+    return f"error: {lines[0]}"
 
 
 OUTCOMES: dict[str, tuple[str, str]] = {}

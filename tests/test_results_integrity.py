@@ -416,3 +416,13 @@ def test_full_disk_run_ends_with_one_line(tiny_fs: Path) -> None:
     assert len(errors) == 1 and len(lines) <= 2, r.stderr
     assert "No space left on device" in errors[0] and "--resume" in errors[0]
     assert math.isfinite(len(_lines(out / "calls.jsonl")))
+
+
+def test_overwrite_replaces_what_resume_set_aside(tmp_path: Path) -> None:
+    with Recorder(tmp_path) as rec:
+        rec.record_call(_call("c1", "s1"))  # an unfinished episode's call
+    Recorder(tmp_path, resume=True).close()
+    assert (tmp_path / DROPPED_DIR / "calls.jsonl").exists()
+    Recorder(tmp_path, overwrite=True).close()
+    assert not (tmp_path / DROPPED_DIR).exists()
+    assert (tmp_path / "calls.jsonl").read_bytes() == b""

@@ -90,6 +90,9 @@ async def test_no_canary_in_results_or_logs(tmp_path: Path, servers: tuple[str, 
         },
         "workload": {"tasks": ["airline/000-003"]},
         "metrics": {"interval_s": 0.2},
+        # The gateway refuses every call: preflight would stop the run (its own canary test
+        # is in test_addresses_and_errors.py); here the calls must reach it and be recorded.
+        "preflight": False,
     }
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     env = {"AGENTLOAD_CANARY_KEY": CANARIES["env"], "PATH": "/usr/bin:/bin"}

@@ -315,12 +315,41 @@ class MetricsConfig(BaseModel):
     model_config = _STRICT
 
     enabled: bool = True
-    interval_s: float = Field(5.0, ge=0.1, le=DAY_S, description="Prometheus scrape period.")
+    interval_s: float = Field(1.0, ge=0.1, le=DAY_S, description="Prometheus scrape period.")
 
     @field_validator("interval_s", mode="before")
     @classmethod
     def _dur(cls, value: Any) -> Any:
         return parse_duration(value)
+
+
+class ReplayConfig(BaseModel):
+    """The `replay` kind: recorded conversations issued turn by turn (docs/replay.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str | None = Field(None, description="Dataset file (JSONL).")
+    format: Literal["auto", "mlperf", "trajectories", "openai"] = "auto"
+    history: Literal["dataset", "live"] = Field(
+        "dataset", description="Send the recorded history, or what the server answered."
+    )
+    num_conversations: int | None = Field(None, ge=1, description="First N conversations.")
+    repeat: int = Field(1, ge=1, description="Passes over the dataset (the trial index).")
+    salt: bool = Field(False, description="Salt prompts per repeat and conversation.")
+    delay_scale: float = Field(1.0, ge=0, description="Scale of recorded delay_seconds; 0 = none.")
+    turn_timeout_s: float | None = Field(None, gt=0, description="Per-turn timeout.")
+    on_divergence: Literal["continue", "stop"] = "continue"
+    ignore_eos: bool | None = Field(
+        None, description="Output length = the recorded answer's (default: on the simulator)."
+    )
+    default_max_tokens: int | None = Field(
+        None, ge=1, description="Max tokens of turns the dataset gives none and no answer for."
+    )
+
+    @field_validator("turn_timeout_s", mode="before")
+    @classmethod
+    def _dur(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
 
 
 class RunConfig(BaseModel):
@@ -339,6 +368,7 @@ class RunConfig(BaseModel):
     sim: SimSettings = Field(default_factory=SimSettings)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     load: LoadConfig = Field(default_factory=LoadConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
     slo: dict[str, float] = Field(
         default_factory=dict, description="e.g. {ttft_p90: 2s, e2e_p99: 10s}."
     )
@@ -621,7 +651,11 @@ def format_validation_error(
             ),
             None,
         )
-        if flag:
+        inner = sorted({f for p, f in flags.items() if loc and p.startswith(loc + ".")})
+        if flag is None and inner:
+            # A check across fields (e.g. load's loop mode): name the flags that set them.
+            where = ("flag " if len(inner) == 1 else "flags ") + ", ".join(inner)
+        elif flag:
             where = f"flag {flag}"
         elif source:
             where = source

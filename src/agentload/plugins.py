@@ -52,7 +52,10 @@ USERS: Registry[Any] = Registry(
 WORKLOADS: Registry[Any] = Registry(
     "workloads",
     "workload kind",
-    {"episodes": "agentload.workloads.episodes:EpisodesWorkload"},
+    {
+        "episodes": "agentload.workloads.episodes:EpisodesWorkload",
+        "replay": "agentload.workloads.replay:ReplayWorkload",
+    },
 )
 """Workload kinds (`agentload.workloads` group): a Workload subclass."""
 

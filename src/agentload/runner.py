@@ -2,11 +2,11 @@
 recorder → summary and report. `execute_run` reads as the run's phases; the workload kind
 (episodes, replay, …) plugs in through `agentload.workloads.base.Workload`.
 
-Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on):
-0 finished (all planned sessions, or the duration elapsed); 1 the run failed or aborted
-(harness error, the simulator did not start, or every session failed on infrastructure);
-2 bad usage or configuration; 130 interrupted (SIGINT / SIGTERM) — results so far are written
-and resumable.
+Exit codes (what `agentload run` / `sweep` return, and what scripts can rely on; decided in
+`agentload.outcome`, see docs/reliability.md): 0 sessions completed; 1 the run failed (nothing
+measured, every call failed, too many infrastructure errors, the endpoint stayed down, a
+harness error, or the summary / report could not be written); 2 bad usage or configuration;
+130 interrupted (SIGINT / SIGTERM) — results so far are written and resumable.
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ class RunState:
     finishing_interrupts: int = -1
     """Signals received once the sessions are over (-1 until then)."""
     engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
+    # The client's own CPU time at the start, for the report's client-health check.
+    cpu_start_s: float = field(default_factory=time.process_time)
 
     @property
     def out_dir(self) -> Path:
@@ -698,6 +700,7 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
         summary = summarize(out_dir, slo=run.cfg.slo or None)
         extra = {
             "resume_attempt": run.attempt,
+            "cpu_s": time.process_time() - run.cpu_start_s,
             "outages": run.gate.summary() if run.gate else None,
         }
         block = client_block(rep, run.cfg, extra)
@@ -743,10 +746,12 @@ def _settle(
 
 
 def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
+    from agentload.results.context import run_context
     from agentload.results.summary import load_run_meta, write_summary
 
     # The summary embeds run.json: take the final status, not the "running" it read.
     summary["run"] = load_run_meta(run.out_dir)
+    summary["context"] = run_context(run.out_dir)
     write_summary(run.out_dir, summary)
 
 

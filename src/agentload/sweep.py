@@ -12,13 +12,14 @@ import orjson
 import yaml
 
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
-from agentload.fmt import num, pct, secs
+from agentload.report.columns import SWEEP_COLUMNS, console_columns
 from agentload.runner import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     RunOutcome,
     Say,
     execute_run,
+    load_saved_config,
     results_lock,
     say_stderr,
 )
@@ -28,32 +29,42 @@ SWEEP_SCHEMA = "agentload.sweep/1"
 
 
 def sweep_row(point: float, kind: str, out: RunOutcome) -> dict[str, Any]:
-    s = out.summary or {}
+    return summary_row(point, kind, out.out_dir.name, out.stop_reason, out.summary or {})
+
+
+def summary_row(
+    point: float, kind: str, dirname: str, status: str | None, s: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One sweep point's figures from its summary (agent calls; all calls without agents)."""
     agent = dig(s, "calls", "by_role", "agent") or dig(s, "calls", "all") or {}
     eps = dig(s, "episodes") or {}
     slo = dig(s, "slo")
     client = dig(s, "client") or {}
-    return {
+    pk = dig(eps, "pass_hat_k") or {}
+    row: dict[str, Any] = {
         kind: point,
-        "dir": out.out_dir.name,
-        "status": out.stop_reason,
+        "dir": dirname,
+        "status": status,
         "episodes": dig(s, "counts", "sessions"),
         "episodes_per_min": dig(eps, "episodes_per_min"),
         "calls_per_s": dig(agent, "throughput", "calls_per_s"),
         "output_tokens_per_s": dig(agent, "throughput", "output_tokens_per_s"),
-        "ttft_p50": dig(agent, "ttft_s", "p50"),
-        "ttft_p90": dig(agent, "ttft_s", "p90"),
-        "ttft_p99": dig(agent, "ttft_s", "p99"),
-        "e2e_p50": dig(agent, "e2e_s", "p50"),
-        "e2e_p99": dig(agent, "e2e_s", "p99"),
         "success_rate": dig(eps, "success_rate"),
+        "pass_hat_k": pk,
+        "pass_hat_k_max": pk[max(pk, key=int)] if pk else None,
         "error_rate": dig(s, "errors", "error_rate"),
         "slo_met": None if not slo else bool(slo.get("all_met")),
         "slo_call_attainment": None if not slo else slo.get("call_attainment"),
+        "slo_session_attainment": None if not slo else slo.get("session_attainment"),
         "goodput_per_min": None if not slo else slo.get("goodput_per_min"),
         "loop_lag_p99": dig(client, "event_loop_lag_s", "p99"),
         "sched_delay_p99": dig(client, "sched_delay_s", "p99"),
     }
+    for p in ("p50", "p90", "p99"):
+        row[f"ttft_{p}"] = dig(agent, "ttft_s", p)
+        row[f"e2e_{p}"] = dig(agent, "e2e_s", p)
+        row[f"itl_{p}"] = dig(agent, "itl_s", "all_gaps", p)
+    return row
 
 
 def point_dir_name(kind: str, point: float) -> str:
@@ -62,70 +73,23 @@ def point_dir_name(kind: str, point: float) -> str:
     return f"r{point:g}".replace(".", "_")
 
 
-def _fmt(v: Any, unit: str = "") -> str:
-    if unit == "s":
-        return secs(v)
-    if unit == "%":
-        return pct(v)
-    return num(v) if isinstance(v, float) else ("-" if v is None else str(v))
-
-
-SWEEP_COLUMNS = [
-    ("episodes", "episodes", ""),
-    ("episodes/min", "episodes_per_min", ""),
-    ("calls/s", "calls_per_s", ""),
-    ("out tok/s", "output_tokens_per_s", ""),
-    ("TTFT p50", "ttft_p50", "s"),
-    ("TTFT p90", "ttft_p90", "s"),
-    ("TTFT p99", "ttft_p99", "s"),
-    ("e2e p99", "e2e_p99", "s"),
-    ("success", "success_rate", "%"),
-    ("errors", "error_rate", "%"),
-    ("SLO", "slo_met", ""),
-    ("goodput/min", "goodput_per_min", ""),
-]
-
-
-def sweep_markdown(doc: Mapping[str, Any]) -> str:
-    kind = doc["kind"]
-    head = [kind] + [c[0] for c in SWEEP_COLUMNS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in doc["points"]:
-        cells = [f"{row[kind]:g}"]
-        for _, key, unit in SWEEP_COLUMNS:
-            v = row.get(key)
-            cells.append(
-                ("yes" if v else "no") if key == "slo_met" and v is not None else _fmt(v, unit)
-            )
-        lines.append("| " + " | ".join(cells) + " |")
-    best = doc.get("best_point")
-    if doc.get("slo"):
-        slo = ", ".join(f"{k} ≤ {v:g}s" for k, v in doc["slo"].items())
-        lines.append("")
-        lines.append(
-            f"Highest {kind} meeting the SLO ({slo}): **{best:g}**"
-            if best is not None
-            else f"No point met the SLO ({slo})."
-        )
-    return "\n".join(lines) + "\n"
-
-
 def sweep_table(doc: Mapping[str, Any]) -> Any:
     from rich.table import Table
 
     kind = doc["kind"]
     t = Table(title=f"sweep over {kind}")
+    cols = console_columns(SWEEP_COLUMNS)
     t.add_column(kind, justify="right")
-    for name, _, _ in SWEEP_COLUMNS:
-        t.add_column(name, justify="right")
+    for c in cols:
+        t.add_column(c.label, justify="right")
     for row in doc["points"]:
         cells = [f"{row[kind]:g}"]
-        for _, key, unit in SWEEP_COLUMNS:
-            v = row.get(key)
-            if key == "slo_met" and v is not None:
+        for c in cols:
+            v = c.value(row)
+            if c.label == "SLO" and v is not None:
                 cells.append("[green]yes[/]" if v else "[red]no[/]")
             else:
-                cells.append(_fmt(v, unit))
+                cells.append(c.cell(row))
         t.add_row(*cells)
     return t
 
@@ -146,35 +110,46 @@ async def _execute_sweep(
     say: Say = say_stderr,
     progress_interval_s: float = 10.0,
     overwrite: bool = False,
+    resume: bool = False,
 ) -> tuple[dict[str, Any], int]:
-    """Run every point into <out>/<point>/; writes sweep.json and sweep.md in <out>."""
-    root = _sweep_root(cfg, overwrite)
+    """Run every point into <out>/<point>/; writes sweep.json, sweep.md and sweep.html.
+
+    `resume=True` continues a sweep in `cfg.out`: finished points are kept, an interrupted
+    point resumes in its folder (`run --resume`), the rest run.
+    """
+    root = Path(cfg.out)
+    doc = _resume_doc(root) if resume else None
+    if doc is None:
+        root = _sweep_root(cfg, overwrite)
+        doc = {
+            "schema": SWEEP_SCHEMA,
+            "kind": kind,
+            "points_planned": points,
+            "slo": dict(cfg.slo),
+            "started_at": time.time(),
+            "points": [],
+            "best_point": None,
+            "status": "running",
+        }
+        _write_text(root / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    kind, points = str(doc["kind"]), [float(p) for p in doc["points_planned"]]
+    done = {float(r[kind]) for r in doc["points"] if r.get("status") in _DONE}
+    doc["points"] = [r for r in doc["points"] if float(r[kind]) in done]
+    doc["status"] = "running"
     base = cfg.model_dump(by_alias=True)
-    doc: dict[str, Any] = {
-        "schema": SWEEP_SCHEMA,
-        "kind": kind,
-        "points_planned": points,
-        "slo": dict(cfg.slo),
-        "started_at": time.time(),
-        "points": [],
-        "best_point": None,
-        "status": "running",
-    }
-    _write_text(root / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     code = EXIT_OK
     for i, point in enumerate(points):
-        data = dict(base)
-        data["out"] = str(root / point_dir_name(kind, point))
-        load = dict(data["load"])
-        if kind == "concurrency":
-            load["concurrency"], load["rate"], load["max_concurrency"] = int(point), None, None
-        else:
-            load["rate"], load["concurrency"] = float(point), None
-        data["load"] = load
-        point_cfg = build_config(data=data)
-        say(f"sweep point {i + 1}/{len(points)}: {kind} {point:g}")
+        if point in done:
+            say(f"sweep point {i + 1}/{len(points)}: {kind} {point:g} already finished")
+            continue
+        point_dir = root / point_dir_name(kind, point)
+        again = resume and (point_dir / "run.json").exists()
+        say(
+            f"sweep point {i + 1}/{len(points)}: {kind} {point:g}" + (" (resumed)" if again else "")
+        )
         out = await execute_run(
-            point_cfg,
+            load_saved_config(point_dir) if again else _point_config(base, kind, point, point_dir),
+            resume=again,
             progress=progress,
             say=say,
             progress_interval_s=progress_interval_s,
@@ -183,10 +158,8 @@ async def _execute_sweep(
         )
         row = sweep_row(point, kind, out)
         doc["points"].append(row)
-        if row["slo_met"]:
-            doc["best_point"] = (
-                point if doc["best_point"] is None else max(doc["best_point"], point)
-            )
+        doc.setdefault("context", dig(out.summary, "context"))
+        _finish_doc(doc)
         _write_sweep(root, doc)
         if out.exit_code != EXIT_OK:
             code = out.exit_code
@@ -197,15 +170,81 @@ async def _execute_sweep(
             break
     doc["ended_at"] = time.time()
     doc["status"] = {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
+    _finish_doc(doc)
     _write_sweep(root, doc)
     return doc, code
+
+
+# Stop reasons of a point that need no resume.
+_DONE = ("completed", "duration")
+
+
+def _point_config(base: Mapping[str, Any], kind: str, point: float, out: Path) -> RunConfig:
+    data = dict(base)
+    data["out"] = str(out)
+    load = dict(data["load"])
+    if kind == "concurrency":
+        load["concurrency"], load["rate"], load["max_concurrency"] = int(point), None, None
+    else:
+        load["rate"], load["concurrency"] = float(point), None
+    data["load"] = load
+    return build_config(data=data)
+
+
+def _finish_doc(doc: dict[str, Any]) -> None:
+    """Points in load order, the best point meeting the SLO, the knee, the shared context."""
+    from agentload.report.sweep import knee
+
+    kind = doc["kind"]
+    doc["points"].sort(key=lambda r: float(r[kind]))
+    met = [float(r[kind]) for r in doc["points"] if r.get("slo_met")]
+    doc["best_point"] = max(met) if met else None
+    doc["knee"] = knee(doc["points"], kind)
+    ctx = doc.get("context")
+    if isinstance(ctx, dict) and isinstance(ctx.get("load"), dict):
+        # The load varies by point: show the swept values instead of the first point's.
+        ctx["load"] = {**ctx["load"], kind: ", ".join(f"{p:g}" for p in doc["points_planned"])}
+
+
+def _resume_doc(root: Path) -> dict[str, Any] | None:
+    path = root / "sweep.json"
+    if not path.exists():
+        raise ConfigError(f"--resume {root}: no sweep.json there (not a sweep folder?)")
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ConfigError(f"--resume {root}: sweep.json unreadable: {e}") from None
+    if not isinstance(doc, dict) or "points_planned" not in doc:
+        raise ConfigError(f"--resume {root}: sweep.json has no points_planned")
+    return doc
+
+
+def rebuild_sweep(root: Path, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """sweep.json recomputed from each point's summary (`agentload report SWEEP_DIR`)."""
+    doc = _resume_doc(root) or {}
+    kind = str(doc["kind"])
+    status = {r.get("dir"): r.get("status") for r in doc.get("points") or []}
+    rows = []
+    for r in doc.get("points") or []:
+        s = summaries.get(str(r.get("dir")))
+        if s is not None:
+            rows.append(summary_row(float(r[kind]), kind, str(r["dir"]), status.get(r["dir"]), s))
+    doc["points"] = rows
+    if rows:
+        doc["context"] = dig(summaries.get(rows[0]["dir"]), "context")
+    _finish_doc(doc)
+    _write_sweep(root, doc)
+    return doc
 
 
 def _sweep_root(cfg: RunConfig, overwrite: bool) -> Path:
     root = Path(cfg.out)
     root.mkdir(parents=True, exist_ok=True)
     if (root / "sweep.json").exists() and not overwrite:
-        raise ConfigError(f"{root} already holds a sweep; choose another --out (or --overwrite)")
+        raise ConfigError(
+            f"{root} already holds a sweep; choose another --out, --overwrite, "
+            f"or continue it with `agentload sweep --resume {root}`"
+        )
     return root
 
 
@@ -214,7 +253,8 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _write_sweep(root: Path, doc: Mapping[str, Any]) -> None:
+    from agentload.report.sweep import write_sweep_report
     from agentload.results.jsonl import atomic_write_bytes
 
     atomic_write_bytes(root / "sweep.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    atomic_write_bytes(root / "sweep.md", sweep_markdown(doc).encode())
+    write_sweep_report(root, doc)

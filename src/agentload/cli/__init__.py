@@ -13,9 +13,12 @@ COMMAND_MODULES = (
     "agentload.cli.tasks",
     "agentload.cli.sim",
     "agentload.cli.run",
+    "agentload.cli.replay",
+    "agentload.cli.dataset",
     "agentload.cli.report",
     "agentload.cli.metrics",
     "agentload.cli.serve",
+    "agentload.cli.export",
 )
 
 for _name in COMMAND_MODULES:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.app import app
+from agentload.servermetrics.derived import metrics_url, rate_rows, snapshot_rows
 from agentload.servermetrics.parse import COUNTERS, GAUGES, parse_metrics
 from agentload.servermetrics.scraper import fetch_metrics
 from agentload.servermetrics.summary import summarize_endpoint
@@ -27,13 +28,17 @@ def _fmt(v: Any) -> str:
     return f"{int(v):,}"
 
 
-def _snapshot_table(sample: dict[str, Any], url: str) -> Table:
+def _snapshot_table(sample: dict[str, Any], url: str, raw: bool) -> Table:
     t = Table(title=f"{url} ({sample.get('engine')})", title_justify="left")
-    t.add_column("metric")
+    t.add_column("figure")
     t.add_column("value", justify="right")
-    for key in (*GAUGES, *COUNTERS):
-        if key in sample:
-            t.add_row(key, _fmt(sample[key]))
+    for label, value in snapshot_rows(sample):
+        t.add_row(label, value)
+    if raw:
+        t.add_section()
+        for key in (*GAUGES, *COUNTERS):
+            if key in sample:
+                t.add_row(key, _fmt(sample[key]))
     return t
 
 
@@ -54,18 +59,8 @@ async def _watch(
         if json_out:
             typer.echo(orjson.dumps(sample).decode())
         elif len(samples) >= 2:
-            s = summarize_endpoint(samples[-2:])
-            d = s["deltas"]
-            dt = sample["t"] - samples[-2]["t"]
-            console.print(
-                f"running {_fmt(sample.get('running'))}  waiting {_fmt(sample.get('waiting'))}  "
-                f"kv {_fmt(100 * sample['kv_usage']) if 'kv_usage' in sample else '–'}%  "
-                f"prompt tok/s {_fmt(d.get('prompt_tokens', 0) / dt)}  "
-                f"gen tok/s {_fmt(d.get('generation_tokens', 0) / dt)}  "
-                f"hit rate {_fmt(s['prefix_cache_hit_rate'])}  "
-                f"preempted {_fmt(d.get('preemptions'))}",
-                highlight=False,
-            )
+            now = snapshot_rows(sample)[:3] + rate_rows(samples[-2], sample)
+            console.print("  ".join(f"{k} {v}" for k, v in now), highlight=False)
         if count <= 0 or n < count:
             await asyncio.sleep(interval_s)
     if not json_out and len(samples) >= 2:
@@ -81,7 +76,12 @@ async def _watch(
 
 @app.command("metrics")
 def metrics_command(
-    url: Annotated[str, typer.Argument(help="Prometheus URL, e.g. http://127.0.0.1:8000/metrics")],
+    url: Annotated[
+        str,
+        typer.Argument(
+            help="The server's base URL (http://127.0.0.1:8000, …/v1) or its /metrics URL."
+        ),
+    ],
     watch: Annotated[
         float | None,
         typer.Option("--watch", "-w", help="Scrape every SECONDS and print what changed."),
@@ -91,16 +91,18 @@ def metrics_command(
     ] = 0,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds per scrape.")] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON sample per line.")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Also list the raw values kept.")] = False,
 ) -> None:
     """Show the vLLM / SGLang metrics agentload keeps (running, waiting, KV use, cache, tokens)."""
     console = Console()
+    url = metrics_url(url)
     try:
         if watch is None:
             sample = run_async(_fetch(url, timeout_s))
             if json_out:
                 typer.echo(orjson.dumps(sample).decode())
             else:
-                console.print(_snapshot_table(sample, url))
+                console.print(_snapshot_table(sample, url, raw))
         else:
             if watch <= 0:
                 raise typer.BadParameter("must be positive", param_hint="--watch")

@@ -134,7 +134,7 @@ RESUME = [
         "resume",
         ("--resume",),
         Path | None,
-        "Continue an interrupted run in DIR from its saved config.",
+        "Continue an interrupted run (or sweep) in DIR from its saved config.",
         OUTPUT,
         metavar="DIR",
     ),
@@ -488,6 +488,15 @@ OUTPUTS = [
     ),
     Opt("quiet", ("--quiet", "-q"), bool, "No progress or messages.", OUTPUT, False),
     Opt("json_out", ("--json",), bool, "Print the final summary as JSON on stdout.", OUTPUT, False),
+    Opt(
+        "mlflow",
+        ("--mlflow",),
+        bool,
+        "Log parameters, metrics and artifacts to MLflow (at MLFLOW_TRACKING_URI, which "
+        "alone also turns this on).",
+        OUTPUT,
+        False,
+    ),
 ]
 
 SWEEP_POINTS = [
@@ -528,4 +537,13 @@ RUN_OPTIONS = [
     *SIMULATOR,
     *OUTPUTS,
 ]
-SWEEP_OPTIONS = [*CONFIG, *ENDPOINTS, *EPISODES, *SWEEP_POINTS, *LOAD_SHAPE, *SIMULATOR, *OUTPUTS]
+SWEEP_OPTIONS = [
+    *CONFIG,
+    *RESUME,
+    *ENDPOINTS,
+    *EPISODES,
+    *SWEEP_POINTS,
+    *LOAD_SHAPE,
+    *SIMULATOR,
+    *OUTPUTS,
+]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentload.cli.app import app
@@ -26,7 +27,7 @@ def _check_dir(path: Path) -> None:
 
 @app.command("report")
 def report_command(
-    out_dir: Annotated[Path, typer.Argument(help="Results directory of a run.")],
+    out_dir: Annotated[Path, typer.Argument(help="Results directory of a run, or of a sweep.")],
     slo: Annotated[
         str | None,
         typer.Option(
@@ -36,41 +37,40 @@ def report_command(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No console table.")] = False,
 ) -> None:
-    """Re-summarize a results directory: summary.json, report.md, report.html, charts/*.png."""
-    from agentload.report import summary_table, write_report
-    from agentload.results.summary import SUMMARY, summarize, write_summary
+    """Re-summarize a results directory (summary.json, report.md, report.html, charts/*.png),
+    or a sweep directory (every point, then sweep.json, sweep.md and sweep.html)."""
+    from agentload.report import summary_table
+    from agentload.report.redo import rereport, rereport_sweep
     from agentload.units import parse_slo
 
-    _check_dir(out_dir)
+    sweep = (out_dir / "sweep.json").is_file()
+    if not sweep:
+        _check_dir(out_dir)
     try:
         thresholds = parse_slo(slo) if slo else None
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--slo") from None
     try:
-        summary = summarize(out_dir, slo=thresholds)
-    except ResultsError as e:
+        if sweep:
+            doc, paths = rereport_sweep(out_dir, thresholds)
+        else:
+            summary, paths = rereport(out_dir, thresholds)
+    except (ResultsError, orjson.JSONDecodeError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    # Keep what the run itself added to summary.json (the client's own figures).
-    old = out_dir / SUMMARY
-    if old.exists():
-        try:
-            prev: Any = orjson.loads(old.read_bytes())
-        except (orjson.JSONDecodeError, OSError):
-            prev = {}
-        for key, value in (prev if isinstance(prev, dict) else {}).items():
-            if isinstance(value, dict):  # a damaged summary.json contributes nothing odd
-                summary.setdefault(key, value)
-    try:
-        paths = [write_summary(out_dir, summary), *write_report(out_dir, summary)]
     except OSError as e:
         typer.echo(f"error: cannot write to {e.filename or out_dir}: {e.strerror or e}", err=True)
         raise typer.Exit(1) from None
     console = Console()
     if not quiet:
-        console.print(summary_table(summary))
+        if sweep:
+            from agentload.sweep import sweep_table
+
+            console.print(sweep_table(doc))
+        else:
+            console.print(summary_table(summary))
     for p in paths:
-        console.print(f"wrote {p}", highlight=False)
+        console.print(f"wrote {p}", highlight=False, soft_wrap=True)
 
 
 def _cell(m: dict[str, Any] | None, rate: bool) -> str:
@@ -127,4 +127,8 @@ def compare_command(
             )
         rel = "–" if row["relative"] is None else f"{row['relative'] * 100:+.1f}%"
         t.add_row(key, a, b, d, rel, "yes" if row["significant"] else "")
-    Console().print(t)
+    console = Console()
+    console.print(t)
+    console.print("Calls resampled by whole episode (cluster bootstrap).", highlight=False)
+    for line in res["context_differences"]:
+        console.print(f"[yellow]warning:[/] the runs differ in {escape(line)}", highlight=False)

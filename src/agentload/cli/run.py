@@ -2,6 +2,7 @@
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -17,7 +18,14 @@ from agentload.cli.options import (
     parse_headers,
     simple_paths,
 )
-from agentload.config import EXAMPLE_CONFIG, ConfigError, RunConfig, build_config, set_path
+from agentload.config import (
+    EXAMPLE_CONFIG,
+    MAX_CONCURRENCY,
+    ConfigError,
+    RunConfig,
+    build_config,
+    set_path,
+)
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -33,10 +41,11 @@ from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\
-Exit codes: 0 finished; 1 the run failed or aborted (harness error, simulator did not start,
-every episode failed on infrastructure); 2 bad usage or configuration; 130 interrupted
-(Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for --drain-timeout, the summary is
-written and `agentload run --resume DIR` continues)."""
+Exit codes: 0 episodes completed; 1 the run failed (0 episodes measured, every call failed,
+more than --max-infra-error-share of the episodes ended on infrastructure errors, the endpoint
+stayed down, a harness error, or the summary / report could not be written); 2 bad usage or
+configuration; 130 interrupted (Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for
+--drain-timeout, the summary is written and `agentload run --resume DIR` continues)."""
 
 RUN_HELP = f"""Run agentic episodes against an endpoint (or the embedded simulator) and record
 every call, session and trajectory, then write summary.json and a report.
@@ -70,6 +79,7 @@ _OUTPUT_ONLY = {
     "metrics_interval",
     "outage_timeout",
     "no_preflight",
+    "mlflow",
 }
 # Flags --resume takes on top of the saved config: (config path, flag, value).
 _RESUME_FLAGS = {
@@ -244,7 +254,11 @@ def _progress_mode(a: dict[str, Any]) -> str:
     return mode
 
 
-def _main(command: str, a: dict[str, Any]) -> None:
+def _main(
+    command: str, a: dict[str, Any], configure: Callable[[dict[str, Any]], RunConfig] | None = None
+) -> None:
+    """The flow of run-like commands (flags → RunConfig → execute_run); `configure` builds
+    the RunConfig of commands with options of their own (replay)."""
     quiet = bool(a.get("quiet"))
     logging.basicConfig(level=logging.WARNING, format="agentload: %(levelname)s: %(message)s")
 
@@ -253,9 +267,9 @@ def _main(command: str, a: dict[str, Any]) -> None:
             print(f"[agentload] {msg}", file=sys.stderr, flush=True)
 
     try:
-        cfg = _configure(a)
+        cfg = (configure or _configure)(a)
         mode = _progress_mode(a)
-        if command == "run":
+        if command != "sweep":
             outcome = run_async(
                 execute_run(
                     cfg,
@@ -267,8 +281,10 @@ def _main(command: str, a: dict[str, Any]) -> None:
                 )
             )
             code = _finish_run(outcome, a)
+            _mlflow(a, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {}))
         else:
-            kind, points = _sweep_points(a)
+            # A resumed sweep takes its points from sweep.json.
+            kind, points = ("concurrency", []) if a.get("resume") else _sweep_points(a)
             doc, code = run_async(
                 execute_sweep(
                     cfg,
@@ -279,8 +295,10 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     say=say,
                     progress_interval_s=a["progress_interval"],
                     overwrite=a.get("overwrite", False),
+                    resume=a.get("resume") is not None,
                 )
             )
+            _mlflow(a, say, lambda m: m.log_sweep(cfg.out, doc))
             if a.get("json_out"):
                 sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
             elif not quiet:
@@ -290,7 +308,7 @@ def _main(command: str, a: dict[str, Any]) -> None:
                     print(
                         f"highest {kind} meeting the SLO: {'none' if best is None else f'{best:g}'}"
                     )
-                print(f"sweep written to {cfg.out}/sweep.json and sweep.md")
+                print(f"sweep written to {cfg.out}/sweep.json, sweep.md and sweep.html")
     except ConfigError as e:
         _err(str(e))
         raise typer.Exit(EXIT_USAGE) from None
@@ -301,6 +319,20 @@ def _main(command: str, a: dict[str, Any]) -> None:
         _err("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
+
+
+def _mlflow(a: dict[str, Any], say: Any, log: Any) -> None:
+    """Log to MLflow when asked; a logging failure is reported, the results stay."""
+    from agentload.integrations import mlflow as ml
+
+    if not ml.enabled(bool(a.get("mlflow"))):
+        return
+    try:
+        run_id = log(ml)
+    except Exception as e:  # MLflow raises many kinds (connection, REST, ImportError, ...)
+        _err(f"MLflow logging failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return
+    say(f"logged to MLflow: run {run_id}")
 
 
 def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
@@ -315,8 +347,9 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             pass
         client = (out.summary or {}).get("client") or {}
         lag = (client.get("event_loop_lag_s") or {}).get("p99")
+        noun = "conversations" if (out.summary or {}).get("replay") else "episodes"
         print(
-            f"{out.stop_reason}: {client.get('episodes_finished', 0)} episodes in "
+            f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun} in "
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
@@ -328,13 +361,16 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
     return out.exit_code
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, most: float) -> list[float]:
     try:
         vals = [float(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise ConfigError(f"flag {flag}: expected numbers like 1,2,4,8, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise ConfigError(f"flag {flag}: expected positive numbers like 1,2,4,8")
+    # Every point is checked before the first one runs.
+    if not vals or any(not 0 < v <= most for v in vals):  # also false for NaN
+        raise ConfigError(
+            f"flag {flag}: expected numbers above 0 and at most {most:g}, got {text!r}"
+        )
     return vals
 
 
@@ -343,11 +379,11 @@ def _sweep_points(a: dict[str, Any]) -> tuple[str, list[float]]:
     if (c is None) == (r is None):
         raise ConfigError("sweep needs exactly one of --concurrency 1,2,4,… or --rates 0.5,1,…")
     if c is not None:
-        vals = _floats(c, "--concurrency")
+        vals = _floats(c, "--concurrency", MAX_CONCURRENCY)
         if any(v != int(v) for v in vals):
             raise ConfigError("flag --concurrency: expected whole numbers")
         return "concurrency", vals
-    return "rate", _floats(r, "--rates")
+    return "rate", _floats(r, "--rates", 1e6)
 
 
 app.command(

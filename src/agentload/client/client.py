@@ -15,11 +15,13 @@ from typing import Any
 import aiohttp
 import orjson
 
+from agentload.client import itlhist
 from agentload.client.config import EndpointConfig
 from agentload.client.record import CallRecord, ItlSummary
 from agentload.client.safety import (
     RETRY_AFTER_MAX_S,
     BadShape,
+    header_secrets,
     parse_retry_after,
     redact,
     split_userinfo,
@@ -292,7 +294,10 @@ class ChatClient:
         self.on_record = on_record
         # Credentials in the URL (http://user:pass@host/v1) go out as a Basic header instead,
         # and only when no API key is configured; the URL itself is sent without them.
-        self._url, self._url_auth, self._url_secrets = split_userinfo(endpoint.chat_url)
+        self._url, self._url_auth, url_secrets = split_userinfo(endpoint.chat_url)
+        # Values a server may echo back in an error: redacted from every message (with the
+        # API key, added per call).
+        self._url_secrets = url_secrets + header_secrets(endpoint.headers)
         self._base_headers = {"Content-Type": "application/json", **endpoint.headers}
 
     async def __aenter__(self) -> ChatClient:
@@ -683,6 +688,8 @@ class ChatClient:
         rec.token_chunks = len(acc.token_times)
         summary, gaps = itl_summary(acc.token_times)
         rec.itl = summary
+        if gaps:
+            rec.itl_hist = itlhist.encode(gaps)
         if keep_itl:
             rec.itl_s = gaps
         try:

@@ -68,6 +68,8 @@ class CallRecord:
     total_s: float = 0.0
     itl: ItlSummary = field(default_factory=ItlSummary)
     itl_s: list[float] | None = None
+    # Every gap, as a sparse log-bucket histogram within 1 % (agentload.client.itlhist).
+    itl_hist: list[int] | None = None
     token_chunks: int = 0
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -81,6 +83,9 @@ class CallRecord:
     error_message: str | None = None
     http_status: int | None = None
     attempts: int = 1
+    replay: dict[str, Any] | None = None
+    """Replayed calls: conversation id, dataset turn, recorded output tokens, send timing,
+    divergence (see docs/replay.md)."""
     schema: str = CALL_SCHEMA
     # Seconds slept between attempts (backoff and Retry-After together), and the last wait a
     # server asked for with Retry-After (after the cap), if any.

@@ -13,13 +13,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from agentload.redact import MIN_SECRET_LEN, is_secret_key
+
 # The longest wait a `Retry-After` header can impose before the next attempt, in seconds. A
 # server asking for more (or for a date far ahead) gets this; the wait is in the record.
 RETRY_AFTER_MAX_S = 60.0
 
 # Secrets shorter than this are not searched for in messages: replacing a one- or
-# two-letter placeholder key ("x") would mangle every message and protect nothing.
-_MIN_SECRET_LEN = 4
+# two-letter placeholder key ("x") would mangle every message and protect nothing. The same
+# bound as the results folder's scrubber.
+_MIN_SECRET_LEN = MIN_SECRET_LEN
 
 # Token counts at or above 2**53 cannot be real and no longer survive a float round trip.
 _MAX_COUNT = 1 << 53
@@ -78,10 +81,47 @@ def split_userinfo(url: str) -> tuple[str, str | None, tuple[str, ...]]:
         return url, None, ()
     raw_user, _, raw_password = userinfo.partition(":")
     user, password = unquote(raw_user), unquote(raw_password)
-    pair = f"{user}:{password}".encode()
-    auth = "Basic " + base64.b64encode(pair).decode("ascii")
-    secrets = tuple(s for s in {password, raw_password} if len(s) >= _MIN_SECRET_LEN)
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    auth = "Basic " + token
+    # The Basic token too: a server may echo the header it got.
+    candidates = {password, raw_password, token if password else ""}
+    secrets = tuple(s for s in candidates if len(s) >= _MIN_SECRET_LEN)
     return urlunsplit(parts._replace(netloc=hostport)), auth, secrets
+
+
+def without_userinfo(
+    url: str, headers: Mapping[str, str] | None
+) -> tuple[str, dict[str, str] | None]:
+    """(url, headers) for aiohttp, which refuses URL credentials next to an Authorization
+    header: `user:pass@` leaves the URL and becomes a Basic header unless one is set."""
+    clean, basic, _ = split_userinfo(url)
+    if basic is None:
+        return url, dict(headers) if headers is not None else None
+    out = dict(headers or {})
+    if not any(k.lower() == "authorization" for k in out):
+        out["Authorization"] = basic
+    return clean, out
+
+
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret values in request headers (Authorization and the like) that a server could
+    echo back: each whole value, its token without the scheme, and for Basic credentials the
+    decoded password (URL credentials arrive here as a Basic header)."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if not is_secret_key(name) or not isinstance(value, str):
+            continue
+        found.add(value)
+        scheme, _, token = value.partition(" ")
+        if token:
+            found.add(token)
+            if scheme.lower() == "basic":
+                try:
+                    pair = base64.b64decode(token, validate=True).decode()
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                found.update((pair, pair.partition(":")[2]))
+    return tuple(s for s in found if len(s) >= _MIN_SECRET_LEN)
 
 
 def _count(usage: Mapping[str, Any], key: str, where: str) -> int | None:

@@ -17,6 +17,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from agentload.client.safety import without_userinfo
+
 ENGINES = ("vllm", "sglang", "agentload-sim", "other")
 _METRIC_PREFIX = re.compile(r"^(vllm|sglang):", re.MULTILINE)
 
@@ -56,9 +58,10 @@ async def fetch(
 ) -> Fetched:
     """GET `url`; never raises for network or HTTP failures."""
     out = Fetched(url)
+    target, headers = without_userinfo(url, headers)
     try:
         async with session.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            target, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as resp:
             out.status = resp.status
             out.body = await resp.read()
@@ -68,6 +71,8 @@ async def fetch(
         out.error = f"cannot connect ({e.os_error.strerror or e})"
     except aiohttp.ClientError as e:
         out.error = f"{type(e).__name__}: {e}"
+    except ValueError as e:  # e.g. a password in the URL and an Authorization header
+        out.error = str(e)
     return out
 
 

@@ -35,6 +35,7 @@ from agentload.client import ChatClient, EndpointConfig, RetryPolicy, Timeouts
 from agentload.client.config import server_root
 from agentload.config import ConfigError
 from agentload.engines.detect import Fetched, detect_server, fetch, is_exposition
+from agentload.redact import Scrubber, endpoint_secrets, redact_url
 from agentload.results.errors import redact_message
 from agentload.wire import FAULT_HEADER
 
@@ -171,9 +172,8 @@ class PreflightReport:
         for role, ep in endpoints.items():
             check = self.for_role(role)
             if check is not None and check.metrics_derived and not ep.all_metrics_urls:
-                ep = ep.model_copy(
-                    update={"metrics_url": check.metrics_urls[0], "metrics_urls": []}
-                )
+                url = f"{server_root(ep.base_url)}/metrics"  # unredacted, as probed
+                ep = ep.model_copy(update={"metrics_url": url, "metrics_urls": []})
             out[role] = ep
         return out
 
@@ -260,7 +260,10 @@ def _probe_endpoint(ep: EndpointConfig, timeout_s: float) -> EndpointConfig:
         update={
             "retry": RetryPolicy(max_attempts=1),
             "timeouts": Timeouts(
-                connect=min(5.0, timeout_s), first_token=timeout_s, idle=timeout_s, total=timeout_s
+                connect=float(min(5.0, timeout_s)),
+                first_token=float(timeout_s),
+                idle=float(timeout_s),
+                total=float(timeout_s),
             ),
         }
     )
@@ -317,6 +320,30 @@ async def _check_chat(check: EndpointCheck, client: ChatClient, tools: bool) -> 
 
 
 async def _check_one(
+    roles: list[str],
+    ep: EndpointConfig,
+    *,
+    tools: bool,
+    timeout_s: float,
+    probe_metrics: bool,
+) -> EndpointCheck:
+    check = await _probe_one(
+        roles, ep, tools=tools, timeout_s=timeout_s, probe_metrics=probe_metrics
+    )
+    # A server may echo back what it received (key, headers, body): the known secret values
+    # of this endpoint, and URL passwords, never reach a message or run.json.
+    scrub = Scrubber(endpoint_secrets(ep))
+    check.problem = scrub.text(check.problem) if check.problem else None
+    check.hints = [scrub.text(h) for h in check.hints]
+    check.notes = [redact_url(scrub.text(n)) for n in check.notes]
+    check.base_url = redact_url(check.base_url)
+    check.metrics_urls = [redact_url(u) for u in check.metrics_urls]
+    if check.problem:
+        check.problem = redact_url(check.problem)
+    return check
+
+
+async def _probe_one(
     roles: list[str],
     ep: EndpointConfig,
     *,
@@ -416,7 +443,7 @@ async def derive_metrics_urls(
                     out[r] = out[r].model_copy(update={"metrics_url": url})
             else:
                 notes.append(
-                    f"{' and '.join(roles)} endpoint: no Prometheus metrics at {url} "
+                    f"{' and '.join(roles)} endpoint: no Prometheus metrics at {redact_url(url)} "
                     f"({f.describe()}): server metrics are not scraped"
                 )
     return out, notes

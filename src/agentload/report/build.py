@@ -8,10 +8,15 @@ from typing import Any
 
 from agentload import stats
 from agentload.fmt import DASH, count, duration, num, pct, secs, when
+from agentload.report import plots
+from agentload.report.columns import CALL_COLUMNS, cells
+from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
+from agentload.report.health import client_cpu_share, client_warnings
+from agentload.report.series import Series, build_series
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
-from agentload.results.recorder import SERVER_METRICS
-from agentload.results.validate import Integrity, clean_samples
+from agentload.results.recorder import CALLS, SERVER_METRICS, SESSIONS
+from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.util import dig
 
 PCTS = [stats.pct_key(p) for p in stats.PERCENTILES]
@@ -40,6 +45,18 @@ def _latency_rows(block: Mapping[str, Any]) -> list[list[str]]:
             ]
         )
     itl = block.get("itl_s") or {}
+    gaps = itl.get("all_gaps") or {}
+    if gaps.get("count"):
+        rows.append(
+            [
+                "ITL (all gaps)",
+                count(gaps["count"]),
+                *[secs(gaps.get(p)) for p in PCTS],
+                secs(itl.get("mean")),
+                DASH,
+                secs(itl.get("max")),
+            ]
+        )
     for key, label in (
         ("per_call_p50", "ITL (per-call p50)"),
         ("per_call_p99", "ITL (per-call p99)"),
@@ -59,65 +76,13 @@ def _latency_rows(block: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _role_row(name: str, b: Mapping[str, Any]) -> list[str]:
-    tok = b.get("tokens") or {}
-    thr = b.get("throughput") or {}
-    return [
-        name,
-        count(b.get("calls")),
-        count(b.get("failed")),
-        secs(dig(b, "ttft_s", "p50")),
-        secs(dig(b, "ttft_s", "p90")),
-        secs(dig(b, "ttft_s", "p99")),
-        secs(dig(b, "e2e_s", "p50")),
-        secs(dig(b, "e2e_s", "p90")),
-        secs(dig(b, "e2e_s", "p99")),
-        secs(dig(b, "tpot_s", "p50")),
-        secs(dig(b, "itl_s", "mean")),
-        count(tok.get("prompt")),
-        pct(tok.get("cached_share")),
-        count(tok.get("completion")),
-        num(thr.get("calls_per_s")),
-        num(thr.get("output_tokens_per_s"), 1),
-    ]
-
-
-ROLE_HEADER = [
-    "role @ endpoint",
-    "calls",
-    "failed",
-    "TTFT p50",
-    "TTFT p90",
-    "TTFT p99",
-    "e2e p50",
-    "e2e p90",
-    "e2e p99",
-    "TPOT p50",
-    "ITL mean",
-    "prompt tok",
-    "cached share",
-    "output tok",
-    "calls/s",
-    "output tok/s",
-]
-
-
-def build_document(summary: Mapping[str, Any]) -> Document:
+def _status_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     run = summary.get("run") or {}
-    title = f"agentload report: {run.get('run_id') or 'run'}"
-    doc = Document(title)
     window = summary.get("window") or {}
     counts = summary.get("counts") or {}
-    ep = summary.get("episodes")
-    slo = summary.get("slo")
-
-    doc.h("Run")
+    client = summary.get("client") or {}
     facts = [
         ["status", _status(run.get("status"))],
-        [
-            "agentload version",
-            str(run.get("agentload_version") or summary.get("agentload_version") or DASH),
-        ],
         ["started", when(run.get("started_at"))],
         ["ended", when(run.get("ended_at"))],
         [
@@ -125,74 +90,127 @@ def build_document(summary: Mapping[str, Any]) -> Document:
             f"{duration(window.get('duration_s'))} "
             f"(first start → last end of {window.get('source') or DASH})",
         ],
-        *(
-            [["time with episodes active", duration(window.get("active_s"))]]
-            if window.get("active_s") is not None
-            and window.get("duration_s")
-            and window["active_s"] < 0.95 * window["duration_s"]
-            else []
-        ),
+    ]
+    if (
+        window.get("active_s") is not None
+        and window.get("duration_s")
+        and window["active_s"] < 0.95 * window["duration_s"]
+    ):
+        facts.append(["time with episodes active", duration(window.get("active_s"))])
+    planned = run.get("planned_episodes")
+    facts += [
         ["calls measured", count(counts.get("calls"))],
-        ["episodes measured", count(counts.get("sessions"))],
+        [
+            "episodes measured",
+            count(counts.get("sessions"))
+            + (f" of {count(planned)} planned" if planned is not None else ""),
+        ],
         [
             "warmup (excluded)",
             f"{count(counts.get('warmup_sessions'))} episodes, "
             f"{count(counts.get('warmup_calls'))} calls",
         ],
     ]
+    if client.get("episodes_cancelled"):
+        facts.append(["episodes cancelled at stop", count(client["episodes_cancelled"])])
     if counts.get("unfinished_calls"):
         facts.append(["calls of unfinished episodes (excluded)", count(counts["unfinished_calls"])])
-    for key in ("data_version", "grader_version", "seed", "hostname"):
+    for key in ("data_version", "grader_version", "seed"):
         if run.get(key) is not None:
             facts.append([key.replace("_", " "), str(run[key])])
-    doc.table(["", ""], facts)
+    return facts
 
-    # Key figures first: what most readers want from a run.
+
+def rates_meaningful(summary: Mapping[str, Any]) -> bool:
+    """False for a failed run, or one where no call succeeded: per-minute rates and
+    throughput would describe how fast things failed, not the service."""
+    run = summary.get("run") or {}
+    status = str(run.get("status") or "")
+    ok = dig(summary, "calls", "all", "ok")
+    return not status.startswith("failed") and bool(ok)
+
+
+def _key_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    ep = summary.get("episodes")
+    slo = summary.get("slo")
     allc = dig(summary, "calls", "all") or {}
     agent = dig(summary, "calls", "by_role", "agent") or allc
-    key_rows = []
+    rates = rates_meaningful(summary)
+    rows: list[list[str]] = []
     if ep:
-        key_rows += [
+        pk = list((ep.get("pass_hat_k") or {}).items())[:8]
+        rows += [
             ["episodes", count(ep.get("episodes"))],
             ["success rate", pct(ep.get("success_rate"))],
-            [
-                "pass^k",
-                ", ".join(
-                    f"k={k}: {pct(v)}" for k, v in list((ep.get("pass_hat_k") or {}).items())[:8]
-                )
-                or DASH,
-            ],
-            ["episodes / min", num(ep.get("episodes_per_min"))],
+            ["pass^k", ", ".join(f"k={k}: {pct(v)}" for k, v in pk) or DASH],
         ]
-    if slo:
-        key_rows.append(
-            ["goodput (episodes / min meeting every SLO)", num(slo.get("goodput_per_min"))]
-        )
-    key_rows += [
-        [
-            "agent TTFT p50 / p90 / p99",
-            " / ".join(secs(dig(agent, "ttft_s", p)) for p in ("p50", "p90", "p99")),
-        ],
-        [
-            "agent e2e p50 / p90 / p99",
-            " / ".join(secs(dig(agent, "e2e_s", p)) for p in ("p50", "p90", "p99")),
-        ],
-        ["cached share of prompt tokens (all calls)", pct(dig(allc, "tokens", "cached_share"))],
-        ["output tokens / s (all calls)", num(dig(allc, "throughput", "output_tokens_per_s"), 1)],
-        ["failed calls", f"{count(allc.get('failed'))} of {count(allc.get('calls'))}"],
-    ]
-    doc.h("Key figures")
-    doc.table(["figure", "value"], key_rows)
+        if rates:
+            rows.append(["episodes / min", num(ep.get("episodes_per_min"))])
+    if slo and rates:
+        rows.append(["calls meeting every SLO", pct(slo.get("call_attainment"))])
+        rows.append(["goodput (episodes / min meeting every SLO)", num(slo.get("goodput_per_min"))])
+    for label, key in (("TTFT", "ttft_s"), ("e2e", "e2e_s")):
+        vals = " / ".join(secs(dig(agent, key, p)) for p in ("p50", "p90", "p99"))
+        rows.append([f"agent {label} p50 / p90 / p99", vals])
+    gaps = dig(agent, "itl_s", "all_gaps") or {}
+    if gaps.get("count"):
+        vals = " / ".join(secs(gaps.get(p)) for p in ("p50", "p90", "p99"))
+        rows.append(["agent ITL p50 / p90 / p99 (all tokens)", vals])
+    rows.append(["cached share of prompt tokens", pct(dig(allc, "tokens", "cached_share"))])
+    if rates:
+        out_tps = num(dig(allc, "throughput", "output_tokens_per_s"), 1)
+        rows.append(["output tokens / s (all calls)", out_tps])
+    rows.append(["failed calls", f"{count(allc.get('failed'))} of {count(allc.get('calls'))}"])
+    return rows
 
+
+def _warnings(doc: Document, summary: Mapping[str, Any]) -> None:
+    run = summary.get("run") or {}
+    status = str(run.get("status") or "")
+    allc = dig(summary, "calls", "all") or {}
+    if status.startswith("failed"):
+        doc.warn(f"the run {status}. Figures below describe only what completed.")
+    elif status == "interrupted":
+        doc.warn("the run was interrupted; figures describe the episodes that finished.")
+    if allc.get("calls") and not allc.get("ok"):
+        doc.warn("no call succeeded: no latency or throughput can be given; see Errors.")
+    elif not allc.get("calls"):
+        doc.warn("no calls were measured.")
+    for w in client_warnings(summary):
+        doc.warn(w)
+
+
+def _first_screen(
+    doc: Document, summary: Mapping[str, Any], ser: Series | None, pngs: Mapping[str, str]
+) -> None:
+    """Context, key figures and the main charts: what most readers want from a run."""
+    _warnings(doc, summary)
+    left, right = Document(""), Document("")
+    left.h("Run context")
+    left.table(["", ""], context_rows(summary.get("context") or {}, summary))
+    right.h("Key figures")
+    right.table(["figure", "value"], _key_rows(summary))
+    doc.row(left, right)
+    if rates_meaningful(summary):
+        doc.chart(plots.timeline(ser), pngs.get("server_timeline"))
+    doc.chart(plots.latency_cdf(summary), pngs.get("latency_cdf"))
+    doc.h("Run")
+    doc.table(["", ""], _status_rows(summary))
+
+
+def _calls_section(doc: Document, summary: Mapping[str, Any]) -> None:
+    allc = dig(summary, "calls", "all") or {}
     doc.h("Calls by role and endpoint")
-    rows = [
-        _role_row(name, b) for name, b in (dig(summary, "calls", "by_role_endpoint") or {}).items()
-    ]
-    if not rows:
+    blocks = dict(dig(summary, "calls", "by_role_endpoint") or {})
+    if not blocks:
         doc.p("No calls were measured.")
-    if len(rows) > 1:
-        rows.append(_role_row("all", allc))
-    doc.table(ROLE_HEADER, rows)
+        return
+    if len(blocks) > 1:
+        blocks["all"] = allc
+    doc.table(
+        ["role @ endpoint", *[c.label for c in CALL_COLUMNS]],
+        [[name, *cells(CALL_COLUMNS, b)] for name, b in blocks.items()],
+    )
     est = dig(allc, "tokens", "estimated_calls")
     if est:
         doc.p(
@@ -202,40 +220,42 @@ def build_document(summary: Mapping[str, Any]) -> Document:
     if dig(allc, "tokens", "calls_reporting_cached") == 0 and allc.get("calls"):
         doc.p("The server reported no cached-token counts, so the cached share is unknown.")
     doc.p(
-        "ITL mean is the mean of all inter-token gaps (per-call means weighted by gap count). "
-        "Throughput is over the measurement window."
+        "ITL p50 / p99 are over every inter-token gap of every call (within 1 %); ITL mean is "
+        "the exact mean of all gaps. Throughput is over the measurement window."
     )
 
+
+def _latency_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
     lat_by_role = {
         role: _latency_rows(b) for role, b in (dig(summary, "calls", "by_role") or {}).items()
     }
-    if any(lat_by_role.values()):
-        doc.h("Latency percentiles")
+    if not any(lat_by_role.values()):
+        return
+    doc.h("Latency percentiles")
     for role, lat in lat_by_role.items():
         if lat:
             doc.h(f"Role `{role}`", 3)
             doc.table(["metric", "n", *PCTS, "mean", "min", "max"], lat)
+    doc.chart(plots.itl_histogram(ser))
+    doc.chart(plots.prompt_vs_latency(ser))
 
+
+def _turns_section(doc: Document, summary: Mapping[str, Any], pngs: Mapping[str, str]) -> None:
     turns = {r: rows for r, rows in (summary.get("turns") or {}).items() if rows}
-    if turns:
-        doc.h("By turn index")
-        doc.p(
-            "How latency and caching evolve as the conversation grows: `turn` is the index "
-            "of the call among its episode's calls of the same role."
-        )
+    if not turns:
+        return
+    doc.h("By turn index")
+    doc.p(
+        "How latency and caching evolve as the conversation grows: `turn` is the index "
+        "of the call among its episode's calls of the same role."
+    )
+    doc.chart(plots.by_turn(summary), pngs.get("by_turn"))
+    header = ["turn", "calls", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50"]
+    header += ["prompt tok (mean)", "cached share"]
     for role, trows in turns.items():
         doc.h(f"Role `{role}`", 3)
         doc.table(
-            [
-                "turn",
-                "calls",
-                "TTFT p50",
-                "TTFT p90",
-                "TTFT p99",
-                "e2e p50",
-                "prompt tok (mean)",
-                "cached share",
-            ],
+            header,
             [
                 [
                     str(r["turn"]),
@@ -251,88 +271,123 @@ def build_document(summary: Mapping[str, Any]) -> Document:
             ],
         )
 
-    if ep:
-        _episodes(doc, ep)
-    if slo:
-        _slo(doc, slo)
 
+def _errors_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
     errors = summary.get("errors") or {}
     doc.h("Errors")
-    if errors.get("by_kind"):
+    if not errors.get("by_kind"):
+        doc.p("No failed calls.")
+    else:
         doc.table(["error kind", "calls"], [[k, count(v)] for k, v in errors["by_kind"].items()])
-        from agentload.report.errors import HEADER, error_rows
-
         if errors.get("messages"):
+            from agentload.report.errors import HEADER, error_rows
+
             doc.p("Most frequent messages per kind (the servers' words, redacted):")
             doc.table(HEADER, error_rows(summary), align_left=2)
-    else:
-        doc.p("No failed calls.")
+        doc.chart(plots.error_timeline(ser))
     if errors.get("retried_calls"):
         doc.p(f"{count(errors['retried_calls'])} calls needed more than one attempt.")
 
-    sd = dig(summary, "scheduling", "sched_delay_s") or {}
-    if sd.get("count"):
-        doc.h("Client scheduling delay")
-        doc.p(
-            "Actual minus intended start of each episode: large values mean the client, not "
-            "the server, held episodes back."
-        )
-        doc.table(
-            ["n", *PCTS, "mean", "max"],
-            [
-                [
-                    count(sd["count"]),
-                    *[secs(sd.get(p)) for p in PCTS],
-                    secs(sd.get("mean")),
-                    secs(sd.get("max")),
-                ]
-            ],
-            align_left=0,
-        )
 
-    server = dig(summary, "server", "endpoints") or {}
-    if server:
-        doc.h("Server-side metrics")
-        doc.table(
-            [
-                "endpoint",
-                "engine",
-                "samples",
-                "running mean / max",
-                "waiting mean / max",
-                "KV use max",
-                "prefix-cache hit rate",
-                "preemptions",
-                "server TTFT mean",
-                "server queue mean",
-            ],
-            [
-                [
-                    name,
-                    str(s.get("engine")),
-                    count(s.get("samples")),
-                    f"{num(dig(s, 'running', 'mean'), 1)} / {num(dig(s, 'running', 'max'), 0)}",
-                    f"{num(dig(s, 'waiting', 'mean'), 1)} / {num(dig(s, 'waiting', 'max'), 0)}",
-                    pct(dig(s, "kv_usage", "max")),
-                    pct(s.get("prefix_cache_hit_rate")),
-                    count(s.get("preemptions")),
-                    secs(s.get("ttft_mean_s")),
-                    secs(s.get("queue_mean_s")),
-                ]
-                for name, s in server.items()
-            ],
-        )
-        srcs = {s.get("prefix_cache_hit_rate_source") for s in server.values()} - {None}
-        if srcs:
-            doc.p(
-                "Hit rate from "
-                + "; ".join(f"`{x}`" for x in sorted(srcs))
-                + ", over the measurement window."
+def _client_section(doc: Document, summary: Mapping[str, Any]) -> None:
+    sd = dig(summary, "scheduling", "sched_delay_s") or {}
+    client = summary.get("client") or {}
+    lag = client.get("event_loop_lag_s") or {}
+    if not sd.get("count") and not lag.get("count"):
+        return
+    doc.h("Client health")
+    doc.p(
+        "Scheduling delay is the actual minus the intended start of each episode; event-loop "
+        "lag is how late the client's timers fired. Large values mean the client, not the "
+        "server, held work back (thresholds: docs/results.md)."
+    )
+    rows = []
+    for label, d in (("scheduling delay", sd), ("event-loop lag", lag)):
+        if d.get("count"):
+            rows.append(
+                [label, count(d["count"]), *[secs(d.get(p)) for p in ("p50", "p90", "p99")]]
             )
+            rows[-1].append(secs(d.get("max")))
+    doc.table(["", "n", "p50", "p90", "p99", "max"], rows)
+    share = client_cpu_share(client)
+    if share is not None:
+        doc.p(f"Client CPU: {pct(share, 0)} of one core over the run.")
+
+
+def _server_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
+    server = dig(summary, "server", "endpoints") or {}
+    if not server:
+        return
+    doc.h("Server-side metrics")
+    doc.table(
+        [
+            "endpoint",
+            "engine",
+            "samples",
+            "running mean / max",
+            "waiting mean / max",
+            "KV use max",
+            "prefix-cache hit rate",
+            "preemptions",
+            "server TTFT mean",
+            "server queue mean",
+        ],
+        [
+            [
+                name,
+                str(s.get("engine")),
+                count(s.get("samples")),
+                f"{num(dig(s, 'running', 'mean'), 1)} / {num(dig(s, 'running', 'max'), 0)}",
+                f"{num(dig(s, 'waiting', 'mean'), 1)} / {num(dig(s, 'waiting', 'max'), 0)}",
+                pct(dig(s, "kv_usage", "max")),
+                pct(s.get("prefix_cache_hit_rate")),
+                count(s.get("preemptions")),
+                secs(s.get("ttft_mean_s")),
+                secs(s.get("queue_mean_s")),
+            ]
+            for name, s in server.items()
+        ],
+    )
+    srcs = {s.get("prefix_cache_hit_rate_source") for s in server.values()} - {None}
+    if srcs:
+        doc.p(
+            "Hit rate from "
+            + "; ".join(f"`{x}`" for x in sorted(srcs))
+            + ", over the measurement window."
+        )
+    doc.chart(plots.server_kv(ser))
+
+
+def build_document(
+    summary: Mapping[str, Any],
+    series: Series | None = None,
+    pngs: Mapping[str, str] | None = None,
+) -> Document:
+    """The report, in the order a reader looks: context and key figures with the main charts,
+    then the tables behind them. `series` (from the records) adds the serving charts."""
+    run = summary.get("run") or {}
+    doc = Document(f"agentload report: {run.get('run_id') or 'run'}")
+    pngs = pngs or {}
+    _first_screen(doc, summary, series, pngs)
+    _calls_section(doc, summary)
+    _latency_section(doc, summary, series)
+    _turns_section(doc, summary, pngs)
+    # A replay's sessions are not graded: its own section replaces the episodes'.
+    if summary.get("replay"):
+        from agentload.report.replay import replay_section
+
+        replay_section(doc, summary["replay"])
+    elif summary.get("episodes"):
+        _episodes(doc, summary["episodes"], rates_meaningful(summary))
+    if summary.get("slo"):
+        _slo(doc, summary["slo"])
+    _errors_section(doc, summary, series)
+    _client_section(doc, summary)
+    _server_section(doc, summary, series)
     return doc
 
 
-def _episodes(doc: Document, ep: Mapping[str, Any]) -> None:
+def _episodes(doc: Document, ep: Mapping[str, Any], rates: bool = True) -> None:
     doc.h("Episodes")
     doc.table(
         ["figure", "value"],
@@ -342,8 +397,8 @@ def _episodes(doc: Document, ep: Mapping[str, Any]) -> None:
             ["successes", count(ep.get("successes"))],
             ["success rate", pct(ep.get("success_rate"))],
             ["mean reward", num(ep.get("mean_reward"), 3)],
-            ["episodes / min", num(ep.get("episodes_per_min"))],
-            ["successes / min", num(ep.get("successes_per_min"))],
+            ["episodes / min", num(ep.get("episodes_per_min")) if rates else DASH],
+            ["successes / min", num(ep.get("successes_per_min")) if rates else DASH],
             ["episodes with an error", count(ep.get("with_error"))],
             ["prompt tokens per success", num(dig(ep, "tokens_per_success", "prompt"), 0)],
             ["completion tokens per success", num(dig(ep, "tokens_per_success", "completion"), 0)],
@@ -447,16 +502,19 @@ def write_report(out_dir: Path | str, summary: Mapping[str, Any]) -> list[Path]:
     """report.md, report.html and charts/*.png in `out_dir`; returns the written paths."""
     out_dir = Path(out_dir)
     samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
+    ser = build_series(
+        clean_calls(read_jsonl(out_dir / CALLS, warn=False), Integrity()),
+        clean_sessions(read_jsonl(out_dir / SESSIONS, warn=False), Integrity()),
+        samples,
+        summary.get("window") or {},
+    )
     from agentload.report import charts  # matplotlib: only when a report is drawn
 
-    pngs = charts.write_charts(out_dir, summary, samples)
-    doc = build_document(summary)
-    if pngs:
-        doc.h("Charts")
-        for p in pngs:
-            doc.image(f"{charts.CHARTS_DIR}/{p.name}", p.stem.replace("_", " "))
+    written = charts.write_charts(out_dir, summary, samples)
+    pngs = {p.stem: f"{charts.CHARTS_DIR}/{p.name}" for p in written}
+    doc = build_document(summary, ser, pngs)
     md = out_dir / "report.md"
     html_path = out_dir / "report.html"
     atomic_write_bytes(md, to_markdown(doc).encode())
     atomic_write_bytes(html_path, to_html(doc).encode())
-    return [md, html_path, *pngs]
+    return [md, html_path, *written]

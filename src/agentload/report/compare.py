@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentload.results.summary import SUCCESS_REWARD, MeasuredRun, load_measured, session_end
+from agentload.results.summary import SUCCESS_REWARD, MeasuredRun, load_measured
+from agentload.results.window import session_window
 
 CONFIDENCE = 0.95
 RESAMPLES = 1000
@@ -51,18 +53,79 @@ def bootstrap(
 QS = (50, 90, 99)
 
 
-def _percentiles(values: np.ndarray, name: str, seed: int) -> dict[str, dict[str, Any]]:
-    v = values[np.isfinite(values)]
-    cis = bootstrap(v, lambda m: np.percentile(m, QS, axis=1), seed=seed)
-    points = np.percentile(v, QS) if v.size else [None] * len(QS)
+class Clusters:
+    """Calls grouped by episode, for a cluster bootstrap: calls of one episode share its
+    context, its server state and its fate, so they are resampled together. Calls outside
+    episodes are clusters of one."""
+
+    def __init__(self, session_ids: np.ndarray) -> None:
+        keys = np.array(
+            [f"call:{i}" if s is None else f"s:{s}" for i, s in enumerate(session_ids)],
+            dtype=object,
+        )
+        _, codes = np.unique(keys, return_inverse=True)
+        self.order = np.argsort(codes, kind="stable")
+        counts = np.bincount(codes)
+        self.starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self.lengths = counts
+        self.n = counts.size
+
+    def resample(self, rng: np.random.Generator) -> np.ndarray:
+        """Indices (into the calls) of one resample: n episodes drawn with replacement."""
+        pick = rng.integers(0, self.n, size=self.n)
+        lens = self.lengths[pick]
+        total = int(lens.sum())
+        # Position i of the resample: start of its episode + offset within it.
+        ends = np.cumsum(lens)
+        offsets = np.arange(total) - np.repeat(ends - lens, lens)
+        return self.order[np.repeat(self.starts[pick], lens) + offsets]
+
+
+def cluster_bootstrap(
+    clusters: Clusters,
+    stat: Callable[[np.ndarray], Sequence[float]],
+    *,
+    n_resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> list[tuple[float, float]] | None:
+    """Percentile CIs of the statistics `stat(call indices)` over episode resamples."""
+    if clusters.n < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    res = np.array([stat(clusters.resample(rng)) for _ in range(n_resamples)], dtype=float)
+    alpha = (1 - confidence) / 2
+    bounds = np.nanpercentile(res, [100 * alpha, 100 * (1 - alpha)], axis=0)
+    return [(float(lo), float(hi)) for lo, hi in bounds.T]
+
+
+def _finite_pcts(v: np.ndarray) -> list[float]:
+    v = v[np.isfinite(v)]
+    return np.percentile(v, QS).tolist() if v.size else [math.nan] * len(QS)
+
+
+def _percentiles(
+    values: np.ndarray, clusters: Clusters, name: str, seed: int
+) -> dict[str, dict[str, Any]]:
+    n = int(np.isfinite(values).sum())
+    cis = cluster_bootstrap(clusters, lambda idx: _finite_pcts(values[idx]), seed=seed)
+    points = _finite_pcts(values)
     return {
         f"{name}_p{q}": {
-            "value": None if p is None else float(p),
+            "value": None if n == 0 else float(p),
             "ci": cis[i] if cis else None,
-            "n": int(v.size),
+            "n": n,
         }
         for i, (q, p) in enumerate(zip(QS, points, strict=True))
     }
+
+
+def _gap_mean(means: np.ndarray, counts: np.ndarray) -> float:
+    """The mean of all inter-token gaps: per-call means weighted by their gap counts (the
+    definition of summary.json's itl_s.mean)."""
+    ok = np.isfinite(means) & (counts > 0)
+    tot = counts[ok].sum()
+    return float((means[ok] * counts[ok]).sum() / tot) if tot else math.nan
 
 
 def _mean_metric(values: np.ndarray, seed: int) -> dict[str, Any]:
@@ -76,22 +139,34 @@ def _mean_metric(values: np.ndarray, seed: int) -> dict[str, Any]:
 
 
 def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, dict[str, Any]]:
-    """Headline metrics of one run with 95 % bootstrap CIs (calls of `role`, else all)."""
+    """Headline metrics of one run with 95 % bootstrap CIs (calls of `role`, else all).
+
+    Call metrics resample whole episodes (cluster bootstrap); success rate resamples
+    episodes. Each figure has the definition summary.json gives it.
+    """
     a = run.calls
     m = run.measured & a.ok
     if role is not None and (m & (a.role == role)).any():
         m = m & (a.role == role)
+    sel = np.flatnonzero(m)
+    cl = Clusters(a.session_id[sel])
     out: dict[str, dict[str, Any]] = {}
-    out.update(_percentiles(a.ttft[m], "ttft", seed=1))
-    out.update(_percentiles(a.e2e[m], "e2e", seed=2))
-    out["tpot_p50"] = _percentiles(a.tpot[m], "tpot", seed=3)["tpot_p50"]
-    out["itl_mean"] = _mean_metric(a.itl_mean[m], seed=4)
+    out.update(_percentiles(a.ttft[sel], cl, "ttft", seed=1))
+    out.update(_percentiles(a.e2e[sel], cl, "e2e", seed=2))
+    out["tpot_p50"] = _percentiles(a.tpot[sel], cl, "tpot", seed=3)["tpot_p50"]
+    means, counts = a.itl_mean[sel], a.itl_count[sel]
+    value = _gap_mean(means, counts)
+    cis = cluster_bootstrap(cl, lambda idx: [_gap_mean(means[idx], counts[idx])], seed=4)
+    out["itl_mean"] = {
+        "value": None if math.isnan(value) else value,
+        "ci": cis[0] if cis else None,
+        "n": int(counts[np.isfinite(means)].sum()),
+    }
     if run.sessions:
         succ = np.array([float((s.get("reward") or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
         out["success_rate"] = _mean_metric(succ, seed=5)
-        start = min(float(s.get("started_at") or 0.0) for s in run.sessions)
-        end = max(session_end(s) for s in run.sessions)
-        minutes = (end - start) / 60
+        # the summary's window: monotonic clock, robust to wall-clock steps
+        minutes = (session_window(run.sessions)["duration_s"] or 0.0) / 60
         out["episodes_per_min"] = {
             "value": len(run.sessions) / minutes if minutes > 0 else None,
             "ci": None,
@@ -132,9 +207,14 @@ def compare_dirs(dir_a: Path, dir_b: Path, role: str | None = "agent") -> dict[s
         )
         if k in rows
     ]
+    from agentload.results.context import context_differences, run_context
+
     return {
         "a": str(dir_a),
         "b": str(dir_b),
         "confidence": CONFIDENCE,
+        "resampling": "episodes (cluster bootstrap)",
+        # Every way the two runs' contexts differ: a difference in numbers may come from here.
+        "context_differences": context_differences(run_context(dir_a), run_context(dir_b)),
         "metrics": {k: rows[k] for k in order},
     }

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import threading
 import time
@@ -39,7 +40,7 @@ import yaml
 from agentload.client.record import CallRecord
 from agentload.redact import REDACTED, Scrubber, redact, redact_meta
 from agentload.results.jsonl import ResultsError, atomic_write_bytes, dumps_line, log
-from agentload.results.resume import prepare_resume, session_key
+from agentload.results.resume import DROPPED_DIR, prepare_resume, session_key
 
 RUN_SCHEMA = "agentload.run/1"
 
@@ -106,6 +107,8 @@ class Recorder:
                     f"{self.out_dir} already holds results ({', '.join(existing)}); "
                     "resume it or choose another output directory"
                 )
+            if overwrite:  # lines an earlier resume set aside belong to the replaced run
+                shutil.rmtree(self.out_dir / DROPPED_DIR, ignore_errors=True)
         mode = "ab" if resume else "wb"
         self._files: dict[str, IO[bytes]] = {
             name: open(self.out_dir / name, mode)  # noqa: SIM115 - closed in close()

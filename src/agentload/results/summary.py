@@ -23,6 +23,7 @@ import orjson
 import yaml
 
 from agentload import __version__, stats
+from agentload.results.context import run_context
 from agentload.results.errors import top_error_messages
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
 from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
@@ -95,6 +96,7 @@ class CallArrays:
         self.itl_p90 = itl_col("p90")
         self.itl_p99 = itl_col("p99")
         self.itl_max = itl_col("max")
+        self.itl_hist = [c.get("itl_hist") for c in calls]
 
 
 def _desc(values: np.ndarray) -> dict[str, Any]:
@@ -149,11 +151,23 @@ def _itl(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
         # Exact mean of all gaps of all calls: the per-call means weighted by their gap counts.
         "mean": _ratio(float((a.itl_mean[sel] * counts).sum()), gaps),
         "max": _num(np.nanmax(a.itl_max[sel])) if sel.any() else None,
+        # Every gap of every call, from the per-call histograms (within 1 %).
+        "all_gaps": _all_gaps(a, sel),
         # Distributions over calls of each call's own ITL percentile.
         "per_call_p50": _desc(a.itl_p50[sel]),
         "per_call_p90": _desc(a.itl_p90[sel]),
         "per_call_p99": _desc(a.itl_p99[sel]),
     }
+
+
+def _all_gaps(a: CallArrays, sel: np.ndarray) -> dict[str, Any]:
+    from agentload.client import itlhist
+
+    ks, ns = itlhist.merge(a.itl_hist[i] for i in np.flatnonzero(sel))
+    qs = itlhist.quantiles(ks, ns, stats.PERCENTILES)
+    out: dict[str, Any] = {"count": int(ns.sum()), "relative_error": itlhist.RELATIVE_ERROR}
+    out.update({stats.pct_key(p): q for p, q in zip(stats.PERCENTILES, qs, strict=True)})
+    return out
 
 
 def _call_block(a: CallArrays, m: np.ndarray, window_s: float | None) -> dict[str, Any]:
@@ -339,14 +353,6 @@ def _dur(s: Mapping[str, Any], key: str) -> float:
     return float(v) if v is not None else NAN
 
 
-def session_end(s: Mapping[str, Any]) -> float:
-    """Wall-clock end of a session (unix s)."""
-    total = _dur(s, "total_s")
-    if math.isnan(total) and s.get("end_ns") is not None and s.get("start_ns") is not None:
-        total = (s["end_ns"] - s["start_ns"]) / 1e9
-    return float(s.get("started_at") or 0.0) + (0.0 if math.isnan(total) else total)
-
-
 def _episodes(
     sessions: list[dict[str, Any]],
     window_s: float | None,
@@ -398,22 +404,6 @@ def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dic
     if m.any():
         return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
     return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
-
-
-def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Time covered by at least one interval (excludes idle gaps, e.g. between resumes)."""
-    order = np.argsort(starts)
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 # ---- entry points -------------------------------------------------------------------------
@@ -534,6 +524,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "agentload_version": __version__,
         "generated_at": time.time(),
         "run": load_run_meta(out_dir),
+        "context": run_context(out_dir),
         "window": window,
         "counts": {
             "calls": int(m.sum()),
@@ -568,6 +559,11 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         # What the readers skipped, flagged or counted once (agentload.results.validate).
         "integrity": run.integrity.to_dict(),
     }
+    from agentload.results.replay_summary import replay_summary
+
+    replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
+    if replay is not None:
+        summary["replay"] = replay
     return summary
 
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from agentload.client.safety import without_userinfo
 from agentload.servermetrics.parse import SAMPLE_SCHEMA, combine_samples, parse_metrics
 
 log = logging.getLogger("agentload.servermetrics")
@@ -30,6 +31,7 @@ async def fetch_metrics(
     """The text of one GET of a /metrics URL (raises on HTTP or network errors)."""
     own = session is None
     sess = session or aiohttp.ClientSession()
+    url, headers = without_userinfo(url, headers)
     try:
         async with sess.get(
             url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers

@@ -1,0 +1,176 @@
+"""`agentload dataset`: validate, describe and convert replay datasets."""
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentload.cli.app import app
+from agentload.workloads.dataset import FORMATS, DatasetError, index_dataset
+from agentload.workloads.dataset_tools import CONVERT_FROM, convert, dataset_stats, verify
+
+dataset_app = typer.Typer(
+    help="Validate, describe and convert replay datasets (MLPerf agentic flat rows, agentload "
+    "trajectories.jsonl, OpenAI-messages JSONL). Exit codes: 0 ok; 1 the dataset is invalid "
+    "(one line naming file:line and field) or a verification failed; 2 bad usage.",
+    no_args_is_help=True,
+)
+app.add_typer(dataset_app, name="dataset")
+
+Dataset = Annotated[Path, typer.Argument(help="Dataset file (JSONL).", show_default=False)]
+Format = Annotated[
+    str, typer.Option("--format", help=f"auto | {' | '.join(FORMATS)}.", metavar="FORMAT")
+]
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def _fmt(value: str, known: tuple[str, ...]) -> str | None:
+    if value not in known:
+        print(f"agentload: error: --format: expected one of {', '.join(known)}", file=sys.stderr)
+        raise typer.Exit(2)
+    return None if value == "auto" else value
+
+
+def _fail(e: DatasetError) -> None:
+    print(f"agentload: error: {e}", file=sys.stderr)
+    raise typer.Exit(1)
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+@dataset_app.command("validate")
+def validate_command(dataset: Dataset, format: Format = "auto", json_out: Json = False) -> None:
+    """Check every record; print the first error as file:line: field, or a one-line summary."""
+    fmt = _fmt(format, ("auto", *FORMATS))
+    try:
+        ds = index_dataset(dataset, fmt)
+    except DatasetError as e:
+        if json_out:
+            _print_json({"valid": False, "error": str(e)})
+            raise typer.Exit(1) from None
+        _fail(e)
+        return
+    doc = {
+        "valid": True,
+        "format": ds.format,
+        "conversations": len(ds.spans),
+        "client_turns": ds.client_turns,
+        "without_system_prompt": sum(1 for s in ds.spans if not s.has_system),
+    }
+    if json_out:
+        _print_json(doc)
+    else:
+        print(
+            f"{dataset.name}: valid {ds.format} dataset, {doc['conversations']} conversations, "
+            f"{doc['client_turns']} client turns"
+            + (
+                f" ({doc['without_system_prompt']} without a system prompt: no --salt)"
+                if doc["without_system_prompt"]
+                else ""
+            )
+        )
+
+
+@dataset_app.command("stats")
+def stats_command(
+    dataset: Dataset,
+    format: Format = "auto",
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer",
+            help="tokenizer.json for exact token counts (default: estimated).",
+            metavar="FILE",
+        ),
+    ] = None,
+    json_out: Json = False,
+) -> None:
+    """Conversations, turns, tool calls, and ISL / OSL distributions in tokens."""
+    fmt = _fmt(format, ("auto", *FORMATS))
+    try:
+        doc = dataset_stats(dataset, fmt, tokenizer)
+    except DatasetError as e:
+        _fail(e)
+        return
+    if json_out:
+        _print_json(doc)
+        return
+    est = " (estimated)" if doc["tokens_estimated"] else " (exact)"
+    table = Table(title=f"{dataset.name} ({doc['format']})", show_header=True)
+    table.add_column("")
+    for col in ("count", "mean", "p50", "p90", "p99", "max"):
+        table.add_column(col, justify="right")
+    for key, label in (
+        ("turns_per_conversation", "turns / conversation"),
+        ("isl_tokens", "ISL tokens" + est),
+        ("osl_tokens", "OSL tokens" + est),
+        ("delay_s", "delay s"),
+    ):
+        d = doc[key]
+        table.add_row(
+            label,
+            str(d["count"]),
+            *(f"{d[k]:.4g}" if k in d else "-" for k in ("mean", "p50", "p90", "p99", "max")),
+        )
+    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    print(
+        f"{doc['conversations']} conversations, {doc['client_turns']} client turns, "
+        f"{doc['recorded_answers']} recorded answers, {doc['tool_calls']} tool calls "
+        f"({doc['parallel_tool_messages']} parallel messages), "
+        f"{doc['answers_with_reasoning']} answers with reasoning, "
+        f"{doc['system_prompts']} distinct system prompts"
+    )
+
+
+@dataset_app.command("convert")
+def convert_command(
+    source: Annotated[Path, typer.Argument(help="Input file.", show_default=False)],
+    out: Annotated[
+        Path, typer.Argument(help="Output file (MLPerf flat rows).", show_default=False)
+    ],
+    from_: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help=f"Input format: {' | '.join(CONVERT_FROM)} (snapshots: a full message "
+            "array per checkpoint, {conversation_id, messages, tools?}).",
+            metavar="FORMAT",
+        ),
+    ] = "auto",
+    check: Annotated[
+        bool,
+        typer.Option("--verify", help="Rebuild every client turn from both files and compare."),
+    ] = False,
+    json_out: Json = False,
+) -> None:
+    """Write a dataset as MLPerf agentic flat rows."""
+    fmt = _fmt(from_, CONVERT_FROM)
+    if out.resolve() == source.resolve():
+        print("agentload: error: OUT must differ from SOURCE", file=sys.stderr)
+        raise typer.Exit(2)
+    doc: dict[str, Any] = {"source": source.name, "out": str(out)}
+    try:
+        res = convert(source, out, fmt)
+        doc.update(conversations=res.conversations, rows=res.rows)
+        if check:
+            n_conv, n_turns = verify(source, out, fmt)
+            doc["verified"] = {"conversations": n_conv, "client_turns": n_turns}
+    except DatasetError as e:
+        _fail(e)
+        return
+    if json_out:
+        _print_json(doc)
+        return
+    print(f"wrote {doc['rows']} rows of {doc['conversations']} conversations to {out}")
+    if check:
+        v = doc["verified"]
+        print(
+            f"verified: {v['client_turns']} client turns of {v['conversations']} "
+            "conversations match"
+        )

@@ -1,0 +1,1 @@
+"""Optional integrations (MLflow); each imports its library only when used."""

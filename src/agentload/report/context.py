@@ -1,0 +1,75 @@
+"""The run's context as report rows: what was measured, and against what."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentload.fmt import DASH, duration
+
+
+def _join(v: Any) -> str:
+    if v is None or v == [] or v == {}:
+        return DASH
+    if isinstance(v, list | tuple):
+        return ", ".join(str(x) for x in v)
+    if isinstance(v, Mapping):
+        return ", ".join(f"{k}={_join(x)}" for k, x in v.items())
+    return str(v)
+
+
+def load_text(load: Mapping[str, Any]) -> str:
+    if not load:
+        return DASH
+    if load.get("mode") == "open":
+        text = f"open loop, {load.get('rate'):g} episodes/s"
+        if load.get("max_concurrency"):
+            text += f", at most {load['max_concurrency']} active"
+    else:
+        text = f"closed loop, concurrency {load.get('concurrency')}"
+    if load.get("num_episodes"):
+        text += f", {load['num_episodes']} episodes"
+    if load.get("duration_s"):
+        text += f", for {duration(load['duration_s'])}"
+    return text
+
+
+def context_rows(
+    ctx: Mapping[str, Any], summary: Mapping[str, Any] | None = None
+) -> list[list[str]]:
+    """Rows of the "Run context" table (a context dict from agentload.results.context)."""
+    rows: list[list[str]] = []
+    eps = ctx.get("endpoints") or {}
+    for role, e in eps.items():
+        rows.append(
+            [f"{role} endpoint", f"{e.get('url') or DASH} (model {e.get('model') or DASH})"]
+        )
+    engines = ctx.get("engines") or {}
+    if engines:
+        rows.append(["engine", _join(engines)])
+    else:
+        rows.append(["engine", "not detected"])
+    sim = ctx.get("simulator")
+    if sim:
+        text = f"embedded, profile {sim.get('profile')}, speedup {sim.get('speedup')}"
+        if sim.get("fault_rate"):
+            text += f", fault rate {sim['fault_rate']}"
+        rows.append(["simulator", text])
+    rows.append(["load", load_text(ctx.get("load") or {})])
+    w = ctx.get("workload") or {}
+    if w.get("dataset"):
+        rows.append(["dataset", str(w["dataset"])])
+    tasks = _join(w.get("tasks") or w.get("domains") or "all built-in")
+    if w.get("tasks_selected") is not None:
+        tasks += f" ({w['tasks_selected']} tasks)"
+    rows.append(["tasks", tasks])
+    rows.append(["trials per task", _join(w.get("trials"))])
+    if w.get("agent"):
+        rows.append(["agent / user", f"{w.get('agent')} / {w.get('user')}"])
+    for role, e in eps.items():
+        rows.append([f"{role} sampling", _join(e.get("sampling")) or DASH])
+    if ctx.get("slo"):
+        rows.append(["SLO", _join(ctx["slo"])])
+    rows.append(["agentload", _join(ctx.get("agentload_version"))])
+    rows.append(["host", _join(ctx.get("host"))])
+    return rows

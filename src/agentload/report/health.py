@@ -1,0 +1,47 @@
+"""Was the client itself the bottleneck? Warnings shown in the console and the report.
+
+Thresholds (docs/results.md): event-loop lag p99 above LAG_P99_S means callbacks (and so the
+timestamps of arriving bytes) ran that late; client CPU above CPU_SHARE of one core means the
+single event loop was close to saturation. Either can inflate TTFT / ITL and cap throughput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentload.util import dig
+
+LAG_P99_S = 0.050
+CPU_SHARE = 0.80
+
+
+def client_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """One sentence per sign that the client may have distorted the numbers."""
+    client = summary.get("client") or {}
+    out: list[str] = []
+    lag = dig(client, "event_loop_lag_s", "p99")
+    lag_max = dig(client, "event_loop_lag_s", "max")
+    if lag is not None and lag > LAG_P99_S:
+        out.append(
+            f"the client's event loop lagged (p99 {lag * 1e3:.0f} ms"
+            + (f", max {lag_max * 1e3:.0f} ms" if lag_max is not None else "")
+            + f", above {LAG_P99_S * 1e3:.0f} ms): latencies include client delay; "
+            "lower the concurrency per process or use more processes"
+        )
+    share = client_cpu_share(client)
+    if share is not None and share > CPU_SHARE:
+        out.append(
+            f"the client used {share * 100:.0f}% of a CPU core (above {CPU_SHARE * 100:.0f}%): "
+            "it may have limited throughput and delayed timestamps"
+        )
+    return out
+
+
+def client_cpu_share(client: Mapping[str, Any]) -> float | None:
+    """CPU seconds the client process spent during the run per second of the run."""
+    cpu = client.get("cpu_s")
+    elapsed = client.get("elapsed_s")
+    if cpu is None or not elapsed:
+        return None
+    return float(cpu) / float(elapsed)

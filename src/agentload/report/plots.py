@@ -1,0 +1,260 @@
+"""Interactive charts of report.html: plotly figure specs (plain dicts, drawn by plotly.js).
+
+Each function returns {"data": [...], "layout": {...}} or None when it has nothing to draw, so
+a failed run gets no empty chart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from agentload.report.series import Series
+
+Fig = dict[str, Any]
+
+_BASE_LAYOUT: dict[str, Any] = {
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 45},
+    "height": 340,
+    "hovermode": "x unified",
+    "legend": {"orientation": "h", "y": -0.2},
+    "template": "plotly_white",
+}
+
+
+def _layout(title: str, **kw: Any) -> dict[str, Any]:
+    return {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
+
+
+def latency_cdf(summary: Mapping[str, Any]) -> Fig | None:
+    dists = summary.get("distributions") or {}
+    data = []
+    for role, d in sorted(dists.items()):
+        for key, name, axis in (("ttft_s", "TTFT", "x"), ("e2e_s", "e2e", "x2")):
+            q = d.get(key)
+            if q:
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines",
+                        "x": q,
+                        "y": np.linspace(0, 1, len(q)).round(3).tolist(),
+                        "name": f"{role} {name}",
+                        "xaxis": axis,
+                        "yaxis": "y" if axis == "x" else "y2",
+                    }
+                )
+    if not data:
+        return None
+    return {
+        "data": data,
+        "layout": _layout(
+            "Latency CDF: TTFT (left) and end-to-end (right)",
+            hovermode="closest",
+            xaxis={"domain": [0, 0.47], "title": {"text": "TTFT (s)"}},
+            xaxis2={"domain": [0.53, 1], "title": {"text": "e2e (s)"}},
+            yaxis={"title": {"text": "share of calls"}, "range": [0, 1]},
+            yaxis2={"anchor": "x2", "range": [0, 1]},
+        ),
+    }
+
+
+def timeline(ser: Series | None) -> Fig | None:
+    """Throughput, client active sessions / calls in flight and server running / waiting on
+    one time axis (two stacked panels sharing x)."""
+    if ser is None or not ser.t:
+        return None
+    data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": ser.t,
+            "y": ser.output_tokens_per_s,
+            "name": "output tok/s",
+            "line": {"shape": "hv"},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": ser.t,
+            "y": ser.calls_per_s,
+            "name": "calls/s",
+            "yaxis": "y3",
+            "line": {"shape": "hv", "dash": "dot"},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": ser.t,
+            "y": ser.active_sessions,
+            "name": "client: active sessions",
+            "yaxis": "y2",
+            "line": {"shape": "hv"},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": ser.t,
+            "y": ser.calls_in_flight,
+            "name": "client: calls in flight",
+            "yaxis": "y2",
+            "line": {"shape": "hv", "dash": "dot"},
+        },
+    ]
+    for ep, s in ser.server.items():
+        for key in ("running", "waiting"):
+            if any(v is not None for v in s[key]):
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines+markers",
+                        "marker": {"size": 3},
+                        "x": s["t"],
+                        "y": s[key],
+                        "name": f"server {ep}: {key}",
+                        "yaxis": "y2",
+                        "line": {"shape": "hv"},
+                    }
+                )
+    return {
+        "data": data,
+        "layout": _layout(
+            f"Throughput and concurrency over time ({ser.bin_s:g} s bins)",
+            height=460,
+            xaxis={"title": {"text": "seconds since the window's start"}, "anchor": "y2"},
+            yaxis={"domain": [0.55, 1], "title": {"text": "output tok/s"}},
+            yaxis3={"overlaying": "y", "side": "right", "title": {"text": "calls/s"}},
+            yaxis2={"domain": [0, 0.45], "title": {"text": "requests / sessions"}},
+        ),
+    }
+
+
+def by_turn(summary: Mapping[str, Any]) -> Fig | None:
+    turns = {r: rows for r, rows in (summary.get("turns") or {}).items() if rows}
+    if not turns:
+        return None
+    data = []
+    for role, rows in sorted(turns.items()):
+        x = [r["turn"] for r in rows]
+        for p, dash in (("p50", "solid"), ("p90", "dash")):
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "x": x,
+                    "y": [r["ttft_s"].get(p) for r in rows],
+                    "name": f"{role} TTFT {p}",
+                    "line": {"dash": dash},
+                }
+            )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": x,
+                "y": [r.get("cached_share") for r in rows],
+                "name": f"{role} cached share",
+                "yaxis": "y2",
+                "line": {"dash": "dot"},
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            "TTFT and cached share by turn index",
+            xaxis={"title": {"text": "turn (call index within the episode, per role)"}},
+            yaxis={"title": {"text": "TTFT (s)"}},
+            yaxis2={
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 1.05],
+                "title": {"text": "cached share"},
+            },
+        ),
+    }
+
+
+def prompt_vs_latency(ser: Series | None) -> Fig | None:
+    if ser is None or not ser.prompt_vs_latency:
+        return None
+    data = [
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "marker": {"size": 4, "opacity": 0.5},
+            "x": d["prompt_tokens"],
+            "y": d["ttft_s"],
+            "name": f"{role} TTFT",
+        }
+        for role, d in ser.prompt_vs_latency.items()
+    ]
+    return {
+        "data": data,
+        "layout": _layout(
+            "TTFT against prompt length",
+            hovermode="closest",
+            xaxis={"title": {"text": "prompt tokens"}},
+            yaxis={"title": {"text": "TTFT (s)"}},
+        ),
+    }
+
+
+def itl_histogram(ser: Series | None) -> Fig | None:
+    if ser is None or not ser.itl_hist[1]:
+        return None
+    x, n = ser.itl_hist
+    return {
+        "data": [{"type": "bar", "x": [v * 1e3 for v in x], "y": n, "name": "gaps"}],
+        "layout": _layout(
+            "Inter-token gaps, all tokens of all calls",
+            hovermode="closest",
+            xaxis={"type": "log", "title": {"text": "gap (ms, log scale)"}},
+            yaxis={"title": {"text": "gaps"}},
+            bargap=0,
+        ),
+    }
+
+
+def error_timeline(ser: Series | None) -> Fig | None:
+    if ser is None or not ser.errors:
+        return None
+    data = [
+        {"type": "bar", "x": ser.t, "y": v, "name": kind} for kind, v in sorted(ser.errors.items())
+    ]
+    return {
+        "data": data,
+        "layout": _layout(
+            "Failed calls over time",
+            barmode="stack",
+            xaxis={"title": {"text": "seconds since the window's start"}},
+            yaxis={"title": {"text": f"failed calls per {ser.bin_s:g} s"}},
+        ),
+    }
+
+
+def server_kv(ser: Series | None) -> Fig | None:
+    if ser is None:
+        return None
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": s["t"],
+            "y": [None if v is None else v * 100 for v in s["kv_usage"]],
+            "name": f"{ep} KV cache %",
+        }
+        for ep, s in ser.server.items()
+        if any(v is not None for v in s["kv_usage"])
+    ]
+    if not data:
+        return None
+    return {
+        "data": data,
+        "layout": _layout(
+            "Server KV-cache use",
+            xaxis={"title": {"text": "seconds since the window's start"}},
+            yaxis={"title": {"text": "%"}, "range": [0, 105]},
+        ),
+    }

@@ -1,0 +1,46 @@
+"""Recompute a results folder's summary and report, or a sweep folder's points and curves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dict, list[Path]]:
+    """summary.json and the report of one run, recomputed from its records."""
+    from agentload.report.build import write_report
+    from agentload.results.summary import SUMMARY, summarize, write_summary
+
+    summary = summarize(out_dir, slo=slo)
+    # Keep what the run itself added to summary.json (the client's own figures).
+    old = out_dir / SUMMARY
+    if old.exists():
+        try:
+            prev: Any = orjson.loads(old.read_bytes())
+        except (orjson.JSONDecodeError, OSError):
+            prev = {}
+        for key, value in (prev if isinstance(prev, dict) else {}).items():
+            if isinstance(value, dict):  # a damaged summary.json contributes nothing odd
+                summary.setdefault(key, value)
+    return summary, [write_summary(out_dir, summary), *write_report(out_dir, summary)]
+
+
+def rereport_sweep(root: Path, slo: Mapping[str, float] | None = None) -> tuple[dict, list[Path]]:
+    """Every point's report, then sweep.json / sweep.md / sweep.html from their summaries."""
+    from agentload.sweep import rebuild_sweep
+
+    doc = orjson.loads((root / "sweep.json").read_bytes())
+    summaries: dict[str, dict[str, Any]] = {}
+    paths: list[Path] = []
+    for row in doc.get("points") or []:
+        d = root / str(row.get("dir"))
+        if (d / "calls.jsonl").exists() or (d / "sessions.jsonl").exists():
+            summaries[d.name], written = rereport(d, slo)
+            paths += written
+    doc = rebuild_sweep(root, summaries)
+    if slo is not None:
+        doc["slo"] = dict(slo)
+    return doc, [*paths, root / "sweep.json", root / "sweep.md", root / "sweep.html"]

@@ -1,0 +1,136 @@
+"""Time series and per-call points for the serving charts, read from a results folder's records.
+
+All times are seconds since the measurement window's start. Bins are 1 s, widened so that a
+long run has at most MAX_BINS of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentload.client import itlhist
+
+MAX_BINS = 600
+MAX_POINTS = 3000  # scatter points drawn per chart (an even sample of the calls)
+
+
+@dataclass
+class Series:
+    t0: float = 0.0
+    bin_s: float = 1.0
+    t: list[float] = field(default_factory=list)
+    output_tokens_per_s: list[float] = field(default_factory=list)
+    calls_per_s: list[float] = field(default_factory=list)
+    active_sessions: list[int] = field(default_factory=list)
+    calls_in_flight: list[int] = field(default_factory=list)
+    errors: dict[str, list[int]] = field(default_factory=dict)
+    server: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    prompt_vs_latency: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    itl_hist: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
+
+
+def _end(c: Mapping[str, Any]) -> float:
+    return float(c.get("started_at") or 0.0) + float(c.get("total_s") or c.get("e2e_s") or 0.0)
+
+
+def _session_span(s: Mapping[str, Any]) -> tuple[float, float]:
+    start = float(s.get("started_at") or 0.0)
+    total = (s.get("durations") or {}).get("total_s")
+    return start, start + float(total or 0.0)
+
+
+def _occupancy(spans: Sequence[tuple[float, float]], edges: np.ndarray) -> list[int]:
+    """How many spans are open at each bin's middle."""
+    if not spans:
+        return [0] * (len(edges) - 1)
+    mids = (edges[:-1] + edges[1:]) / 2
+    starts = np.sort(np.array([s for s, _ in spans]))
+    ends = np.sort(np.array([e for _, e in spans]))
+    opened = np.searchsorted(starts, mids, side="right")
+    closed = np.searchsorted(ends, mids, side="right")
+    return (opened - closed).astype(int).tolist()
+
+
+def build_series(
+    calls: Sequence[Mapping[str, Any]],
+    sessions: Sequence[Mapping[str, Any]],
+    server_samples: Sequence[Mapping[str, Any]],
+    window: Mapping[str, Any],
+) -> Series | None:
+    """The serving time series over the measurement window, or None without calls."""
+    calls = [c for c in calls if c.get("started_at")]
+    if not calls:
+        return None
+    t0 = window.get("start") or min(float(c["started_at"]) for c in calls)
+    t1 = window.get("end") or max(_end(c) for c in calls)
+    span = max(float(t1) - float(t0), 1e-3)
+    bin_s = max(1.0, math.ceil(span / MAX_BINS))
+    n = max(1, math.ceil(span / bin_s))
+    edges = float(t0) + np.arange(n + 1) * bin_s
+    ser = Series(t0=float(t0), bin_s=bin_s, t=((edges[:-1] - t0) + bin_s / 2).tolist())
+
+    ends = np.array([_end(c) for c in calls])
+    ok = np.array([c.get("status", "ok") == "ok" for c in calls])
+    out_tok = np.array([float(c.get("completion_tokens") or 0) for c in calls])
+    idx = np.clip(((ends - t0) // bin_s).astype(int), 0, n - 1)
+    ser.output_tokens_per_s = (np.bincount(idx, weights=out_tok * ok, minlength=n) / bin_s).tolist()
+    ser.calls_per_s = (np.bincount(idx, weights=ok.astype(float), minlength=n) / bin_s).tolist()
+    spans = [(float(c["started_at"]), e) for c, e in zip(calls, ends, strict=True)]
+    ser.calls_in_flight = _occupancy(spans, edges)
+    measured = [s for s in sessions if not s.get("warmup")]
+    ser.active_sessions = _occupancy([_session_span(s) for s in measured], edges)
+
+    errs: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(n, dtype=int))
+    for c, i, good in zip(calls, idx.tolist(), ok.tolist(), strict=True):
+        if not good:
+            errs[str(c.get("error_kind") or "unknown")][i] += 1
+    ser.errors = {k: v.tolist() for k, v in sorted(errs.items())}
+
+    ser.server = _server_series(server_samples, float(t0))
+    ser.prompt_vs_latency = _prompt_points(calls)
+    ks, ns = itlhist.merge(c.get("itl_hist") for c in calls if c.get("status", "ok") == "ok")
+    ser.itl_hist = (itlhist.bucket_value(ks).tolist(), ns.tolist())
+    return ser
+
+
+def _server_series(
+    samples: Sequence[Mapping[str, Any]], t0: float
+) -> dict[str, dict[str, list[float | None]]]:
+    by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("ok", True) and s.get("t") is not None:
+            by_ep[str(s.get("endpoint") or "default")].append(s)
+    out: dict[str, dict[str, list[float | None]]] = {}
+    for ep, ss in sorted(by_ep.items()):
+        ss.sort(key=lambda s: float(s["t"]))
+        out[ep] = {
+            "t": [float(s["t"]) - t0 for s in ss],
+            **{
+                k: [None if s.get(k) is None else float(s[k]) for s in ss]
+                for k in ("running", "waiting", "kv_usage")
+            },
+        }
+    return out
+
+
+def _prompt_points(calls: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    by_role: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for c in calls:
+        if c.get("status", "ok") == "ok" and c.get("prompt_tokens") and c.get("ttft_s") is not None:
+            by_role[str(c.get("role") or "none")].append(c)
+    out = {}
+    for role, cs in sorted(by_role.items()):
+        step = max(1, math.ceil(len(cs) / MAX_POINTS))
+        cs = cs[::step]
+        out[role] = {
+            "prompt_tokens": [float(c["prompt_tokens"]) for c in cs],
+            "ttft_s": [float(c["ttft_s"]) for c in cs],
+            "e2e_s": [float(c.get("e2e_s") or 0.0) for c in cs],
+        }
+    return out

@@ -1,0 +1,104 @@
+"""Flat tables of a results folder for pandas, spreadsheets and warehouses: calls, sessions
+and per-turn statistics as CSV (stdlib) or Parquet (pyarrow, the `parquet` extra).
+
+Nested record fields are flattened with dots (`itl.p50`, `durations.total_s`); lists (the
+per-call gap histogram, tool lists) become JSON text.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentload.results.jsonl import load_jsonl
+from agentload.results.recorder import CALLS, SESSIONS
+
+FORMATS = ("csv", "parquet")
+TABLES = ("calls", "sessions", "turns")
+
+
+class ExportError(Exception):
+    """Export cannot proceed (bad format, missing library); one line for the user."""
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, list | tuple):
+            out[key] = orjson.dumps(v).decode()
+        else:
+            out[key] = v
+    return out
+
+
+def _turn_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for role, trows in (summary.get("turns") or {}).items():
+        for r in trows:
+            rows.append({"role": role, **_flatten(r)})
+    return rows
+
+
+def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The three tables as lists of flat rows."""
+    from agentload.results.summary import summarize
+
+    calls = [_flatten(c) for c in load_jsonl(out_dir / CALLS)]
+    sessions = [_flatten(s) for s in load_jsonl(out_dir / SESSIONS)]
+    return {"calls": calls, "sessions": sessions, "turns": _turn_rows(summarize(out_dir))}
+
+
+def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in rows:
+        cols.update(dict.fromkeys(r))
+    return list(cols)
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=_columns(rows))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _write_parquet(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = _columns(rows)
+    data = {c: [r.get(c) for r in rows] for c in cols}
+    arrays = {}
+    for c, vals in data.items():
+        try:
+            arrays[c] = pa.array(vals)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types across rows: keep as text
+            arrays[c] = pa.array([None if v is None else str(v) for v in vals], pa.string())
+    pq.write_table(pa.table(arrays) if arrays else pa.table({}), path)
+
+
+def export(out_dir: Path | str, fmt: str = "csv", dest: Path | str | None = None) -> list[Path]:
+    """Write calls / sessions / turns as `fmt` into `dest` (default `<out_dir>/export`)."""
+    out_dir = Path(out_dir)
+    if fmt not in FORMATS:
+        raise ExportError(f"--format: expected csv or parquet, got {fmt!r}")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ExportError("parquet needs pyarrow: pip install 'agentload[parquet]'") from None
+    target = Path(dest) if dest is not None else out_dir / "export"
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, rows in tables(out_dir).items():
+        path = target / f"{name}.{fmt}"
+        (_write_csv if fmt == "csv" else _write_parquet)(path, rows)
+        written.append(path)
+    return written

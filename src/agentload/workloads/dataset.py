@@ -1,0 +1,624 @@
+"""Recorded conversations for replay: the MLPerf agentic flat-row format, agentload's
+trajectories.jsonl and OpenAI-messages JSONL, read into one shape (:class:`Conversation`).
+
+Reading is two passes over bytes, never the whole file in memory at once: :func:`index_dataset`
+streams the file line by line, checks every row (each error names file:line and the field)
+and keeps only where each conversation's lines are (a byte span); :meth:`Dataset.load` parses
+one conversation's span when it is replayed. Memory is bounded by the largest conversation,
+not by the dataset.
+
+Flat rows (one message per row, a conversation's rows contiguous, turns 1..N): user and tool
+rows are client turns (what is sent), assistant rows are the recorded answers. Consecutive
+tool rows (results of one assistant message), like consecutive user rows, form one client turn.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
+
+FORMATS = ("mlperf", "trajectories", "openai")
+ROLES = ("user", "assistant", "tool")
+CACHED_CONVERSATIONS = 4096
+KEEP_BYTES = 32 << 20  # datasets up to this size stay parsed in memory after the index
+MAX_TOKEN_KEYS = ("max_new_tokens", "max_completion_tokens", "max_tokens")
+# Episodes that ended with these reasons stopped before sending their last client turn (the
+# user's stop message, the results of a hand-over or of the last allowed step).
+_UNSENT_TAIL = frozenset({"user_stop", "agent_transfer", "max_steps", "too_many_errors"})
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be replayed; the message names file:line and the field."""
+
+
+@dataclass(slots=True)
+class ClientTurn:
+    """One call of a replayed conversation: the messages the client adds (a user message,
+    or the tool results of the previous answer), then the recorded answer, if any."""
+
+    index: int  # 0-based client turn index (the call's `turn`)
+    row: int  # dataset turn number (MLPerf `turn`) of its first row, or message index
+    line: int
+    messages: list[dict[str, Any]]
+    delay_s: float = 0.0
+    max_tokens: int | None = None
+    model: str | None = None
+    stream: bool | None = None
+    answer: dict[str, Any] | None = None
+    answer_tokens: int | None = None  # recorded answer length, estimated
+
+
+@dataclass(slots=True)
+class Conversation:
+    id: str
+    system: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    turns: list[ClientTurn] = field(default_factory=list)
+    line: int = 0
+
+    def prefix_messages(self) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": self.system}] if self.system is not None else []
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The whole recorded conversation as OpenAI messages."""
+        out = self.prefix_messages()
+        for t in self.turns:
+            out.extend(t.messages)
+            if t.answer is not None:
+                out.append(t.answer)
+        return out
+
+
+@dataclass(slots=True)
+class Span:
+    """Where one conversation is in the file, and what the index learnt about it."""
+
+    id: str
+    offset: int
+    end: int
+    line: int
+    has_system: bool = False
+    turns: int = 0
+    has_tools: bool = False
+
+
+@dataclass
+class Dataset:
+    path: Path
+    format: str
+    spans: list[Span]
+    client_turns: int = 0
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.id for s in self.spans]
+
+    def span(self, cid: str) -> Span:
+        return self._by_id[cid]
+
+    def __post_init__(self) -> None:
+        self._by_id = {s.id: s for s in self.spans}
+        self._cache: dict[str, Conversation] = {}
+        self._kept: dict[str, Conversation] = {}
+
+    def keep(self, convs: dict[str, Conversation]) -> None:
+        """Hold these conversations for good (a small dataset is parsed once, at index)."""
+        self._kept = convs
+
+    def load(self, cid: str) -> Conversation:
+        """One conversation, parsed from its span; the most recent ones are kept (replays
+        never change a Conversation), so repeats do not parse again."""
+        conv = self._kept.get(cid) or self._cache.get(cid)
+        if conv is None:
+            conv = self._read(cid, None)
+            if len(self._cache) >= CACHED_CONVERSATIONS:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[cid] = conv
+        return conv
+
+    def _read(self, cid: str, counter: TokenCounter | None) -> Conversation:
+        s = self._by_id[cid]
+        with self.path.open("rb") as f:
+            f.seek(s.offset)
+            data = f.read(s.end - s.offset)
+        f = io.BytesIO(data)
+        for conv, _, _ in _iter(self.path, f, self.format, counter or HeuristicCounter(), s.line):
+            return conv
+        raise DatasetError(f"{_where(self.path, s.line)}: conversation {cid!r} vanished")
+
+    def __iter__(self) -> Iterator[Conversation]:
+        with self.path.open("rb") as f:
+            yield from iter_conversations(self.path, f, self.format)
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path.name}:{line}"
+
+
+def _err(path: Path, line: int, field_name: str | None, msg: str) -> DatasetError:
+    where = _where(path, line)
+    return DatasetError(
+        f"{where}: field '{field_name}': {msg}" if field_name else f"{where}: {msg}"
+    )
+
+
+def _lines(f: BinaryIO, first_line: int = 1) -> Iterator[tuple[int, int, int, bytes]]:
+    """(line number, start offset, end offset, stripped bytes) of every non-blank line."""
+    offset = f.tell()
+    for n, raw in enumerate(f, start=first_line):
+        start = offset
+        offset += len(raw)
+        text = raw.strip()
+        if text:
+            yield n, start, offset, text
+
+
+def _json(path: Path, line: int, text: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise _err(path, line, None, f"not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise _err(path, line, None, "expected a JSON object per line")
+    return obj
+
+
+def detect_format(path: Path) -> str:
+    """mlperf, trajectories or openai, from the first record of `path`."""
+    try:
+        with path.open("rb") as f:
+            for n, _, _, text in _lines(f):
+                obj = _json(path, n, text)
+                if obj.get("_type") == "dataset_metadata":
+                    continue
+                if "role" in obj and "conversation_id" in obj:
+                    return "mlperf"
+                if str(obj.get("schema", "")).startswith("agentload.trajectory"):
+                    return "trajectories"
+                if "messages" in obj:
+                    return "openai"
+                raise _err(
+                    path,
+                    n,
+                    None,
+                    "unknown format: expected MLPerf flat rows (conversation_id, turn, role), "
+                    "agentload trajectories or OpenAI messages ({messages, tools?})",
+                )
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
+    raise DatasetError(f"{path}: no records")
+
+
+def _printable_id(path: Path, line: int, name: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _err(path, line, name, f"expected a string id, got {type(value).__name__}")
+    text = str(value)
+    if not text or not text.isprintable():
+        raise _err(path, line, name, f"id {text!r} is empty or not printable")
+    return text
+
+
+def _check_tool_calls(path: Path, line: int, value: Any, key: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise _err(path, line, key, "expected a non-empty list of tool calls")
+    out = []
+    for i, tc in enumerate(value):
+        f = f"{key}[{i}]"
+        if not isinstance(tc, dict):
+            raise _err(path, line, f, "expected an object")
+        _printable_id(path, line, f"{f}.id", tc.get("id"))
+        if tc.get("type") != "function":
+            raise _err(path, line, f"{f}.type", f"expected 'function', got {tc.get('type')!r}")
+        fn = tc.get("function")
+        if not isinstance(fn, dict):
+            raise _err(path, line, f"{f}.function", "missing (needs name and arguments)")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise _err(path, line, f"{f}.function.name", "missing or empty")
+        args = fn.get("arguments")
+        if isinstance(args, dict):
+            args = orjson.dumps(args).decode()
+        if not isinstance(args, str):
+            raise _err(path, line, f"{f}.function.arguments", "missing (a JSON string)")
+        out.append(
+            {
+                "id": str(tc["id"]),
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": args},
+            }
+        )
+    return out
+
+
+def _pos_int(path: Path, line: int, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _err(path, line, key, f"expected a positive integer, got {value!r}")
+    return value
+
+
+class _Builder:
+    """Checks one conversation's flat rows in order and builds its Conversation."""
+
+    def __init__(self, path: Path, cid: str, line: int, counter: TokenCounter) -> None:
+        self.path = path
+        self.conv = Conversation(cid, line=line)
+        self.counter = counter
+        self.prev_role: str | None = None
+        self.prev_turn = 0
+        self.open_ids: set[str] = set()  # ids of the last assistant message's tool calls
+        self.model: str | None = None
+        self.stream: bool | None = None
+        self.max_tokens: int | None = None
+
+    def add(self, line: int, row: dict[str, Any]) -> None:
+        p = self.path
+        turn = row.get("turn")
+        if isinstance(turn, bool) or not isinstance(turn, int):
+            raise _err(p, line, "turn", f"expected an integer, got {turn!r}")
+        if turn != self.prev_turn + 1:
+            raise _err(
+                p,
+                line,
+                "turn",
+                f"conversation {self.conv.id!r}: expected turn {self.prev_turn + 1}, got {turn} "
+                "(turns run 1..N in order)",
+            )
+        self.prev_turn = turn
+        role = row.get("role")
+        if role not in ROLES:
+            raise _err(p, line, "role", f"expected user, assistant or tool, got {role!r}")
+        prev = self.prev_role
+        if prev is None and role != "user":
+            raise _err(p, line, "role", f"a conversation starts with a user row, not {role}")
+        if role == "tool" and prev != "tool" and not (prev == "assistant" and self.open_ids):
+            raise _err(p, line, "role", "a tool row must follow an assistant row with tool_calls")
+        if role == "user" and prev == "assistant" and self.open_ids:
+            raise _err(
+                p,
+                line,
+                "role",
+                "a user row cannot follow an assistant row with tool_calls (tool results missing)",
+            )
+        if role == "assistant" and prev == "assistant":
+            raise _err(p, line, "role", "two assistant rows in a row")
+        content = row.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _err(p, line, "content", f"expected a string, got {type(content).__name__}")
+        delay = row.get("delay_seconds", 0.0) or 0.0
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise _err(p, line, "delay_seconds", f"expected a number >= 0, got {delay!r}")
+        mt = None
+        for key in MAX_TOKEN_KEYS:
+            if row.get(key) is not None:
+                mt = _pos_int(p, line, key, row[key])
+                break
+        if row.get("stream") is not None and not isinstance(row["stream"], bool):
+            raise _err(p, line, "stream", "expected true or false")
+        if row.get("model") is not None and not isinstance(row["model"], str):
+            raise _err(p, line, "model", "expected a string")
+        if prev is None:
+            system = row.get("system")
+            if system is not None and not isinstance(system, str):
+                raise _err(p, line, "system", "expected a string")
+            self.conv.system = system
+            tools = row.get("tools")
+            if tools is not None and not isinstance(tools, list):
+                raise _err(p, line, "tools", "expected a list of tool schemas")
+            self.conv.tools = tools or None
+            self.model, self.stream, self.max_tokens = row.get("model"), row.get("stream"), mt
+        elif row.get("system") is not None:
+            raise _err(p, line, "system", "only the conversation's first user row has a system")
+        turns = self.conv.turns
+        if role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            if row.get("tool_calls") is not None:
+                calls = _check_tool_calls(p, line, row["tool_calls"], "tool_calls")
+                msg["tool_calls"] = calls
+                self.open_ids = {c["id"] for c in calls}
+            else:
+                self.open_ids = set()
+            if isinstance(row.get("reasoning_content"), str):
+                msg["reasoning_content"] = row["reasoning_content"]
+            t = turns[-1]
+            t.answer = msg
+            t.answer_tokens = max(1, self.counter.count(message_text(msg)))
+            if t.max_tokens is None and mt is not None:
+                t.max_tokens = mt  # a per-row limit given on the answer row
+        elif role == "user" and prev == "user":
+            # Consecutive user rows are one client turn, as consecutive user messages are.
+            t = turns[-1]
+            t.messages.append({"role": "user", "content": content})
+            t.delay_s += float(delay)
+        elif role == "user":
+            self.open_ids = set()
+            turns.append(
+                ClientTurn(
+                    index=len(turns),
+                    row=turn,
+                    line=line,
+                    messages=[{"role": "user", "content": content}],
+                    delay_s=float(delay),
+                    max_tokens=mt if mt is not None else self.max_tokens,
+                    model=row.get("model") or self.model,
+                    stream=row.get("stream") if row.get("stream") is not None else self.stream,
+                )
+            )
+        else:
+            msgs = self._tool_messages(line, row)
+            if prev == "tool":
+                t = turns[-1]
+                t.messages.extend(msgs)
+                t.delay_s += float(delay)
+            else:
+                turns.append(
+                    ClientTurn(
+                        index=len(turns),
+                        row=turn,
+                        line=line,
+                        messages=msgs,
+                        delay_s=float(delay),
+                        max_tokens=mt if mt is not None else self.max_tokens,
+                        model=row.get("model") or self.model,
+                        stream=row.get("stream") if row.get("stream") is not None else self.stream,
+                    )
+                )
+        self.prev_role = role
+
+    def _tool_messages(self, line: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+        p = self.path
+        results = row.get("tool_results")
+        if results is None:
+            # One result per row, in the OpenAI tool-message shape.
+            if row.get("tool_call_id") is None:
+                raise _err(
+                    p, line, "tool_results", "a tool row needs tool_results (or tool_call_id)"
+                )
+            results = [{"tool_call_id": row["tool_call_id"], "content": row.get("content")}]
+        if not isinstance(results, list) or not results:
+            raise _err(p, line, "tool_results", "expected a non-empty list")
+        out = []
+        for i, r in enumerate(results):
+            f = f"tool_results[{i}]"
+            if not isinstance(r, dict):
+                raise _err(p, line, f, "expected {tool_call_id, content}")
+            tid = _printable_id(p, line, f"{f}.tool_call_id", r.get("tool_call_id"))
+            if tid not in self.open_ids:
+                raise _err(
+                    p,
+                    line,
+                    f"{f}.tool_call_id",
+                    f"{tid!r} names no tool call of the preceding assistant row",
+                )
+            c = r.get("content")
+            if c is not None and not isinstance(c, str):
+                c = orjson.dumps(c).decode()
+            out.append({"role": "tool", "tool_call_id": tid, "content": c if c is not None else ""})
+        return out
+
+
+def _flat_rows(
+    path: Path, f: BinaryIO, first_line: int = 1
+) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+    for n, start, end, text in _lines(f, first_line):
+        row = _json(path, n, text)
+        if row.get("_type") == "dataset_metadata":
+            continue
+        yield n, start, end, row
+
+
+def _iter_mlperf(
+    path: Path, f: BinaryIO, counter: TokenCounter, first_line: int = 1
+) -> Iterator[tuple[Conversation, int, int]]:
+    """(conversation, start offset, end offset) in file order; raises on the first bad row."""
+    seen: dict[str, int] = {}
+    cur: _Builder | None = None
+    span_start = span_end = 0
+    for n, start, end, row in _flat_rows(path, f, first_line):
+        if "conversation_id" not in row:
+            raise _err(path, n, "conversation_id", "missing")
+        cid = _printable_id(path, n, "conversation_id", row["conversation_id"])
+        if cur is None or cid != cur.conv.id:
+            if cid in seen:
+                raise _err(
+                    path,
+                    n,
+                    "conversation_id",
+                    f"rows of conversation {cid!r} are not contiguous (it began at line "
+                    f"{seen[cid]})",
+                )
+            if cur is not None:
+                yield cur.conv, span_start, span_end
+            seen[cid] = n
+            cur = _Builder(path, cid, n, counter)
+            span_start = start
+        cur.add(n, row)
+        span_end = end
+    if cur is not None:
+        yield cur.conv, span_start, span_end
+
+
+def conversation_from_messages(
+    path: Path,
+    line: int,
+    cid: str,
+    messages: Any,
+    tools: Any,
+    counter: TokenCounter,
+    *,
+    drop_unsent_tail: bool = False,
+) -> Conversation:
+    """A Conversation from an OpenAI message array (system first, optional)."""
+    if not isinstance(messages, list) or not messages:
+        raise _err(path, line, "messages", "expected a non-empty list of messages")
+    if tools is not None and not isinstance(tools, list):
+        raise _err(path, line, "tools", "expected a list of tool schemas")
+    conv = Conversation(cid, tools=tools or None, line=line)
+    open_ids: set[str] = set()
+    prev: str | None = None
+    for i, m in enumerate(messages):
+        f = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise _err(path, line, f, "expected a message object")
+        role = m.get("role")
+        if role == "system" and i == 0:
+            c = m.get("content")
+            conv.system = c if isinstance(c, str) else message_text(m)
+            continue
+        if role not in ROLES:
+            raise _err(path, line, f"{f}.role", f"expected user, assistant or tool, got {role!r}")
+        if role == "assistant":
+            if prev not in ("user", "tool"):
+                raise _err(
+                    path,
+                    line,
+                    f"{f}.role",
+                    "an assistant message must answer a user or tool message",
+                )
+            msg = {k: v for k, v in m.items() if k != "name"}
+            if m.get("tool_calls"):
+                msg["tool_calls"] = _check_tool_calls(
+                    path, line, m["tool_calls"], f"{f}.tool_calls"
+                )
+                open_ids = {c["id"] for c in msg["tool_calls"]}
+            else:
+                msg.pop("tool_calls", None)
+                open_ids = set()
+            t = conv.turns[-1]
+            t.answer = msg
+            t.answer_tokens = max(1, counter.count(message_text(msg)))
+        elif role == "tool":
+            if prev not in ("tool", "assistant") or (prev == "assistant" and not open_ids):
+                raise _err(
+                    path,
+                    line,
+                    f"{f}.role",
+                    "a tool message must follow an assistant message with tool_calls",
+                )
+            tid = _printable_id(path, line, f"{f}.tool_call_id", m.get("tool_call_id"))
+            if tid not in open_ids:
+                raise _err(
+                    path,
+                    line,
+                    f"{f}.tool_call_id",
+                    f"{tid!r} names no tool call of the preceding assistant message",
+                )
+            if prev == "tool":
+                conv.turns[-1].messages.append(m)
+            else:
+                conv.turns.append(ClientTurn(len(conv.turns), i, line, [m]))
+        else:
+            if prev == "assistant" and open_ids:
+                raise _err(
+                    path,
+                    line,
+                    f"{f}.role",
+                    "a user message cannot follow an assistant message with tool_calls",
+                )
+            open_ids = set()
+            if prev == "user":
+                conv.turns[-1].messages.append(m)
+            else:
+                conv.turns.append(ClientTurn(len(conv.turns), i, line, [m]))
+        prev = role
+    if not conv.turns:
+        raise _err(path, line, "messages", "no user message")
+    if drop_unsent_tail and conv.turns[-1].answer is None:
+        conv.turns.pop()
+    return conv
+
+
+def _iter_lines_format(
+    path: Path, f: BinaryIO, fmt: str, counter: TokenCounter, first_line: int = 1
+) -> Iterator[tuple[Conversation, int, int]]:
+    seen: dict[str, int] = {}
+    for n, start, end, text in _lines(f, first_line):
+        obj = _json(path, n, text)
+        if obj.get("_type") == "dataset_metadata":
+            continue
+        if fmt == "trajectories":
+            raw_id = obj.get("session_id")
+            field_name = "session_id"
+            unsent = obj.get("termination") in _UNSENT_TAIL
+        else:
+            field_name = next(
+                (k for k in ("conversation_id", "id") if obj.get(k) is not None), "conversation_id"
+            )
+            raw_id = obj.get(field_name, f"line-{n}")
+            unsent = False
+        cid = _printable_id(path, n, field_name, raw_id)
+        if cid in seen:
+            raise _err(path, n, field_name, f"duplicate conversation id {cid!r} (line {seen[cid]})")
+        seen[cid] = n
+        conv = conversation_from_messages(
+            path, n, cid, obj.get("messages"), obj.get("tools"), counter, drop_unsent_tail=unsent
+        )
+        if not conv.turns:
+            continue
+        yield conv, start, end
+
+
+def _iter(
+    path: Path, f: BinaryIO, fmt: str, counter: TokenCounter, first_line: int = 1
+) -> Iterator[tuple[Conversation, int, int]]:
+    if fmt == "mlperf":
+        return _iter_mlperf(path, f, counter, first_line)
+    if fmt in ("trajectories", "openai"):
+        return _iter_lines_format(path, f, fmt, counter, first_line)
+    raise DatasetError(f"unknown dataset format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+def iter_conversations(
+    path: Path, f: BinaryIO, fmt: str, counter: TokenCounter | None = None
+) -> Iterator[Conversation]:
+    for conv, _, _ in _iter(path, f, fmt, counter or HeuristicCounter()):
+        yield conv
+
+
+def index_dataset(
+    path: str | Path, fmt: str | None = None, *, keep_bytes: int = KEEP_BYTES
+) -> Dataset:
+    """Check every record of `path` and index its conversations (see the module docs). A
+    file of at most `keep_bytes` keeps its parsed conversations, so replaying it parses
+    nothing more."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such dataset file")
+    fmt = fmt or detect_format(path)
+    spans: list[Span] = []
+    counter = HeuristicCounter()
+    n_turns = 0
+    kept: dict[str, Conversation] | None = {} if path.stat().st_size <= keep_bytes else None
+    try:
+        with path.open("rb") as f:
+            for conv, start, end in _iter(path, f, fmt, counter):
+                spans.append(
+                    Span(
+                        conv.id,
+                        start,
+                        end,
+                        conv.line,
+                        conv.system is not None,
+                        len(conv.turns),
+                        bool(conv.tools),
+                    )
+                )
+                n_turns += len(conv.turns)
+                if kept is not None:
+                    kept[conv.id] = conv
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
+    if not spans:
+        raise DatasetError(f"{path}: no conversations")
+    ds = Dataset(path, fmt, spans, n_turns)
+    if kept:
+        ds.keep(kept)
+    return ds

@@ -1,0 +1,288 @@
+"""What `agentload dataset` does: statistics of a replay dataset, conversion to MLPerf flat
+rows (from trajectories, OpenAI messages or snapshot records), and verification that a
+conversion rebuilds every client turn unchanged. All of it streams: one conversation in
+memory at a time (snapshots: the latest snapshot of each conversation)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import orjson
+
+from agentload.client.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    HeuristicCounter,
+    TokenCounter,
+    TokenizerJsonCounter,
+    message_text,
+)
+from agentload.workloads.dataset import (
+    Conversation,
+    DatasetError,
+    _err,
+    _iter,
+    _json,
+    _lines,
+    _printable_id,
+    conversation_from_messages,
+    detect_format,
+)
+
+CONVERT_FROM = ("auto", "mlperf", "trajectories", "openai", "snapshots")
+STATS_PERCENTILES = (50, 90, 99)
+
+
+def counter_for(tokenizer: str | Path | None) -> tuple[TokenCounter, bool]:
+    """(counter, exact): a tokenizer.json gives exact counts, else the heuristic estimate."""
+    if tokenizer is None:
+        return HeuristicCounter(), False
+    try:
+        return TokenizerJsonCounter(tokenizer), True
+    except Exception as e:  # missing file, bad JSON, tokenizers not installed
+        raise DatasetError(f"{tokenizer}: cannot load the tokenizer ({e})") from None
+
+
+def conversations(
+    path: Path, fmt: str | None = None, counter: TokenCounter | None = None
+) -> Iterator[Conversation]:
+    """Every conversation of `path`, checked, one at a time (snapshots included)."""
+    fmt = fmt or detect_format(path)
+    counter = counter or HeuristicCounter()
+    try:
+        with path.open("rb") as f:
+            if fmt == "snapshots":
+                yield from _snapshots(path, f, counter)
+            else:
+                for conv, _, _ in _iter(path, f, fmt, counter):
+                    yield conv
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _snapshots(path: Path, f: BinaryIO, counter: TokenCounter) -> Iterator[Conversation]:
+    """Snapshot records: `{conversation_id, messages, tools?}` per checkpoint, each one the
+    whole message array so far; the last snapshot of a conversation is its conversation."""
+    latest: dict[str, tuple[int, list[Any], Any]] = {}
+    for n, _, _, text in _lines(f):
+        obj = _json(path, n, text)
+        cid = _printable_id(path, n, "conversation_id", obj.get("conversation_id"))
+        msgs = obj.get("messages")
+        if not isinstance(msgs, list):
+            raise _err(path, n, "messages", "expected the message array of this checkpoint")
+        prev = latest.get(cid)
+        if prev is not None and msgs[: len(prev[1])] != prev[1]:
+            raise _err(
+                path,
+                n,
+                "messages",
+                f"snapshot of {cid!r} does not extend its previous one (line {prev[0]})",
+            )
+        latest[cid] = (n, msgs, obj.get("tools"))
+    for cid, (n, msgs, tools) in latest.items():
+        yield conversation_from_messages(path, n, cid, msgs, tools, counter)
+
+
+# ---- stats -----------------------------------------------------------------------------------
+
+
+def _dist(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"count": 0}
+    arr = np.asarray(values, dtype=float)
+    out: dict[str, Any] = {
+        "count": int(arr.size),
+        "mean": float(arr.mean()),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+    }
+    for p in STATS_PERCENTILES:
+        out[f"p{p}"] = float(np.percentile(arr, p))
+    return out
+
+
+def dataset_stats(
+    path: Path, fmt: str | None = None, tokenizer: str | Path | None = None
+) -> dict[str, Any]:
+    """Conversations, client turns, tool calls, and the ISL (prompt tokens of each call
+    under dataset history) and OSL (recorded answer tokens) distributions."""
+    counter, exact = counter_for(tokenizer)
+    fmt = fmt or detect_format(path)
+    n_conv = n_turns = n_answers = n_tools = n_parallel = n_reasoning = n_delays = 0
+    systems: set[str] = set()
+    isl: list[float] = []
+    osl: list[float] = []
+    turns_per_conv: list[float] = []
+    delays: list[float] = []
+    for conv in conversations(path, fmt, counter):
+        n_conv += 1
+        turns_per_conv.append(len(conv.turns))
+        if conv.system is not None:
+            systems.add(conv.system)
+        # The prompt grows message by message: count each message once.
+        prompt = counter.count(orjson.dumps(conv.tools).decode()) if conv.tools else 0
+        for m in conv.prefix_messages():
+            prompt += counter.count(message_text(m)) + MESSAGE_OVERHEAD_TOKENS
+        for t in conv.turns:
+            n_turns += 1
+            for m in t.messages:
+                prompt += counter.count(message_text(m)) + MESSAGE_OVERHEAD_TOKENS
+            isl.append(prompt)
+            if t.delay_s > 0:
+                n_delays += 1
+                delays.append(t.delay_s)
+            a = t.answer
+            if a is not None:
+                n_answers += 1
+                out = counter.count(message_text(a))
+                osl.append(out)
+                prompt += out + MESSAGE_OVERHEAD_TOKENS
+                calls = a.get("tool_calls") or ()
+                n_tools += len(calls)
+                n_parallel += len(calls) > 1
+                n_reasoning += bool(a.get("reasoning_content"))
+    return {
+        "path": path.name,
+        "format": fmt,
+        "conversations": n_conv,
+        "client_turns": n_turns,
+        "recorded_answers": n_answers,
+        "tool_calls": n_tools,
+        "parallel_tool_messages": n_parallel,
+        "answers_with_reasoning": n_reasoning,
+        "turns_with_delay": n_delays,
+        "system_prompts": len(systems),
+        "tokens_estimated": not exact,
+        "turns_per_conversation": _dist(turns_per_conv),
+        "isl_tokens": _dist(isl),
+        "osl_tokens": _dist(osl),
+        "delay_s": _dist(delays),
+    }
+
+
+# ---- convert ---------------------------------------------------------------------------------
+
+
+def flat_rows(conv: Conversation) -> Iterator[dict[str, Any]]:
+    """MLPerf flat rows of one conversation."""
+    turn = 0
+    first = True
+
+    def row(role: str, **kw: Any) -> dict[str, Any]:
+        nonlocal turn, first
+        turn += 1
+        r: dict[str, Any] = {"conversation_id": conv.id, "turn": turn, "role": role}
+        if first:
+            if conv.system is not None:
+                r["system"] = conv.system
+            if conv.tools:
+                r["tools"] = conv.tools
+            first = False
+        r.update({k: v for k, v in kw.items() if v is not None})
+        return r
+
+    for t in conv.turns:
+        delay = t.delay_s or None
+        if t.messages[0].get("role") == "tool":
+            yield row(
+                "tool",
+                content=None,
+                tool_results=[
+                    {"tool_call_id": m["tool_call_id"], "content": m.get("content")}
+                    for m in t.messages
+                ],
+                delay_seconds=delay,
+                max_new_tokens=t.max_tokens,
+            )
+        else:
+            for k, m in enumerate(t.messages):
+                yield row(
+                    "user",
+                    content=m.get("content"),
+                    delay_seconds=delay if k == 0 else None,
+                    max_new_tokens=t.max_tokens if k == 0 else None,
+                )
+        a = t.answer
+        if a is not None:
+            yield row(
+                "assistant",
+                content=a.get("content"),
+                tool_calls=a.get("tool_calls") or None,
+                reasoning_content=a.get("reasoning_content"),
+            )
+
+
+@dataclass
+class ConvertResult:
+    conversations: int = 0
+    rows: int = 0
+
+
+def convert(src: Path, dst: Path, fmt: str | None = None) -> ConvertResult:
+    """Write `src` (any readable format) as MLPerf flat rows to `dst`."""
+    fmt = None if fmt in (None, "auto") else fmt
+    res = ConvertResult()
+    tmp = dst.with_name(dst.name + ".tmp")
+    with tmp.open("wb") as out:
+        for conv in conversations(src, fmt):
+            res.conversations += 1
+            for r in flat_rows(conv):
+                out.write(orjson.dumps(r) + b"\n")
+                res.rows += 1
+    tmp.replace(dst)
+    return res
+
+
+_KEPT = ("role", "content", "tool_calls", "tool_call_id", "reasoning_content")
+
+
+def canonical(msg: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a message flat rows carry (role, content, tool calls and ids,
+    reasoning), for comparing a conversion with its source."""
+    return {k: msg[k] for k in _KEPT if msg.get(k) is not None}
+
+
+def requests(conv: Conversation) -> Iterator[list[dict[str, Any]]]:
+    """The messages of each call under dataset history, in canonical form."""
+    hist = [canonical(m) for m in conv.prefix_messages()]
+    for t in conv.turns:
+        hist = hist + [canonical(m) for m in t.messages]
+        yield hist
+        if t.answer is not None:
+            hist = [*hist, canonical(t.answer)]
+
+
+def verify(src: Path, dst: Path, fmt: str | None = None) -> tuple[int, int]:
+    """Rebuild every client turn of `src` and of its conversion `dst` and compare; returns
+    (conversations, turns) checked, or raises DatasetError at the first difference."""
+    fmt = None if fmt in (None, "auto") else fmt
+    a_iter = conversations(src, fmt)
+    b_iter = conversations(dst, "mlperf")
+    n_conv = n_turns = 0
+    for a in a_iter:
+        b = next(b_iter, None)
+        if b is None or b.id != a.id:
+            raise DatasetError(
+                f"{dst.name}: conversation {a.id!r} missing (found {b.id if b else 'none'!r})"
+            )
+        ra, rb = list(requests(a)), list(requests(b))
+        if len(ra) != len(rb):
+            raise DatasetError(
+                f"{dst.name}:{b.line}: conversation {a.id!r}: {len(rb)} client turns, "
+                f"the source has {len(ra)}"
+            )
+        for k, (x, y) in enumerate(zip(ra, rb, strict=True)):
+            if x != y or (a.tools or None) != (b.tools or None):
+                raise DatasetError(
+                    f"{dst.name}:{b.turns[k].line}: conversation {a.id!r} turn {k}: the "
+                    "rebuilt request differs from the source's"
+                )
+        n_conv += 1
+        n_turns += len(ra)
+    extra = next(b_iter, None)
+    if extra is not None:
+        raise DatasetError(f"{dst.name}:{extra.line}: conversation {extra.id!r} not in the source")
+    return n_conv, n_turns

@@ -1,0 +1,441 @@
+"""The `replay` workload kind: recorded conversations issued turn by turn.
+
+A unit is a conversation id, a trial is the repeat index. Each client turn (user message or
+tool results) is one call; the recorded assistant answer follows it in the history
+(`dataset` history), or the server's own answer does (`live` history, with later tool results'
+ids remapped to the ids the server produced, by position). See docs/replay.md.
+
+Per turn the intended send time (the previous answer's end plus the scaled recorded delay)
+and the actual send time are kept, so client lag cannot hide as server latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentload.client import CallRecord, CallResult, ChatClient
+from agentload.config import ConfigError, RunConfig
+from agentload.wire import SESSION_HEADER
+from agentload.workloads.base import SessionOutcome, Workload
+from agentload.workloads.dataset import (
+    ClientTurn,
+    Conversation,
+    Dataset,
+    DatasetError,
+    index_dataset,
+)
+
+if TYPE_CHECKING:
+    from agentload.client import EndpointConfig
+    from agentload.scheduler import WorkItem
+
+log = logging.getLogger("agentload.replay")
+
+SESSION_SCHEMA = "agentload.session/1"
+TRAJECTORY_SCHEMA = "agentload.trajectory/1"
+TERMINATIONS = ("completed", "failed", "turn_timeout", "diverged", "internal_error")
+
+_now_ns = time.perf_counter_ns
+
+
+def salt(kind: str, key: str | int, seed: int = 0) -> str:
+    """A short deterministic salt: 8 hex digits of a hash of (seed, kind, key)."""
+    return hashlib.sha256(f"agentload/salt/{seed}/{kind}/{key}".encode()).hexdigest()[:8]
+
+
+def salted_system(system: str, repeat: int, cid: str, seed: int = 0) -> str:
+    """MLPerf's scheme: the repeat's salt before the system prompt, the conversation's after
+    it; the prefix cache is reused within a conversation and within one pass over the
+    dataset, never across repeats."""
+    return f"[{salt('repeat', repeat, seed)}]\n{system}\n[{salt('conversation', cid, seed)}]"
+
+
+def tool_names(msg: Mapping[str, Any] | None) -> list[str]:
+    if not msg:
+        return []
+    return [str((tc.get("function") or {}).get("name")) for tc in msg.get("tool_calls") or ()]
+
+
+class _Hold:
+    """Holds the records of replayed calls until the call's replay fields are known (the
+    divergence is only known once the answer is parsed), then hands them on to the
+    client's original callback (the recorder)."""
+
+    __slots__ = ("held", "inner")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.held: dict[str, CallRecord | None] = {}
+
+    def __call__(self, rec: CallRecord) -> None:
+        if rec.call_id in self.held:
+            self.held[rec.call_id] = rec
+        elif self.inner is not None:
+            self.inner(rec)
+
+    def release(self, call_id: str) -> CallRecord | None:
+        rec = self.held.pop(call_id, None)
+        if rec is not None and self.inner is not None:
+            self.inner(rec)
+        return rec
+
+
+def _hold(client: ChatClient) -> _Hold:
+    cb = client.on_record
+    if isinstance(cb, _Hold):
+        return cb
+    hold = _Hold(cb)
+    client.on_record = hold
+    return hold
+
+
+_INDEXES: dict[tuple[str, int, int, str | None], Dataset] = {}
+
+
+def _indexed(path: str, fmt: str | None) -> Dataset:
+    """The dataset's index, checked once per process for an unchanged file (the run makes
+    more than one workload object: preflight asks one which roles offer tools)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return index_dataset(p, fmt)  # raises the one-line error
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size, fmt)
+    ds = _INDEXES.get(key)
+    if ds is None:
+        ds = index_dataset(p, fmt)
+        if len(_INDEXES) >= 4:
+            _INDEXES.pop(next(iter(_INDEXES)))
+        _INDEXES[key] = ds
+    return ds
+
+
+class ReplayWorkload(Workload):
+    """Conversations of a recorded dataset, `repeat` passes."""
+
+    kind = "replay"
+    noun = "conversations"
+    roles = ("agent",)
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.rc = cfg.replay
+        self._dataset: Dataset | None = None
+        self._units: list[str] | None = None
+        self.ignore_eos = bool(self.rc.ignore_eos) if self.rc.ignore_eos is not None else None
+        self.text_answers = False
+
+    @property
+    def dataset(self) -> Dataset:
+        if self._dataset is None:
+            if not self.rc.dataset:
+                raise ConfigError("invalid configuration: field 'replay.dataset': required")
+            fmt = None if self.rc.format == "auto" else self.rc.format
+            try:
+                self._dataset = _indexed(self.rc.dataset, fmt)
+            except DatasetError as e:
+                raise ConfigError(f"dataset {e}") from None
+        return self._dataset
+
+    def tool_roles(self) -> tuple[str, ...]:
+        return ("agent",) if any(self.dataset.span(u).has_tools for u in self.units()) else ()
+
+    def units(self) -> list[str]:
+        if self._units is None:
+            spans = self.dataset.spans
+            if self.rc.num_conversations is not None:
+                spans = spans[: self.rc.num_conversations]
+            if self.rc.salt:
+                bare = [s for s in spans if not s.has_system]
+                if bare:
+                    s = bare[0]
+                    raise ConfigError(
+                        f"dataset {self.dataset.path.name}:{s.line}: field 'system': "
+                        f"conversation {s.id!r} has no system prompt, which salting needs "
+                        f"({len(bare)} such conversations); drop --salt"
+                    )
+            self._units = [s.id for s in spans]
+        return self._units
+
+    def trials(self) -> int:
+        return self.rc.repeat
+
+    def metadata(self) -> dict[str, Any]:
+        ds = self.dataset
+        return {
+            "dataset": {
+                "path": ds.path.name,
+                "format": ds.format,
+                "conversations": len(self.units()),
+                "client_turns": sum(ds.span(u).turns for u in self.units()),
+                "size_bytes": ds.path.stat().st_size,
+            },
+            "replay": {
+                "history": self.rc.history,
+                "repeat": self.rc.repeat,
+                "salt": self.rc.salt,
+                "delay_scale": self.rc.delay_scale,
+                "on_divergence": self.rc.on_divergence,
+                "ignore_eos": self.ignore_eos,
+            },
+        }
+
+    async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
+        if self.ignore_eos is None:
+            # On the simulator the recorded output lengths are the load; a real engine
+            # answers until its own end of sequence unless asked.
+            self.ignore_eos = embedded
+        # The simulator's generic answers pick tool calls at random; a tool call cut short
+        # by a small max_tokens streams only hidden tokens (as vLLM's would), leaving the
+        # call without a first token. Text answers of the recorded length keep the load.
+        self.text_answers = embedded
+
+    async def run_session(
+        self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]
+    ) -> SessionOutcome:
+        conv = self.dataset.load(item.task_id)
+        run = _Replay(self, conv, item.trial, session_id, clients["agent"])
+        return await run.run()
+
+
+class _Replay:
+    """One conversation, one repeat."""
+
+    def __init__(
+        self,
+        w: ReplayWorkload,
+        conv: Conversation,
+        repeat: int,
+        session_id: str,
+        client: ChatClient,
+    ) -> None:
+        self.w = w
+        self.rc = w.rc
+        self.conv = conv
+        self.repeat = repeat
+        self.session_id = session_id
+        self.client = client
+        self.hold = _hold(client)
+        self.headers = {SESSION_HEADER: conv.id}
+        self.live = self.rc.history == "live"
+        self.id_map: dict[str, str] = {}
+        self.history: list[dict[str, Any]] = []
+        self.divergences: list[dict[str, Any]] = []
+        self.sent = 0
+        self.failed = 0
+        self.llm_s = 0.0
+        self.delay_s = 0.0
+        self.lag_s: list[float] = []
+        self.tool_calls = 0
+
+    def timeout(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        t = self.rc.turn_timeout_s
+        return asyncio.timeout(t) if t is not None else contextlib.nullcontext()
+
+    def _max_tokens(self, t: ClientTurn) -> int | None:
+        if self.w.ignore_eos and t.answer_tokens is not None:
+            return t.answer_tokens
+        if t.max_tokens is not None:
+            return t.max_tokens
+        if t.answer_tokens is not None:
+            return t.answer_tokens
+        return self.rc.default_max_tokens
+
+    def _client_messages(self, t: ClientTurn) -> list[dict[str, Any]]:
+        if not self.id_map:
+            return t.messages
+        out = []
+        for m in t.messages:
+            tid = m.get("tool_call_id")
+            if tid is not None and tid in self.id_map:
+                m = {**m, "tool_call_id": self.id_map[tid]}
+            out.append(m)
+        return out
+
+    async def run(self) -> SessionOutcome:
+        conv, rc = self.conv, self.rc
+        started_at = time.time()
+        start_ns = _now_ns()
+        if conv.system is not None:
+            system = (
+                salted_system(conv.system, self.repeat, conv.id, self.w.cfg.workload.seed)
+                if rc.salt
+                else conv.system
+            )
+            self.history.append({"role": "system", "content": system})
+        termination, error = "completed", None
+        aborted: list[int] = []
+        prev_end = start_ns
+        turns = conv.turns
+        for i, t in enumerate(turns):
+            try:
+                outcome = await self._turn(t, prev_end)
+            except Exception as e:  # a bug must not take the other conversations down
+                log.exception("replay of %s failed at turn %d", conv.id, t.index)
+                termination, error = "internal_error", f"{type(e).__name__}: {e}"
+                aborted = [x.index for x in turns[i:]]
+                break
+            _, prev_end, stop = outcome
+            if stop is not None:
+                termination, error = stop
+                aborted = [x.index for x in turns[i + 1 :]]
+                break
+        end_ns = _now_ns()
+        return self._outcome(termination, error, aborted, started_at, start_ns, end_ns)
+
+    async def _turn(
+        self, t: ClientTurn, prev_end: int
+    ) -> tuple[CallResult | None, int, tuple[str, str] | None]:
+        rc = self.rc
+        delay_ns = int(t.delay_s * rc.delay_scale * 1e9)
+        intended = prev_end + delay_ns
+        if delay_ns > 0:
+            wait = (intended - _now_ns()) / 1e9
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.delay_s += delay_ns / 1e9
+        self.history.extend(self._client_messages(t))
+        call_id = f"{self.session_id}:{t.index}"
+        self.hold.held[call_id] = None
+        stop: tuple[str, str] | None = None
+        res: CallResult | None = None
+        try:
+            try:
+                async with self.timeout():
+                    res = await self.client.chat(
+                        self.history,
+                        tools=self.conv.tools,
+                        tool_choice="none" if self.w.text_answers and self.conv.tools else None,
+                        max_tokens=self._max_tokens(t),
+                        extra_body={"ignore_eos": True} if self.w.ignore_eos else None,
+                        headers=self.headers,
+                        stream=t.stream,
+                        session_id=self.session_id,
+                        role="agent",
+                        turn=t.index,
+                        call_id=call_id,
+                    )
+            except TimeoutError:
+                stop = ("turn_timeout", f"turn {t.index}: no answer within {rc.turn_timeout_s:g} s")
+        finally:
+            rec = self.hold.held.get(call_id)
+            diverged = None
+            if res is not None and rec is not None and rec.ok:
+                diverged = self._answer(t, res)
+                if diverged and self.live and rc.on_divergence == "stop":
+                    stop = ("diverged", f"turn {t.index}: the live answer's tool calls differ")
+            if rec is not None:
+                if stop is not None and stop[0] == "turn_timeout":
+                    rec.status, rec.error_kind = "error", "timeout_turn"
+                    rec.error_message = stop[1]
+                rec.replay = {
+                    "conversation_id": self.conv.id,
+                    "repeat": self.repeat,
+                    "row": t.row,
+                    "recorded_output_tokens": t.answer_tokens,
+                    "output_tokens": rec.completion_tokens,
+                    "intended_send_ns": intended,
+                    "send_lag_s": max(0, rec.start_ns - intended) / 1e9,
+                    "diverged": diverged,
+                }
+                self.lag_s.append(rec.replay["send_lag_s"])
+                self.llm_s += rec.total_s
+                self.sent += 1
+            self.hold.release(call_id)
+        end = rec.end_ns if rec is not None else _now_ns()
+        if rec is not None and not rec.ok and stop is None:
+            self.failed += 1
+            detail = f": {rec.error_message}" if rec.error_message else ""
+            stop = ("failed", f"turn {t.index}: {rec.error_kind}{detail}")
+        elif stop is not None and stop[0] == "turn_timeout":
+            self.failed += 1
+        return res, end, stop
+
+    def _answer(self, t: ClientTurn, res: CallResult) -> bool:
+        """Append the answer the next turn builds on; True when the live tool calls differ
+        from the recorded ones (count or names)."""
+        recorded = t.answer
+        live_names = [str(tc["function"]["name"]) for tc in res.tool_calls]
+        rec_names = tool_names(recorded)
+        self.tool_calls += len(live_names)
+        diverged = recorded is not None and live_names != rec_names
+        if diverged:
+            self.divergences.append(
+                {"turn": t.index, "row": t.row, "recorded": rec_names, "live": live_names}
+            )
+        if not self.live or (diverged and recorded is not None):
+            # dataset history, or a divergence: go on with the recorded answer (its ids
+            # match the recorded tool results that follow).
+            if recorded is not None:
+                self.history.append(recorded)
+            return diverged
+        msg = res.message(keep_reasoning=True)
+        if recorded is not None:
+            for old, new in zip(recorded.get("tool_calls") or (), res.tool_calls, strict=False):
+                self.id_map[str(old["id"])] = str(new["id"])
+        self.history.append(msg)
+        return diverged
+
+    def _outcome(
+        self,
+        termination: str,
+        error: str | None,
+        aborted: list[int],
+        started_at: float,
+        start_ns: int,
+        end_ns: int,
+    ) -> SessionOutcome:
+        conv = self.conv
+        total = (end_ns - start_ns) / 1e9
+        lags = self.lag_s
+        session = {
+            "schema": SESSION_SCHEMA,
+            "kind": "replay",
+            "session_id": self.session_id,
+            "task_id": conv.id,
+            "conversation_id": conv.id,
+            "trial": self.repeat,
+            "history": self.rc.history,
+            "termination": termination,
+            "error": error,
+            "counts": {
+                "agent_calls": self.sent,
+                "failed_calls": self.failed,
+                "turns": len(conv.turns),
+                "turns_sent": self.sent,
+                "turns_aborted": len(aborted),
+                "divergences": len(self.divergences),
+                "tool_calls": self.tool_calls,
+            },
+            "durations": {"total_s": total, "llm_s": self.llm_s, "delay_s": self.delay_s},
+            "started_at": started_at,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "replay": {
+                "aborted_turns": aborted,
+                "divergences": self.divergences,
+                "send_lag_s": {
+                    "mean": sum(lags) / len(lags) if lags else None,
+                    "max": max(lags) if lags else None,
+                },
+            },
+        }
+        trajectory = {
+            "schema": TRAJECTORY_SCHEMA,
+            "kind": "replay",
+            "session_id": self.session_id,
+            "task_id": conv.id,
+            "conversation_id": conv.id,
+            "trial": self.repeat,
+            "messages": self.history,
+            "tools": conv.tools or [],
+            "termination": termination,
+        }
+        return SessionOutcome(session, trajectory)
