@@ -15,7 +15,6 @@ from real_helpers import MODEL_NAME, RealServer
 
 from agentload.engines.launch import free_port
 
-pytest.importorskip("agentload.engines.preflight")
 pytestmark = pytest.mark.real
 
 # The bar: one clear message within 10 seconds.

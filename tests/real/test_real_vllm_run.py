@@ -26,10 +26,8 @@ def test_short_run_with_metrics_scraping(vllm_server: Any, tmp_path: Path) -> No
                 "model": vllm_server.model,
                 "metrics_url": vllm_server.metrics_url,
                 # The random model never stops on its own: short answers keep the run short.
-                # Sampled, not greedy: greedy text of random weights repeats one token, often
-                # whitespace, which agentload rightly refuses as an empty user message.
+                # Sampling is left to the server (no seed is sent): the default path.
                 "max_tokens": 16,
-                "temperature": 1.0,
             }
         },
         "workload": {"tasks": ["airline/000-001"], "max_steps": 4, "max_user_turns": 2},
