@@ -128,7 +128,10 @@ class Dataset:
         with self.path.open("rb") as fh:
             fh.seek(s.offset)
             data = fh.read(s.end - s.offset)
-        for conv, _, _ in _iter(self.path, io.BytesIO(data), self.format, counter or HeuristicCounter(), s.line):
+        rows = _iter(
+            self.path, io.BytesIO(data), self.format, counter or HeuristicCounter(), s.line
+        )
+        for conv, _, _ in rows:
             return conv
         raise DatasetError(f"{_where(self.path, s.line)}: conversation {cid!r} vanished")
 
