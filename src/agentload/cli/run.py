@@ -398,14 +398,14 @@ def _floats(text: str, flag: str, most: float) -> list[float]:
 
 def _sweep_points(a: dict[str, Any]) -> tuple[str, list[float]]:
     c, r = a.get("points"), a.get("rates")
-    if (c is None) == (r is None):
-        raise ConfigError("sweep needs exactly one of --concurrency 1,2,4,… or --rates 0.5,1,…")
-    if c is not None:
+    if c is not None and r is None:
         vals = _floats(c, "--concurrency", MAX_CONCURRENCY)
         if any(v != int(v) for v in vals):
             raise ConfigError("flag --concurrency: expected whole numbers")
         return "concurrency", vals
-    return "rate", _floats(r, "--rates", 1e6)
+    if r is not None and c is None:
+        return "rate", _floats(r, "--rates", 1e6)
+    raise ConfigError("sweep needs exactly one of --concurrency 1,2,4,… or --rates 0.5,1,…")
 
 
 app.command(

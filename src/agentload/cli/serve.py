@@ -119,7 +119,7 @@ def serve_command(
         raise typer.Exit(2)
     try:
         launch = LaunchConfig(
-            engine=engine,  # type: ignore[arg-type]
+            engine=engine,
             model=model,
             served_model_name=served_model_name,
             host=host,

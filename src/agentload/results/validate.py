@@ -168,8 +168,8 @@ def _call_fast_ok(rec: Mapping[str, Any]) -> bool:
     v = rec.get("started_at")
     if v is not None and (type(v) not in (int, float) or not -1e300 < v < 1e300):
         return False
-    t = rec.get("turn")
-    if t is not None and type(t) is not int:
+    turn = rec.get("turn")
+    if turn is not None and type(turn) is not int:
         return False
     for k in ("session_id", "call_id"):
         v = rec.get(k)
@@ -200,14 +200,14 @@ def clean_calls(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
     seen: set[tuple[Any, ...]] = set()
     for i, raw in enumerate(read.records):
         if _call_fast_ok(raw):
-            key = (
+            ident = (
                 raw.get("call_id"),
                 raw.get("session_id"),
                 raw.get("start_ns"),
                 raw.get("end_ns"),
             )
-            if key[0] is None or key not in seen:
-                seen.add(key)
+            if ident[0] is None or ident not in seen:
+                seen.add(ident)
                 out.append(raw)
                 continue
         where = read.where(i)

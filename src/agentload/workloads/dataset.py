@@ -125,11 +125,13 @@ class Dataset:
 
     def _read(self, cid: str, counter: TokenCounter | None) -> Conversation:
         s = self._by_id[cid]
-        with self.path.open("rb") as f:
-            f.seek(s.offset)
-            data = f.read(s.end - s.offset)
-        buf = io.BytesIO(data)
-        for conv, _, _ in _iter(self.path, buf, self.format, counter or HeuristicCounter(), s.line):
+        with self.path.open("rb") as fh:
+            fh.seek(s.offset)
+            data = fh.read(s.end - s.offset)
+        rows = _iter(
+            self.path, io.BytesIO(data), self.format, counter or HeuristicCounter(), s.line
+        )
+        for conv, _, _ in rows:
             return conv
         raise DatasetError(f"{_where(self.path, s.line)}: conversation {cid!r} vanished")
 
