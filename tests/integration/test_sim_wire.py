@@ -23,7 +23,7 @@ from agentload.sim import (
 )
 from agentload.sim.behaviour import RequestView, unregister_behaviour
 
-REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu"
+REFERENCE = Path(__file__).parents[1] / "data" / "vllm-0.32-cpu"
 MODEL = "sim-model"
 
 WEATHER = {

@@ -18,7 +18,7 @@ from agentload.engines import EngineError, EngineProcess, EngineSpec, EngineStar
 from agentload.engines.config import LaunchConfig
 from agentload.engines.launch import free_port, port_in_use, redact_args, tail_lines
 
-STUB = Path(__file__).parent / "engine_stub"
+STUB = Path(__file__).parents[1] / "engine_stub"
 
 
 def _spec(tmp_path: Path, *, port: int | None = None, **launch: object) -> EngineSpec:

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from agentload.client import CallRecord, ChatClient, EndpointConfig, RetryPolicy, Timeouts
 from scripted_server import Script, ScriptedServer
 
-REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu"
+REFERENCE = Path(__file__).parents[1] / "data" / "vllm-0.32-cpu"
 CAPTURES = (
     "real-vllm-stream.txt",
     "real-vllm-stream-tools.txt",

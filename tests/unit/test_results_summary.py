@@ -11,10 +11,6 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-
-from agentload import stats
-from agentload.results import SUMMARY_SCHEMA, parse_slo, summarize, write_summary
-from agentload.results.summary import _desc
 from test_results_helpers import (
     GOODPUT_PER_MIN,
     PASS_HAT_K,
@@ -24,6 +20,10 @@ from test_results_helpers import (
     WINDOW_S,
     build_run,
 )
+
+from agentload import stats
+from agentload.results import SUMMARY_SCHEMA, parse_slo, summarize, write_summary
+from agentload.results.summary import _desc
 
 
 def _read(path: Path) -> list[dict[str, Any]]:

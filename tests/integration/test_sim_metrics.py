@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentload.sim import SimConfig, SimServer
 
-REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu" / "real-vllm-metrics.txt"
+REFERENCE = Path(__file__).parents[1] / "data" / "vllm-0.32-cpu" / "real-vllm-metrics.txt"
 MODEL = "sim-model"
 
 REQUIRED = {

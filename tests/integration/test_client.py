@@ -28,7 +28,7 @@ from scripted_server import (
     usage_chunk,
 )
 
-REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu"
+REFERENCE = Path(__file__).parents[1] / "data" / "vllm-0.32-cpu"
 MSGS = [{"role": "user", "content": "hi"}]
 
 

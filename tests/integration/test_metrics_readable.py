@@ -5,12 +5,12 @@ from __future__ import annotations
 import http.server
 import threading
 
+from test_servermetrics import CAPTURE
 from typer.testing import CliRunner
 
 from agentload.cli import app
 from agentload.servermetrics.derived import metrics_url, rate_rows, snapshot_rows
 from agentload.servermetrics.parse import parse_metrics
-from test_servermetrics import CAPTURE
 
 
 def test_metrics_url_from_base_url() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from test_episode import Reply, scripted
 
 from agentload.config import (
     DEFAULT_AGENT_MAX_TOKENS,
@@ -17,7 +18,6 @@ from agentload.config import (
 )
 from agentload.runner import execute_run
 from agentload.workloads import EpisodeOptions
-from test_episode import Reply, scripted
 
 FAST = {"sim": {"profile": "tiny-cpu", "speedup": 50.0}, "metrics": {"interval_s": 0.5}}
 EP = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from test_results_helpers import T0, WINDOW_S, build_run
 
 from agentload import stats
 from agentload.results import Recorder, summarize
@@ -25,7 +26,6 @@ from agentload.results.client import (
 )
 from agentload.results.jsonl import read_jsonl
 from agentload.results.resume import DROPPED_DIR
-from test_results_helpers import T0, WINDOW_S, build_run
 
 AGENTLOAD = str(Path(sys.executable).parent / "agentload")
 

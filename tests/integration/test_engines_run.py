@@ -16,7 +16,7 @@ from agentload.engines.launch import free_port, port_in_use
 from agentload.engines.run import engine_specs
 from agentload.results.jsonl import load_jsonl
 
-STUB = Path(__file__).parent / "engine_stub"
+STUB = Path(__file__).parents[1] / "engine_stub"
 
 
 def _config(tmp_path: Path, port: int, **env: str) -> Path:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_results_helpers import SLO, build_run
 
 from agentload.report import summary_table, write_report
 from agentload.results import summarize
-from test_results_helpers import SLO, build_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

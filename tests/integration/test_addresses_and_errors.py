@@ -15,6 +15,8 @@ import pytest
 import yaml
 from aiohttp import web
 from rich.console import Console
+from test_secrets_canary import CANARIES, _hits
+from test_secrets_canary import servers as servers  # a fixture
 
 from agentload.client import EndpointConfig
 from agentload.client.config import normalize_base_url
@@ -24,8 +26,6 @@ from agentload.results.errors import redact_message, top_error_messages
 from agentload.runner import execute_run
 from agentload.servermetrics.scraper import MetricsScraper
 from agentload.sim import SimConfig, SimServer
-from test_secrets_canary import CANARIES, _hits
-from test_secrets_canary import servers as servers  # a fixture
 
 AGENTLOAD = str(Path(sys.executable).parent / "agentload")
 

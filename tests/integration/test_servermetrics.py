@@ -18,7 +18,7 @@ from agentload.servermetrics import (
     summarize_server,
 )
 
-CAPTURE = Path(__file__).parent / "data" / "vllm-0.32-cpu" / "real-vllm-metrics.txt"
+CAPTURE = Path(__file__).parents[1] / "data" / "vllm-0.32-cpu" / "real-vllm-metrics.txt"
 
 # A hand-written exposition with SGLang's metric names (two model label sets).
 SGLANG_TEXT = """\

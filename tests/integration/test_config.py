@@ -131,7 +131,7 @@ def test_run_help_has_example() -> None:
     assert "endpoints:" in r.output and "warmup:" in r.output and "130" in r.output
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
