@@ -209,7 +209,9 @@ def _small(out: Path, **extra: Any) -> Any:
 async def test_every_call_a_context_overflow_exits_1(tmp_path: Path) -> None:
     out = tmp_path / "overflow"
     cfg = _small(
-        out, sim={"profile": "tiny-cpu", "speedup": 50.0, "options": {"max_model_len": 16}}
+        out,
+        sim={"profile": "tiny-cpu", "speedup": 50.0, "options": {"max_model_len": 16}},
+        preflight=False,  # its test call would refuse this server up front
     )
     res = await execute_run(cfg, progress="off", say=_quiet, install_signals=False)
     assert res.exit_code == 1
