@@ -353,9 +353,16 @@ def mlflow_server(mlflow_proc) -> str:
 
 
 def test_mlflow_logs_params_metrics_and_artifacts(
-    run_dir: tuple[Path, agentload.Summary], mlflow_server: str, tmp_path: Path
+    run_dir: tuple[Path, agentload.Summary],
+    mlflow_server: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from mlflow.tracking import MlflowClient
+
+    # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI; restored after the test, so later
+    # runs in this process do not log to a server that is gone by then.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
 
     from agentload.integrations import mlflow as ml
 

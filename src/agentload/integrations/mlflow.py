@@ -38,6 +38,10 @@ def enabled(flag: bool) -> bool:
 
 
 def _mlflow(uri: str | None) -> Any:
+    # MLflow's HTTP defaults retry an unreachable server for minutes at the end of a run;
+    # a benchmark should say so in seconds (the user's own settings win).
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     try:
         import mlflow
     except ImportError:
