@@ -72,3 +72,26 @@ def _root(
     ),
 ) -> None:
     """Benchmark OpenAI-compatible LLM inference services under agentic workloads."""
+
+
+def _plain_type_column() -> None:
+    """Typer's rich help prints a Python type beside every parameter ("<bool>" for flags,
+    "<str>", "<list[str]>"); show nothing for flags and a plain upper-case name otherwise, as
+    other command-line tools do. Parameters with a metavar keep it."""
+    from typer.core import TyperArgument, TyperOption
+
+    for cls in (TyperOption, TyperArgument):
+        original = cls.display_type_rich
+
+        def display(self: Any, ctx: Any, _original: Any = original) -> str | None:
+            if getattr(self, "is_flag", False):
+                return None
+            shown = _original(self, ctx)
+            if shown and shown.startswith("<") and shown.endswith(">"):
+                return shown[1:-1].replace("list[", "").replace("]", "").upper()
+            return shown
+
+        cls.display_type_rich = display  # type: ignore[method-assign]
+
+
+_plain_type_column()
