@@ -203,3 +203,17 @@ def test_cli_help_and_bad_upstream(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["proxy", "--upstream", "localhost:8000", "--out", str(tmp_path)])
     assert r.exit_code == 2
     assert "expected http(s)://" in r.output
+
+
+def test_usage_filter_drops_only_the_usage_event_across_any_split() -> None:
+    from agentload.proxy.server import UsageFilter
+
+    content = b'data: {"choices":[{"index":0,"delta":{"content":"usage"}}]}'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}'
+    for nl in (b"\n", b"\r\n"):
+        stream = content + nl * 2 + usage + nl * 2 + b"data: [DONE]" + nl * 2
+        want = content + nl * 2 + b"data: [DONE]" + nl * 2
+        for step in (1, 7, 50, len(stream)):
+            f = UsageFilter()
+            got = b"".join(f.feed(stream[i : i + step]) for i in range(0, len(stream), step))
+            assert got + f.flush() == want, (nl, step)

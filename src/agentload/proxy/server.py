@@ -108,17 +108,49 @@ def _usage_only(event: bytes) -> bool:
     return isinstance(obj, dict) and obj.get("choices") == [] and obj.get("usage") is not None
 
 
+class UsageFilter:
+    """Passes an SSE stream on, whole events only, without its usage-only events."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, raw: bytes) -> bytes:
+        # Only whole events are passed on, so the usage event can be recognised and dropped;
+        # servers send event-aligned chunks, so this holds nothing back in practice.
+        buf = self._pending + raw if self._pending else raw
+        if b"\r" in buf:
+            end = 0
+            for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+                i = buf.rfind(sep)
+                if i >= 0:
+                    end = max(end, i + len(sep))
+        else:
+            end = buf.rfind(b"\n\n") + 2
+            if end < 2:
+                end = 0
+        head, self._pending = buf[:end], buf[end:]
+        if b'"usage"' not in head:
+            return head
+        return _drop_usage_events(head)
+
+    def flush(self) -> bytes:
+        """What is left when the stream ends (an unterminated event), unchanged."""
+        rest, self._pending = self._pending, b""
+        return rest
+
+
 class _Tee:
     """The upstream stream as the client's parser reads it (`resp.content.iter_any()`), writing
     each chunk to the caller first; drops the usage-only event when the proxy asked for it."""
 
-    __slots__ = ("_it", "_out", "_pending", "drop_usage", "max_delay_ns", "write_error")
+    __slots__ = ("_filter", "_it", "_out", "max_delay_ns", "write_error")
 
     def __init__(self, up: aiohttp.ClientResponse, out: web.StreamResponse, drop_usage: bool):
         self._it = up.content.iter_any().__aiter__()
         self._out = out
-        self.drop_usage = drop_usage
-        self._pending = b""
+        self._filter = UsageFilter() if drop_usage else None
         self.max_delay_ns = 0
         self.write_error: BaseException | None = None
 
@@ -136,12 +168,11 @@ class _Tee:
         try:
             raw = await self._it.__anext__()
         except StopAsyncIteration:
-            if self._pending:
-                await self._write(_now_ns(), self._pending)
-                self._pending = b""
+            if self._filter is not None:
+                await self._write(_now_ns(), self._filter.flush())
             raise
         arrived = _now_ns()
-        await self._write(arrived, self._filter(raw) if self.drop_usage else raw)
+        await self._write(arrived, raw if self._filter is None else self._filter.feed(raw))
         return raw
 
     async def _write(self, arrived: int, data: bytes) -> None:
@@ -156,23 +187,30 @@ class _Tee:
         if delay > self.max_delay_ns:
             self.max_delay_ns = delay
 
-    def _filter(self, raw: bytes) -> bytes:
-        # Only whole events are passed on, so the usage event can be recognised and dropped;
-        # servers send event-aligned chunks, so this holds nothing back in practice.
-        buf = self._pending + raw if self._pending else raw
-        end = 0
-        for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-            i = buf.rfind(sep)
-            if i >= 0:
-                end = max(end, i + len(sep))
-        head, self._pending = buf[:end], buf[end:]
-        if b'"usage"' not in head:
-            return head
+
+def _drop_usage_events(head: bytes) -> bytes:
+    """`head` (whole SSE events) without its usage-only events."""
+    if b"\r" in head:  # rare line endings: the general path
         return b"".join(
             m.group(0)
             for m in _EVENT.finditer(head)
             if not (b'"usage"' in m.group(1) and _usage_only(m.group(1)))
         )
+    # Usually one event mentions usage, the last but one: look only around each mention.
+    parts: list[bytes] = []
+    done = 0
+    pos = head.find(b'"usage"')
+    while pos >= 0:
+        start = head.rfind(b"\n\n", done, pos)
+        start = done if start < 0 else start + 2
+        stop = head.find(b"\n\n", pos)
+        stop = len(head) if stop < 0 else stop + 2
+        if _usage_only(head[start:stop]):
+            parts.append(head[done:start])
+            done = stop
+        pos = head.find(b'"usage"', stop)
+    parts.append(head[done:])
+    return b"".join(parts)
 
 
 def _quantiles(values_s: list[float]) -> dict[str, Any]:
