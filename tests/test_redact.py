@@ -4,8 +4,10 @@ records all go through it."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import orjson
+import pytest
 
 from agentload import config as config_mod
 from agentload.client.config import EndpointConfig
@@ -151,3 +153,30 @@ def test_endpoint_secrets_and_scrubber() -> None:
     assert not Scrubber(["abc", ""]) and Scrubber(["abcd"])
     quoted = Scrubber(['se"cret'])
     assert quoted.bytes(orjson.dumps({"m": 'x se"cret y'})) == orjson.dumps({"m": "x <redacted> y"})
+
+
+def test_resume_refuses_a_config_whose_secrets_were_not_saved(tmp_path: Path) -> None:
+    import yaml
+
+    from agentload.config import ConfigError
+    from agentload.runner import load_saved_config
+
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "endpoints": {
+                    "agent": {
+                        "base_url": "http://***@127.0.0.1:9/v1",
+                        "model": "m",
+                        "headers": {"Authorization": "<redacted>"},
+                    }
+                }
+            }
+        )
+    )
+    with pytest.raises(ConfigError, match=r"endpoints\.agent\.base_url.*headers\.Authorization"):
+        load_saved_config(tmp_path)
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump({"endpoints": {"agent": {"base_url": "http://h:9/v1", "model": "m"}}})
+    )
+    assert load_saved_config(tmp_path).endpoints["agent"].model == "m"

@@ -246,3 +246,17 @@ class Scrubber:
 
     def text(self, text: str) -> str:
         return self.bytes(text.encode()).decode(errors="replace") if self._values else text
+
+
+def redacted_paths(obj: Any, path: str = "") -> list[str]:
+    """Dotted paths of the values `redact` replaced (the marker, or a URL's `***@`): a saved
+    configuration with any of them cannot be sent to a server again as it stands."""
+    if isinstance(obj, Mapping):
+        return [
+            p for k, v in obj.items() for p in redacted_paths(v, f"{path}.{k}" if path else str(k))
+        ]
+    if isinstance(obj, list | tuple):
+        return [p for i, v in enumerate(obj) for p in redacted_paths(v, f"{path}[{i}]")]
+    if isinstance(obj, str) and (obj == REDACTED or "://***@" in obj):
+        return [path]
+    return []

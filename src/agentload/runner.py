@@ -344,10 +344,21 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     if not path.exists():
         raise ConfigError(f"--resume {out_dir}: no config.yaml there (not a run folder?)")
     try:
-        return build_config(path=path)
+        cfg = build_config(path=path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
+    from agentload.redact import redacted_paths
+
+    # Secrets were never written down; sending their placeholders would be a silent lie.
+    hidden = redacted_paths(cfg.model_dump(mode="json", by_alias=True, exclude={"sim"}))
+    if hidden:
+        raise ConfigError(
+            f"--resume {out_dir}: config.yaml holds secrets that were not saved "
+            f"({', '.join(hidden[:5])}); keep keys in the environment (api_key_env, "
+            "OPENAI_API_KEY) so a resume can read them, or start a new run"
+        )
+    return cfg
 
 
 # ---- phase 2 helpers ---------------------------------------------------------------------
