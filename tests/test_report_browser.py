@@ -110,3 +110,52 @@ def test_report_alone_renders_in_chromium(tmp_path: Path) -> None:
     text = page["text"]
     assert "Run context" in text and "closed loop, concurrency 4" in text
     assert "profile tiny-cpu" in text and "http://127.0.0.1:" in text
+
+
+def test_sweep_page_draws_every_curve(tmp_path: Path) -> None:
+    from agentload.report.sweep import write_sweep_report
+
+    pts = []
+    for c, thr, succ in ((1, 100.0, 1.0), (2, 190.0, 0.9), (4, 300.0, 0.75), (8, 320.0, 0.5)):
+        pts.append(
+            {
+                "concurrency": c,
+                "status": "completed",
+                "episodes": 8,
+                "output_tokens_per_s": thr,
+                "episodes_per_min": thr / 10,
+                "ttft_p50": 0.05 * c,
+                "ttft_p90": 0.08 * c,
+                "ttft_p99": 0.1 * c,
+                "itl_p50": 0.01,
+                "itl_p90": 0.012,
+                "itl_p99": 0.02 * c,
+                "e2e_p50": 0.5 * c,
+                "e2e_p90": 0.7 * c,
+                "e2e_p99": 0.9 * c,
+                "success_rate": succ,
+                "pass_hat_k": {"1": succ, "2": succ**2},
+                "slo_met": c <= 2,
+                "slo_call_attainment": 1.0 - 0.1 * c,
+                "slo_session_attainment": 1.0 - 0.12 * c,
+                "goodput_per_min": max(0.0, 6 - c),
+            }
+        )
+    doc = {
+        "kind": "concurrency",
+        "points_planned": [1, 2, 4, 8],
+        "points": pts,
+        "slo": {"ttft_p90": 0.2},
+        "best_point": 2,
+        "knee": 4.0,
+        "status": "completed",
+    }
+    write_sweep_report(tmp_path, doc)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(tmp_path / "sweep.html", alone / "sweep.html")
+    page = open_page(alone / "sweep.html", tmp_path)
+    assert page["errors"] == [] and page["requests"] == []
+    assert page["state"] == "drawn"
+    assert page["charts"] == 6 and page["drawn"] == 6  # TTFT, ITL, e2e, throughput, quality, SLO
+    assert "knee at 4" in page["text"] and "Quality under load" in page["text"]

@@ -40,7 +40,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, OSError):
+    except (yaml.YAMLError, OSError, ValueError):  # ValueError: not UTF-8
         return {}
     return data if isinstance(data, dict) else {}
 
