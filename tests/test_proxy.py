@@ -217,3 +217,12 @@ def test_usage_filter_drops_only_the_usage_event_across_any_split() -> None:
             f = UsageFilter()
             got = b"".join(f.feed(stream[i : i + step]) for i in range(0, len(stream), step))
             assert got + f.flush() == want, (nl, step)
+
+
+def test_cli_refuses_a_folder_with_results(tmp_path: Path) -> None:
+    (tmp_path / "calls.jsonl").write_text('{"call_id": "x"}\n')
+    r = CliRunner().invoke(
+        app, ["proxy", "--upstream", "http://127.0.0.1:9", "--port", "0", "--out", str(tmp_path)]
+    )
+    assert r.exit_code == 2
+    assert "already holds results" in r.output and "Traceback" not in r.output

@@ -57,8 +57,12 @@ def proxy_command(
     cfg = ProxyConfig(upstream=upstream, out=out, host=host, port=port, overwrite=overwrite)
     try:
         summary = run_async(serve(cfg, duration))
-    except FileExistsError as e:
-        typer.echo(f"agentload proxy: {e} (or pass --overwrite)", err=True)
+    except FileExistsError:
+        typer.echo(
+            f"agentload proxy: {out} already holds results; choose another folder or pass "
+            "--overwrite",
+            err=True,
+        )
         raise typer.Exit(2) from None
     except OSError as e:
         typer.echo(f"agentload proxy: cannot listen on {host}:{port}: {e.strerror or e}", err=True)
