@@ -226,3 +226,38 @@ def test_cli_refuses_a_folder_with_results(tmp_path: Path) -> None:
     )
     assert r.exit_code == 2
     assert "already holds results" in r.output and "Traceback" not in r.output
+
+
+async def test_upstream_failures_reach_the_caller_and_the_record(
+    sim: SimServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    body = {
+        "model": "sim",
+        "messages": MESSAGES,
+        "stream": True,
+        "max_tokens": 40,
+        "ignore_eos": True,
+    }
+    async with (
+        ProxyServer(ProxyConfig(upstream=sim.url, out=out)) as proxy,
+        aiohttp.ClientSession() as http,
+    ):
+        # A connection reset mid-stream: the caller's connection breaks as well.
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with http.post(
+                proxy.base_url + "/chat/completions",
+                json=body,
+                headers={"X-Agentload-Fault": "reset"},
+            ) as r:
+                await r.read()
+        # An error event inside the stream is passed on as sent.
+        async with http.post(
+            proxy.base_url + "/chat/completions",
+            json=body,
+            headers={"X-Agentload-Fault": "error_event"},
+        ) as r:
+            assert b'"error"' in await r.read()
+    recs = _read(out / "calls.jsonl")
+    assert [r["error_kind"] for r in recs] == ["malformed_stream", "stream_error"]
+    assert all(r["status"] == "error" for r in recs)

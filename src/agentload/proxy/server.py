@@ -475,6 +475,10 @@ class ProxyServer:
             tee_delay = 0
         except (aiohttp.ClientError, ConnectionError) as e:
             got = acc.headers_ns is not None
+            if out is not None and out.prepared and request.transport is not None:
+                # The upstream broke mid-reply: break the caller's connection too, so it sees
+                # the failure instead of a reply that merely looks short.
+                request.transport.abort()
             err = CallError(
                 "malformed_stream" if got else "connect_error", f"{type(e).__name__}: {e}"
             )
