@@ -163,6 +163,10 @@ async def test_sessions_grouped_by_header_path_and_key(sim: SimServer, tmp_path:
     # `agentload report` reads the folder like any run's.
     res = CliRunner().invoke(app, ["report", str(out)])
     assert res.exit_code == 0, res.output
+    # The trajectories are a replay dataset as they stand.
+    res = CliRunner().invoke(app, ["dataset", "validate", str(out / "trajectories.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert "valid trajectories dataset, 3 conversations" in res.output
 
 
 async def test_other_paths_forwarded(sim: SimServer, tmp_path: Path) -> None:
