@@ -27,7 +27,7 @@ EARLY_STOPPING_CONFIDENCE = 0.99
 
 
 def quantile_upper_bound(
-    values: Sequence[float], q: float, confidence: float = EARLY_STOPPING_CONFIDENCE
+    values: Sequence[float | None], q: float, confidence: float = EARLY_STOPPING_CONFIDENCE
 ) -> float | None:
     """MLPerf-style early-stopping bound: the smallest order statistic that is at least the
     true q-quantile with the given confidence, i.e. x_(j) for the smallest j with
@@ -46,7 +46,7 @@ def quantile_upper_bound(
     return None
 
 
-def _early(values: Sequence[float]) -> dict[str, Any]:
+def _early(values: Sequence[float | None]) -> dict[str, Any]:
     return {
         "confidence": EARLY_STOPPING_CONFIDENCE,
         "p90": quantile_upper_bound(values, 0.90),
@@ -54,11 +54,11 @@ def _early(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _desc(values: Sequence[float]) -> dict[str, Any]:
+def _desc(values: Sequence[float | None]) -> dict[str, Any]:
     return stats.describe([v for v in values if v is not None and math.isfinite(v)])
 
 
-def _brief(values: Sequence[float]) -> dict[str, Any]:
+def _brief(values: Sequence[float | None]) -> dict[str, Any]:
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if v.size == 0:
         return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None}

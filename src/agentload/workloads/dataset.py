@@ -128,8 +128,8 @@ class Dataset:
         with self.path.open("rb") as f:
             f.seek(s.offset)
             data = f.read(s.end - s.offset)
-        f = io.BytesIO(data)
-        for conv, _, _ in _iter(self.path, f, self.format, counter or HeuristicCounter(), s.line):
+        buf = io.BytesIO(data)
+        for conv, _, _ in _iter(self.path, buf, self.format, counter or HeuristicCounter(), s.line):
             return conv
         raise DatasetError(f"{_where(self.path, s.line)}: conversation {cid!r} vanished")
 
