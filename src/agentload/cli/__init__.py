@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "agentload.cli.metrics",
     "agentload.cli.serve",
     "agentload.cli.export",
+    "agentload.cli.proxy",
 )
 
 for _name in COMMAND_MODULES:
