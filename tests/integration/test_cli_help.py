@@ -17,6 +17,7 @@ COMMANDS = [
     ["call"],
     ["sim"],
     ["serve"],
+    ["proxy"],
     ["tasks"],
     ["tasks", "list"],
     ["report"],
