@@ -239,7 +239,12 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
             + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
             + (f"; {redo} {workload.noun} ended by infrastructure errors run again" if redo else "")
         )
-    tracker = ProgressTracker(total=plan.to_issue, duration_s=cfg.load.duration_s)
+    tracker = ProgressTracker(
+        total=plan.to_issue,
+        duration_s=cfg.load.duration_s,
+        noun=workload.noun,
+        graded=workload.graded,
+    )
     return RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker, workers)
 
 

@@ -303,6 +303,7 @@ def test_resume_combines_client_figures(tmp_path: Path) -> None:
             "resume_attempt": attempt,
             "stop_reason": "completed",
             "elapsed_s": 10.0,
+            "cpu_s": 2.0 + attempt,
             "episodes_started": 5,
             "episodes_finished": 5,
             "episodes_cancelled": 0,
@@ -324,6 +325,7 @@ def test_resume_combines_client_figures(tmp_path: Path) -> None:
     assert lag["mean"] == pytest.approx(allv.mean())
     assert lag["p90"] == pytest.approx(np.percentile(allv, 90), rel=0.02)
     assert both["episodes_finished"] == 10 and both["elapsed_s"] == 20.0
+    assert both["cpu_s"] == 5.0  # 2 + 3: the CPU share covers both attempts
     assert both["max_active"] == 4
     assert [a["resume_attempt"] for a in both["attempts"]] == [0, 1]
     assert both["attempts_without_figures"] == 0

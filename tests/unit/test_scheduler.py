@@ -132,3 +132,13 @@ async def test_harness_error_stops_run() -> None:
     plan = EpisodePlan(["d/0"], trials=10)
     rep = await Scheduler(plan, LoadSpec(concurrency=2), run_one).run()
     assert rep.stop_reason == "failed" and "boom" in (rep.error or "")
+
+
+def test_progress_line_speaks_of_the_workloads_sessions() -> None:
+    from agentload.scheduler.progress import ProgressTracker, progress_line
+
+    episodes = progress_line(ProgressTracker(total=10).snapshot())
+    assert episodes.startswith("episodes 0/10") and "success -" in episodes
+    replay = ProgressTracker(total=10, noun="conversations", graded=False).snapshot()
+    line = progress_line(replay)
+    assert line.startswith("conversations 0/10") and "success" not in line

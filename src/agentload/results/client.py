@@ -167,10 +167,11 @@ def combine_client(out_dir: Path, block: dict[str, Any], *, resume: bool) -> dic
     out["event_loop_lag_hist"] = hist
     out["event_loop_lag_s"] = lag
     out["sched_delay_s"] = _sched_delays(out_dir)
-    for key in ("episodes_started", "episodes_finished", "episodes_cancelled", "elapsed_s"):
+    for key in ("episodes_started", "episodes_finished", "episodes_cancelled"):
+        out[key] = int(_num(prev.get(key)) + _num(block.get(key)))
+    # Times add up over the attempts, so the CPU share (cpu_s / elapsed_s) covers them all.
+    for key in ("elapsed_s", "cpu_s"):
         out[key] = _num(prev.get(key)) + _num(block.get(key))
-        if key != "elapsed_s":
-            out[key] = int(out[key])
     out["max_active"] = int(max(_num(prev.get("max_active")), _num(block.get("max_active"))))
     elapsed = out["elapsed_s"]
     out["episodes_per_s"] = out["episodes_finished"] / elapsed if elapsed else None

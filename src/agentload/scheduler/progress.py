@@ -35,7 +35,16 @@ _RESERVOIR = 20_000
 class ProgressTracker:
     """Running totals of a run, cheap to update."""
 
-    def __init__(self, total: int | None = None, duration_s: float | None = None) -> None:
+    def __init__(
+        self,
+        total: int | None = None,
+        duration_s: float | None = None,
+        *,
+        noun: str = "episodes",
+        graded: bool = True,
+    ) -> None:
+        self.noun = noun  # what the user calls a session: episodes, conversations
+        self.graded = graded  # sessions carry a reward (no success figure otherwise)
         self.total = total
         self.duration_s = duration_s
         self.t0 = time.perf_counter()
@@ -106,6 +115,8 @@ class ProgressTracker:
         return {
             "elapsed_s": elapsed,
             "episodes": self.episodes,
+            "noun": self.noun,
+            "graded": self.graded,
             "warmup_episodes": self.warmup_episodes,
             "total": self.total,
             "eta_s": eta,
@@ -128,12 +139,14 @@ def progress_line(s: dict[str, Any]) -> str:
     pct = f" ({100 * s['episodes'] / total:.0f}%)" if total else ""
     warm = f" +{s['warmup_episodes']} warmup" if s["warmup_episodes"] else ""
     succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
+    success = f"success {succ} | " if s.get("graded", True) else ""
     outage = f"{s['outage']} | " if s.get("outage") else ""
     return outage + (
-        f"episodes {done}{pct}{warm} ETA {eta(s['eta_s'])} | active {s['active']} | "
-        f"calls/s {s['calls_per_s']:.1f} | tok/s {s['tokens_per_s']:.0f} | "
-        f"errors {100 * s['error_rate']:.1f}% | TTFT p50 {secs_c(s['ttft_p50'])} "
-        f"p90 {secs_c(s['ttft_p90'])} | success {succ} | loop lag p99 {secs_c(s['lag_p99'])}"
+        f"{s.get('noun', 'episodes')} {done}{pct}{warm} ETA {eta(s['eta_s'])} | "
+        f"active {s['active']} | calls/s {s['calls_per_s']:.1f} | "
+        f"tok/s {s['tokens_per_s']:.0f} | errors {100 * s['error_rate']:.1f}% | "
+        f"TTFT p50 {secs_c(s['ttft_p50'])} p90 {secs_c(s['ttft_p90'])} | "
+        f"{success}loop lag p99 {secs_c(s['lag_p99'])}"
     )
 
 
@@ -147,15 +160,18 @@ def progress_table(s: dict[str, Any], title: str = "") -> Table:
         width = 30
         fill = int(width * min(1.0, s["episodes"] / total))
         done = f"[green]{'━' * fill}[/][dim]{'━' * (width - fill)}[/] {done}"
-    t.add_row("episodes", f"{done}   ETA {eta(s['eta_s'])}   elapsed {eta(s['elapsed_s'])}")
+    t.add_row(
+        s.get("noun", "episodes"), f"{done}   ETA {eta(s['eta_s'])}   elapsed {eta(s['elapsed_s'])}"
+    )
     if s["warmup_episodes"]:
         t.add_row("warmup", f"{s['warmup_episodes']} episodes (not in statistics)")
     t.add_row("active", str(s["active"]))
     t.add_row("throughput", f"{s['calls_per_s']:.1f} calls/s   {s['tokens_per_s']:.0f} tokens/s")
     t.add_row("errors", f"{100 * s['error_rate']:.1f}% of {s['calls']} calls")
     t.add_row("TTFT", f"p50 {secs_c(s['ttft_p50'])}   p90 {secs_c(s['ttft_p90'])}")
-    succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}%"
-    t.add_row("success", succ)
+    if s.get("graded", True):
+        succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}%"
+        t.add_row("success", succ)
     t.add_row("loop lag p99", secs_c(s["lag_p99"]))
     if s.get("outage"):
         t.add_row("outage", f"[bold red]{s['outage']}[/]")

@@ -39,6 +39,8 @@ class Workload(ABC):
 
     kind: ClassVar[str]
     noun: ClassVar[str] = "sessions"
+    graded: ClassVar[bool] = True
+    """Sessions carry a reward (progress shows a success rate)."""
     """What the user calls one unit of work in messages ("episodes", "conversations")."""
     roles: ClassVar[tuple[str, ...]] = ("agent", "user")
     """Endpoint roles the sessions call (the runner opens one client per role)."""

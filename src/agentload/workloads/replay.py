@@ -122,6 +122,7 @@ class ReplayWorkload(Workload):
 
     kind = "replay"
     noun = "conversations"
+    graded = False
     roles = ("agent",)
 
     def __init__(self, cfg: RunConfig) -> None:
