@@ -125,6 +125,40 @@ def _check_num(
         rec[key] = None
 
 
+def _check_nested(rec: dict[str, Any], name: str, keys: Any, problems: list[str]) -> None:
+    """`rec[name]`, when present, must be a dict of non-negative numbers (seconds, but for
+    `count`): odd values are nulled, a non-dict is nulled whole."""
+    v = rec.get(name)
+    if v is None:
+        return
+    if not isinstance(v, dict):
+        problems.append(f"{name}={_show(v)}")
+        rec[name] = None
+        return
+    v = dict(v)
+    for key in keys:
+        _check_num(v, key, True, problems, seconds=key != "count")
+    rec[name] = v
+
+
+def _check_str(
+    rec: dict[str, Any], keys: Any, problems: list[str], fallback: Mapping[str, Any] = {}
+) -> None:
+    """Fields that must be strings when present; others are replaced by their fallback."""
+    for key in keys:
+        v = rec.get(key)
+        if v is not None and not isinstance(v, str):
+            problems.append(f"{key}={_show(v)}")
+            rec[key] = fallback.get(key)
+
+
+def _check_order(rec: dict[str, Any], problems: list[str]) -> None:
+    s, e = rec.get("start_ns"), rec.get("end_ns")
+    if s is not None and e is not None and e < s:
+        problems.append("end_ns before start_ns")
+        rec["start_ns"] = rec["end_ns"] = None
+
+
 def _show(v: Any) -> str:
     s = repr(v)
     return s if len(s) <= 40 else s[:37] + "..."
@@ -230,25 +264,9 @@ def clean_calls(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
         if turn is not None and not (isinstance(turn, int) and not isinstance(turn, bool)):
             problems.append(f"turn={_show(turn)}")
             rec["turn"] = None
-        itl = rec.get("itl")
-        if itl is not None:
-            if not isinstance(itl, dict):
-                problems.append(f"itl={_show(itl)}")
-                rec["itl"] = None
-            else:
-                itl = dict(itl)
-                for key in _ITL_FIELDS:
-                    _check_num(itl, key, True, problems, seconds=key != "count")
-                rec["itl"] = itl
-        for key in ("status", "role", "endpoint", "error_kind", "model"):
-            v = rec.get(key)
-            if v is not None and not isinstance(v, str):
-                problems.append(f"{key}={_show(v)}")
-                rec[key] = None if key != "status" else "error"
-        s, e = rec.get("start_ns"), rec.get("end_ns")
-        if s is not None and e is not None and e < s:
-            problems.append("end_ns before start_ns")
-            rec["start_ns"] = rec["end_ns"] = None
+        _check_nested(rec, "itl", _ITL_FIELDS, problems)
+        _check_str(rec, _CALL_STR, problems, {"status": "error"})
+        _check_order(rec, problems)
         ident = (rec.get("call_id"), rec.get("session_id"), rec.get("start_ns"), rec.get("end_ns"))
         if rec.get("call_id") is not None and ident in seen:
             fi.duplicates += 1
@@ -296,29 +314,13 @@ def clean_sessions(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
         if r is not None and not (_is_num(r) and 0 <= r <= 1):
             problems.append(f"reward={_show(r)}")
             rec["reward"] = None
-        d = rec.get("durations")
-        if d is not None:
-            if not isinstance(d, dict):
-                problems.append(f"durations={_show(d)}")
-                rec["durations"] = None
-            else:
-                d = dict(d)
-                for key in _DURATIONS:
-                    _check_num(d, key, True, problems)
-                rec["durations"] = d
+        _check_nested(rec, "durations", _DURATIONS, problems)
         c = rec.get("counts")
         if c is not None and not isinstance(c, dict):
             problems.append(f"counts={_show(c)}")
             rec["counts"] = None
-        for key in ("termination", "domain"):
-            v = rec.get(key)
-            if v is not None and not isinstance(v, str):
-                problems.append(f"{key}={_show(v)}")
-                rec[key] = None
-        s, e = rec.get("start_ns"), rec.get("end_ns")
-        if s is not None and e is not None and e < s:
-            problems.append("end_ns before start_ns")
-            rec["start_ns"] = rec["end_ns"] = None
+        _check_str(rec, ("termination", "domain"), problems)
+        _check_order(rec, problems)
         sid = rec.get("session_id")
         task = rec.get("task_id") or rec.get("conversation_id") or sid
         tkey = (str(task), int(trial or 0))
