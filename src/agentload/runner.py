@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import yaml
@@ -586,21 +586,41 @@ def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
 
     async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
         sid = session_id_for(run_id, item, attempt)
-        out = await _run_with_infra_retries(run, item, sid, clients)
-        session = out.session
-        session["run_id"] = run_id
-        session["warmup"] = item.warmup
-        session["attempt"] = attempt  # groups the monotonic clock's records
-        session["intended_start_ns"] = intended_ns
-        session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
-        recorder.record_episode(session, out.trajectory)
-        tracker.on_episode(session)
+        out = await run_with_infra_retries(run, item, sid, clients)
+        stamp_session(out.session, run_id, item, attempt, intended_ns, actual_ns)
+        recorder.record_episode(out.session, out.trajectory)
+        tracker.on_episode(out.session)
 
     return run_one
 
 
-async def _run_with_infra_retries(
-    run: RunState, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
+def stamp_session(
+    session: dict[str, Any],
+    run_id: str,
+    item: WorkItem,
+    attempt: int,
+    intended_ns: int,
+    actual_ns: int,
+) -> None:
+    """The run's fields of a session line (whichever process ran the session)."""
+    session["run_id"] = run_id
+    session["warmup"] = item.warmup
+    session["attempt"] = attempt  # groups the monotonic clock's records
+    session["intended_start_ns"] = intended_ns
+    session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
+
+
+class SessionHost(Protocol):
+    """What running a session needs of its run (a RunState, or a worker's equivalent)."""
+
+    cfg: RunConfig
+    workload: Workload
+    gate: OutageGate | None
+    sched: Scheduler | None
+
+
+async def run_with_infra_retries(
+    run: SessionHost, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
 ) -> SessionOutcome:
     """One session; when it ended on infrastructure errors during an outage, it is re-queued
     (not burned): wait the outage out and run it again, up to `load.retry_infra` times."""
