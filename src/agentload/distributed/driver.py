@@ -321,9 +321,10 @@ class Coordinator:
 
     def _on_batch(self, w: WorkerState, b: Batch) -> None:
         rec, tracker = self.state.recorder, self.state.tracker
-        for call in b.calls:
-            rec.record_call(call)
-            tracker.on_call(call)
+        for line in b.calls:
+            rec.record_call(line)
+        for brief in b.briefs:
+            tracker.on_call(brief)
         for done in b.sessions:
             rec.record_episode(done.session, done.trajectory)
             tracker.on_episode(done.session)

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from agentload.client import CallRecord, EndpointConfig
+    from agentload.client import EndpointConfig
     from agentload.config import RunConfig
     from agentload.scheduler.plan import WorkItem
 
@@ -158,12 +158,24 @@ class Hello:
     version: int = PROTOCOL_VERSION
 
 
+class CallBrief(NamedTuple):
+    """What the driver's progress display reads of a call."""
+
+    status: str
+    completion_tokens: int | None
+    ttft_s: float | None
+
+
 @dataclass(slots=True)
 class Batch:
     """Records in the order they ended; calls of a session come before its SessionDone."""
 
     worker: int
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[bytes] = field(default_factory=list)
+    """Each call's calls.jsonl line without its newline (`CallRecord.to_json()`): made once,
+    in the worker, as a one-process run makes it once."""
+    briefs: list[CallBrief] = field(default_factory=list)
+    """The same calls' figures for progress, in the same order."""
     sessions: list[SessionDone] = field(default_factory=list)
     started: int = 0
     """Granted items the worker started since its previous batch."""

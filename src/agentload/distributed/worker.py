@@ -22,6 +22,7 @@ from agentload.distributed.protocol import (
     Abort,
     Assignment,
     Batch,
+    CallBrief,
     Failed,
     Finished,
     Grant,
@@ -99,7 +100,8 @@ class Outbox:
         self.spec = spec
         self.channel = channel
         self.plan = plan
-        self.calls: list[CallRecord] = []
+        self.calls: list[bytes] = []
+        self.briefs: list[CallBrief] = []
         self.sessions: list[SessionDone] = []
         self._sent_started = 0
         self._soon: asyncio.Handle | None = None
@@ -108,7 +110,8 @@ class Outbox:
         self.n_sessions = 0
 
     def call(self, rec: CallRecord) -> None:
-        self.calls.append(rec)
+        self.calls.append(rec.to_json())
+        self.briefs.append(CallBrief(rec.status, rec.completion_tokens, rec.ttft_s))
         self.n_calls += 1
         if len(self.calls) >= self.spec.batch_max:
             self.flush()
@@ -128,8 +131,8 @@ class Outbox:
         if not (self.calls or self.sessions or started or stats):
             return
         self._sent_started = self.plan.started
-        batch = Batch(self.spec.index, self.calls, self.sessions, started, stats)
-        self.calls, self.sessions = [], []
+        batch = Batch(self.spec.index, self.calls, self.briefs, self.sessions, started, stats)
+        self.calls, self.briefs, self.sessions = [], [], []
         self.channel.send(batch)
 
 
