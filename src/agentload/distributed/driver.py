@@ -272,7 +272,9 @@ class Coordinator:
             return
         grant: list[Assignment] = []
         if w.rate is None:
-            room = w.share - len(w.outstanding)
+            # Its share, and never more than the concurrency in all (while shares move).
+            in_flight = sum(len(x.outstanding) for x in self.workers.values())
+            room = min(w.share - len(w.outstanding), self.concurrency - in_flight)
         else:
             room = max(2, math.ceil(w.rate * OPEN_BUFFER_S)) - w.unstarted
         for _ in range(room):
@@ -339,6 +341,10 @@ class Coordinator:
             self._on_stats(w, b.stats)
         if b.sessions or b.started:
             self._refill(w)
+            if b.sessions and self._rates is None:
+                for other in self._alive():  # a slot freed here may be another's share
+                    if other is not w:
+                        self._refill(other)
 
     def _on_stats(self, w: WorkerState, s: WorkerStats) -> None:
         w.stats = s
