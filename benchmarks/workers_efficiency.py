@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,10 +145,41 @@ def run_point(args: argparse.Namespace, workers: int, port: int, data: Path, roo
         "client_cpu_s": round(total_cpu, 1),
         "calls_per_cpu_s": round(len(calls) / total_cpu, 1) if total_cpu else None,
         "steady": steady,
+        # Whole run, from summary.json: the driver's own CPU and each worker's.
+        "driver_cpu_s": round(client["cpu_s"], 2),
+        "workers_cpu_s": [round(w["cpu_s"], 2) for w in client.get("workers", [])],
         "worker_lag_p99_ms": [
             round(w["event_loop_lag_s"]["p99"] * 1e3, 1) for w in client.get("workers", [])
         ],
     }
+
+
+def summarize(points: list[dict], counts: list[int]) -> list[dict]:
+    """Per worker count: median requests per client CPU-second (steady and whole run), and
+    their ratio to the first count's."""
+    rows = []
+    for n in counts:
+        mine = [p for p in points if p["workers"] == n]
+        steady = [p["steady"]["calls_per_cpu_s"] for p in mine if p["steady"]]
+        rows.append(
+            {
+                "workers": n,
+                "runs": len(mine),
+                "steady_calls_per_cpu_s": statistics.median(steady) if steady else None,
+                "whole_run_calls_per_cpu_s": statistics.median(p["calls_per_cpu_s"] for p in mine),
+                "steady_cpu_share": statistics.median(
+                    p["steady"]["cpu_share"] for p in mine if p["steady"]
+                )
+                if steady
+                else None,
+            }
+        )
+    base = rows[0]
+    for row in rows:
+        for key in ("steady_calls_per_cpu_s", "whole_run_calls_per_cpu_s"):
+            if row[key] and base[key]:
+                row[key.replace("calls_per_cpu_s", "vs_first")] = round(row[key] / base[key], 3)
+    return rows
 
 
 def main() -> None:
@@ -156,6 +188,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--conversations", type=int, default=2000)
     ap.add_argument("--turns", type=int, default=8, help="client turns per conversation")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="rounds over the worker counts (medians reported)"
+    )
     ap.add_argument("--json", dest="json_path", default=None, help="write the numbers here")
     args = ap.parse_args()
     cores = sorted(os.sched_getaffinity(0))
@@ -168,20 +203,17 @@ def main() -> None:
     srv = mp.Process(target=_serve, args=(q, server_core), daemon=True)
     srv.start()
     port = q.get(timeout=10)
+    counts = [int(x) for x in args.workers.split(",")]
     points = []
     try:
-        for n in (int(x) for x in args.workers.split(",")):
-            points.append(run_point(args, n, port, data, root))
-            print(json.dumps(points[-1]), flush=True)
+        for r in range(args.repeats):  # interleaved, so a change in the machine's load is shared
+            for n in counts:
+                points.append({"repeat": r, **run_point(args, n, port, data, root)})
+                print(json.dumps(points[-1]), flush=True)
     finally:
         srv.terminate()
         shutil.rmtree(root, ignore_errors=True)
-    base = points[0]
-    for p in points:
-        p["whole_run_vs_first"] = round(p["calls_per_cpu_s"] / base["calls_per_cpu_s"], 3)
-        if p["steady"] and base["steady"]:
-            b = base["steady"]["calls_per_cpu_s"]
-            p["steady_vs_first"] = round(p["steady"]["calls_per_cpu_s"] / b, 3)
+    medians = summarize(points, counts)
     result = {
         "concurrency": args.concurrency,
         "conversations": args.conversations,
@@ -189,6 +221,7 @@ def main() -> None:
         "client_cores": sorted(args.client_cores),
         "server_core": server_core,
         "load_average": os.getloadavg(),
+        "medians": medians,
         "points": points,
     }
     print(json.dumps(result, indent=2))

@@ -196,3 +196,27 @@ def test_sigint_then_resume_over_workers(tmp_path: Path) -> None:
     keys = {(s["task_id"], s["trial"]) for s in _measured(out)}
     assert keys == {(f"airline/{i:03d}", t) for i in range(10) for t in range(2)}
     assert json.loads((out / "summary.json").read_text())["counts"]["sessions"] == 20
+
+
+async def test_open_loop_rate_is_split_across_workers(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "d.jsonl", 16)
+    cfg = build_config(
+        data={
+            "out": str(tmp_path / "run"),
+            "kind": "replay",
+            "replay": {"dataset": str(data)},
+            "sim": {"profile": "instant"},
+            "load": {"rate": 8.0, "max_concurrency": 4, "workers": 2},
+            "metrics": {"enabled": False},
+            "report": False,
+        }
+    )
+    res = await execute_run(cfg, progress="off", say=lambda _m: None, install_signals=False)
+    assert res.exit_code == 0, res.message
+    sessions, _ = _check_records(tmp_path / "run")
+    assert len(sessions) == 16
+    client = json.loads((tmp_path / "run" / "summary.json").read_text())["client"]
+    assert client["rate_target"] == 8.0 and client["max_active"] <= 4
+    # Two arrival processes of 4/s each: together about 8/s (16 arrivals: a loose bound).
+    assert 3.0 < client["rate_offered"] < 20.0
+    assert [w["sessions"] > 0 for w in client["workers"]] == [True, True]

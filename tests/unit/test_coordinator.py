@@ -70,7 +70,7 @@ def _run(concurrency: int, tasks: int) -> Any:
         workers=concurrency,
         recorder=recorder,
         tracker=ProgressTracker(total=tasks),
-        opts=SimpleNamespace(say=said.append),
+        opts=SimpleNamespace(say=said.append, tune_gc=False),
         run_id="r",
         attempt=0,
         recorded=recorded,

@@ -224,6 +224,7 @@ class Coordinator:
             rate=rate,
             max_concurrency=self._max_conc[slot] if self._max_conc else None,
             arrival_seed=arrival_seed(self.cfg.workload.seed, idx),
+            tune_gc=self.state.opts.tune_gc,
         )
         return w, spec
 
@@ -483,3 +484,23 @@ def client_extra(coord: Coordinator, driver_cpu_s: float) -> dict[str, Any]:
         "cpu_s_all_processes": cpu,
         "outages": coord.outages(),
     }
+
+
+def describe_workers(client: Mapping[str, Any]) -> str | None:
+    """One line on each worker's share of the work and its health, for the console."""
+    workers = client.get("workers")
+    if not isinstance(workers, list) or not workers:
+        return None
+
+    def one(w: Mapping[str, Any]) -> str:
+        share = w.get("cpu_share")
+        lag = (w.get("event_loop_lag_s") or {}).get("p99")
+        return (
+            f"{w.get('worker')}: {w.get('sessions', 0)} sessions, CPU "
+            + ("-" if share is None else f"{share * 100:.0f}%")
+            + ", loop lag p99 "
+            + ("-" if lag is None else f"{lag * 1e3:.0f} ms")
+            + ("" if w.get("exit") in ("done", None) else f", {w.get('exit')}")
+        )
+
+    return f"workers ({len(workers)}): " + "; ".join(one(w) for w in workers)

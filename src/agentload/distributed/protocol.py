@@ -72,6 +72,8 @@ class WorkerSpec:
     """Open loop: this worker's share of the cap on active sessions."""
     arrival_seed: int = 0
     """Seeds this worker's arrival process (distinct per worker, fixed for the run)."""
+    tune_gc: bool = True
+    """Fewer, cheaper garbage collections while sessions run (as the driver's own loop)."""
     stats_interval_s: float = 1.0
     batch_interval_s: float = 0.05
     """Records are sent at least this often (and as soon as a session commits)."""

@@ -34,6 +34,7 @@ from agentload.distributed.protocol import (
     WorkerSpec,
     WorkerStats,
 )
+from agentload.util import gc_tuned
 
 if TYPE_CHECKING:
     from agentload.client import CallRecord, ChatClient
@@ -177,7 +178,8 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
             inbox = asyncio.ensure_future(_inbox(channel, plan, sched))
             ticker = asyncio.ensure_future(_ticker(spec, t0, sched, out))
             try:
-                rep = await sched.run()
+                with gc_tuned(spec.tune_gc):
+                    rep = await sched.run()
             finally:
                 inbox.cancel()
                 ticker.cancel()
