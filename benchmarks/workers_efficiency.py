@@ -98,8 +98,10 @@ class TreeSampler:
         return c1 - c0, (n1 - n0) / 1e9
 
 
-def run_point(args: argparse.Namespace, workers: int, port: int, data: Path, root: Path) -> dict:
-    out = root / f"w{workers}"
+def run_point(
+    args: argparse.Namespace, workers: int, port: int, data: Path, root: Path, repeat: int
+) -> dict:
+    out = root / f"w{workers}-r{repeat}"
     cfg = {
         "out": str(out),
         "kind": "replay",
@@ -110,7 +112,7 @@ def run_point(args: argparse.Namespace, workers: int, port: int, data: Path, roo
         "preflight": False,  # the canned server answers POSTs only
         "report": False,
     }
-    path = root / f"w{workers}.yaml"
+    path = root / f"w{workers}-r{repeat}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-m", "agentload", "run", "--config", str(path), "--quiet"]
@@ -118,6 +120,8 @@ def run_point(args: argparse.Namespace, workers: int, port: int, data: Path, roo
     proc = subprocess.Popen(cmd, preexec_fn=lambda: os.sched_setaffinity(0, args.client_cores))
     with TreeSampler(proc.pid) as cpu:
         code = proc.wait()
+    if code != 0:
+        raise SystemExit(f"the run with --workers {workers} exited with {code}")
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     total_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -148,6 +152,7 @@ def run_point(args: argparse.Namespace, workers: int, port: int, data: Path, roo
         # Whole run, from summary.json: the driver's own CPU and each worker's.
         "driver_cpu_s": round(client["cpu_s"], 2),
         "workers_cpu_s": [round(w["cpu_s"], 2) for w in client.get("workers", [])],
+        "workers_startup_cpu_s": [round(w["startup_cpu_s"], 2) for w in client.get("workers", [])],
         "worker_lag_p99_ms": [
             round(w["event_loop_lag_s"]["p99"] * 1e3, 1) for w in client.get("workers", [])
         ],
@@ -208,7 +213,7 @@ def main() -> None:
     try:
         for r in range(args.repeats):  # interleaved, so a change in the machine's load is shared
             for n in counts:
-                points.append({"repeat": r, **run_point(args, n, port, data, root)})
+                points.append({"repeat": r, **run_point(args, n, port, data, root, r)})
                 print(json.dumps(points[-1]), flush=True)
     finally:
         srv.terminate()

@@ -61,6 +61,7 @@ class WorkerState:
     rate: float | None = None
     launched: bool = False
     hello: bool = False
+    startup_cpu_s: float | None = None
     share: int = 0
     outstanding: dict[WorkItem, Assignment] = field(default_factory=dict)
     """Granted items whose session line has not arrived."""
@@ -309,6 +310,7 @@ class Coordinator:
             self._on_batch(w, msg)
         elif isinstance(msg, Hello):
             w.pid, w.host, w.hello = msg.pid, msg.host, True
+            w.startup_cpu_s = msg.startup_cpu_s
         elif isinstance(msg, Finished):
             w.finished = True
             w.report = msg.report
@@ -452,6 +454,7 @@ class Coordinator:
                     "calls": s.calls if s else 0,
                     "wall_s": s.wall_s if s else None,
                     "cpu_s": s.cpu_s if s else None,
+                    "startup_cpu_s": w.startup_cpu_s,
                     "cpu_share": (s.cpu_s / s.wall_s) if s and s.wall_s else None,
                     "max_rss_mb": s.max_rss_mb if s else None,
                     "event_loop_lag_s": {k: lag.get(k) for k in ("p50", "p99", "max")},

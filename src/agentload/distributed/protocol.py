@@ -158,6 +158,8 @@ class Hello:
     pid: int
     host: str
     version: int = PROTOCOL_VERSION
+    startup_cpu_s: float = 0.0
+    """CPU seconds the worker spent getting ready (interpreter, imports, workload, clients)."""
 
 
 class CallBrief(NamedTuple):

@@ -173,7 +173,9 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
     try:
         async with contextlib.AsyncExitStack() as stack:
             host, clients = await _setup(spec, out, stack)
-            channel.send(Hello(spec.index, os.getpid(), socket.gethostname()))
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            ready = ru.ru_utime + ru.ru_stime
+            channel.send(Hello(spec.index, os.getpid(), socket.gethostname(), startup_cpu_s=ready))
             sched = host.sched = _scheduler(spec, host, plan, clients, out)
             inbox = asyncio.ensure_future(_inbox(channel, plan, sched))
             ticker = asyncio.ensure_future(_ticker(spec, t0, sched, out))
