@@ -24,6 +24,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from agentload.client.record import CallRecord
 from agentload.client.safety import redact
@@ -59,6 +60,7 @@ _HOP = frozenset(
         "Content-Length",
     )
 )
+_DONE_TAIL = b"data: [DONE]\n\n"
 # One SSE event and the blank line that ends it.
 _EVENT = re.compile(rb"(.*?)(\r\n\r\n|\n\n|\r\r)", re.S)
 
@@ -194,6 +196,7 @@ class ProxyServer:
         self.chunk_s: list[float] = []
         self.calls = 0
         self._ids = itertools.count(1)
+        self._urls: dict[str, URL] = {}
         self._recorder: Recorder | None = None
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
@@ -289,10 +292,21 @@ class ProxyServer:
 
     # -- requests -----------------------------------------------------------------------
 
+    def _url(self, path: str, query: str) -> URL:
+        """The upstream URL of a request path, parsed once per distinct path (yarl's parsing
+        is a measurable part of a proxied call)."""
+        key = path + "?" + query if query else path
+        url = self._urls.get(key)
+        if url is None:
+            url = URL(self.root + key, encoded=True)
+            if len(self._urls) < 1024:
+                self._urls[key] = url
+        return url
+
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         t_in = _now_ns()
         path_session, path = split_session_path(request.path)
-        url = self.root + path + (f"?{request.query_string}" if request.query_string else "")
+        url = self._url(path, request.query_string)
         if request.method == "POST" and path.endswith("/chat/completions"):
             body = await request.read()
             try:
@@ -307,7 +321,7 @@ class ProxyServer:
         )
 
     async def _forward(
-        self, request: web.BaseRequest, url: str, body: bytes | None
+        self, request: web.BaseRequest, url: URL, body: bytes | None
     ) -> web.StreamResponse:
         """Any other request: status, headers and body passed through as they come."""
         assert self._session is not None
@@ -331,7 +345,7 @@ class ProxyServer:
     async def _chat(
         self,
         request: web.BaseRequest,
-        url: str,
+        url: URL,
         obj: dict[str, Any],
         body: bytes,
         path_session: str | None,
@@ -380,7 +394,7 @@ class ProxyServer:
             return _bad_gateway(err.message if err else "no reply from the upstream")
         return pass_.out
 
-    async def _exchange(self, url: str, body: bytes, p: _Pass, secrets: tuple[str, ...]) -> None:
+    async def _exchange(self, url: URL, body: bytes, p: _Pass, secrets: tuple[str, ...]) -> None:
         """Send the request upstream and pass the reply back; raises Failure."""
         assert self._session is not None
         hdrs = _forward_headers(p.request.headers, identity=True)
@@ -397,17 +411,10 @@ class ProxyServer:
                     p.add(raw, arrived)
                     out.content_length = len(raw)
                     await out.prepare(p.request)
-                    await p.write(raw, arrived)
+                    await p.write(raw, arrived, last=True)
                 else:
                     await out.prepare(p.request)
-                    filt = UsageFilter() if p.inject else None
-                    async for raw in up.content.iter_any():
-                        arrived = _now_ns()
-                        p.add(raw, arrived)
-                        await p.write(raw if filt is None else filt.feed(raw), arrived)
-                    if filt is not None:
-                        await p.write(filt.flush(), _now_ns())
-                await out.write_eof()
+                    await self._stream(up, p)
         except aiohttp.ClientConnectorError as e:
             raise Failure("connect_error", str(e)) from None
         except (aiohttp.ClientError, ConnectionError) as e:
@@ -417,6 +424,27 @@ class ProxyServer:
                 p.request.transport.abort()
             kind = "malformed_stream" if p.headers_ns is not None else "connect_error"
             raise Failure(kind, f"{type(e).__name__}: {e}") from None
+
+    async def _stream(self, up: aiohttp.ClientResponse, p: _Pass) -> None:
+        """Each upstream chunk to the caller as it arrives. The chunk that ends with `[DONE]`
+        (the last event of a stream) goes out with the end of the reply: one socket write
+        instead of two, and the whole reply in one when it arrives in one read."""
+        filt = UsageFilter() if p.inject else None
+        held, held_at = b"", 0
+        async for raw in up.content.iter_any():
+            arrived = _now_ns()
+            p.add(raw, arrived)
+            data = raw if filt is None else filt.feed(raw)
+            if held:  # more came after [DONE]: pass on what was held first
+                await p.write(held, held_at)
+                held = b""
+            if raw.endswith(_DONE_TAIL):
+                held, held_at = data, arrived
+            else:
+                await p.write(data, arrived)
+        if filt is not None:
+            held += filt.flush()
+        await p.write(held, held_at or _now_ns(), last=True)
 
     def _account(
         self,
@@ -488,11 +516,12 @@ class _Pass:
         self.chunks.append(raw)
         self.times.append(arrived)
 
-    async def write(self, data: bytes, arrived: int) -> None:
+    async def write(self, data: bytes, arrived: int, *, last: bool = False) -> None:
+        """Pass `data` (which arrived at `arrived`) on; `last` ends the reply with it."""
         assert self.out is not None
-        if data:
+        if data or last:
             try:
-                await self.out.write(data)
+                await (self.out.write_eof(data) if last else self.out.write(data))
             except (ConnectionError, aiohttp.ClientConnectionResetError):
                 # The caller went away: stop reading upstream (closes that connection too).
                 raise Failure("cancelled", "the caller closed the connection") from None
