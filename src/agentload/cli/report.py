@@ -115,10 +115,13 @@ def compare_command(
     _check_dir(dir_a)
     _check_dir(dir_b)
     added: dict[str, Any] | None = None
+    gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
     try:
         res = compare_dirs(dir_a, dir_b, role)
-        if gateway or max_added is not None:
-            added = _added(dir_a, dir_b, max_added, gate)
+        if gated is not None:
+            from agentload.report.added import added_latency
+
+            added = added_latency(dir_a, dir_b, max_added=gated[0], gate=gated[1])
             res["added_latency"] = added
     except ResultsError as e:
         typer.echo(f"error: {e}", err=True)
@@ -133,8 +136,9 @@ def compare_command(
         raise typer.Exit(exit_code(added))
 
 
-def _added(dir_a: Path, dir_b: Path, max_added: str | None, gate: str) -> dict[str, Any]:
-    from agentload.report.added import NAMES, added_latency, parse_threshold
+def _gate_args(max_added: str | None, gate: str) -> tuple[Any, tuple[str, ...]]:
+    """(--max-added as a Threshold or None, --gate's figures); a usage error if malformed."""
+    from agentload.report.added import NAMES, parse_threshold
 
     gates = tuple(g.strip() for g in gate.split(",") if g.strip())
     unknown = [g for g in gates if g not in NAMES]
@@ -147,7 +151,7 @@ def _added(dir_a: Path, dir_b: Path, max_added: str | None, gate: str) -> dict[s
         limit = parse_threshold(max_added) if max_added is not None else None
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--max-added") from None
-    return added_latency(dir_a, dir_b, max_added=limit, gate=gates)
+    return limit, gates
 
 
 def _print_compare(
