@@ -130,3 +130,32 @@ def test_max_added_verdicts_and_exit_codes(tmp_path: Path) -> None:
     for bad in (["--max-added", "5"], ["--max-added", "5%", "--gate", "ttft_p42"]):
         res = run(app, ["compare", str(base), str(same), *bad])
         assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+
+
+def _sweep(root: Path, ttfts: dict[int, float]) -> Path:
+    root.mkdir()
+    points = []
+    for c, ttft in ttfts.items():
+        _calls(root / f"c{c:04d}", ttft)
+        points.append({"concurrency": c, "dir": f"c{c:04d}", "status": "completed"})
+    doc = {"schema": "agentload.sweep/1", "kind": "concurrency", "points": points}
+    (root / "sweep.json").write_bytes(orjson.dumps(doc))
+    return root
+
+
+def test_two_sweeps_compare_point_by_point(tmp_path: Path) -> None:
+    direct = _sweep(tmp_path / "direct", {1: 0.1, 4: 0.1, 8: 0.1})
+    gateway = _sweep(tmp_path / "gateway", {1: 0.1, 4: 0.2})  # slower at 4; no point 8
+    run = CliRunner().invoke
+    res = run(app, ["compare", str(direct), str(gateway), "--max-added", "5%", "--json"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.output)
+    assert [p["concurrency"] for p in doc["points"]] == [1, 4] and doc["unmatched"] == [8]
+    assert [p["gate"]["verdict"] for p in doc["points"]] == ["within", "exceeds"]
+    ttft = doc["points"][1]["roles"]["agent"]["metrics"]["ttft_p50"]
+    assert ttft["added"] == pytest.approx(0.1) and ttft["added_ci"][0] > 0.05
+    res = run(app, ["compare", str(direct), str(gateway), "--max-added", "5%"])
+    assert res.exit_code == 1 and "concurrency 4 agent ttft_p50: exceeds" in res.output
+    # A sweep and a single run do not compare.
+    res = run(app, ["compare", str(direct), str(direct / "c0001"), "--gateway"])
+    assert res.exit_code == 2 and "Traceback" not in res.output

@@ -26,6 +26,13 @@ def _span(ci: Any, f: Any) -> str:
     return f"[{f(ci[0])}, {f(ci[1])}]" if ci else _DASH
 
 
+def _where(check: dict[str, Any]) -> str:
+    """`concurrency 4 ` for a check of a sweep point, nothing for a single run."""
+    return "".join(
+        f"{k} {v:g} " for k, v in check.items() if k not in ("role", "metric", "verdict")
+    )
+
+
 def print_added(console: Console, res: dict[str, Any]) -> None:
     """One table per role, then the verdict line when a limit was given."""
     for role, r in res["roles"].items():
@@ -57,7 +64,7 @@ def print_added(console: Console, res: dict[str, Any]) -> None:
     if not gate:
         return
     bad = [c for c in gate["checks"] if c["verdict"] != "within"]
-    what = ", ".join(f"{c['role']} {c['metric']}: {c['verdict']}" for c in bad)
+    what = ", ".join(_where(c) + f"{c['role']} {c['metric']}: {c['verdict']}" for c in bad)
     line = {
         "within": f"WITHIN: the gateway adds at most {gate['max_added']} "
         f"({', '.join(gate['metrics'])}, every role; upper 95% bounds)",

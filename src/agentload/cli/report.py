@@ -112,10 +112,14 @@ def compare_command(
     """Compare two runs side by side with 95% bootstrap confidence intervals."""
     from agentload.report.compare import compare_dirs
 
+    gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
+    from agentload.report.added import is_sweep
+
+    if is_sweep(dir_a) or is_sweep(dir_b):
+        _compare_sweeps(dir_a, dir_b, gated, json_out)
     _check_dir(dir_a)
     _check_dir(dir_b)
     added: dict[str, Any] | None = None
-    gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
     try:
         res = compare_dirs(dir_a, dir_b, role)
         if gated is not None:
@@ -134,6 +138,36 @@ def compare_command(
         from agentload.report.added import exit_code
 
         raise typer.Exit(exit_code(added))
+
+
+def _compare_sweeps(
+    dir_a: Path, dir_b: Path, gated: tuple[Any, tuple[str, ...]] | None, json_out: bool
+) -> None:
+    """Two sweeps (direct, then through the gateway): the added latency point by point."""
+    from agentload.cli.added import print_added
+    from agentload.report.added import added_latency_sweep, exit_code, is_sweep
+
+    if gated is None or not (is_sweep(dir_a) and is_sweep(dir_b)):
+        raise typer.BadParameter(
+            "two sweeps compare point by point with --gateway (or --max-added); "
+            "a sweep does not compare with a single run"
+        )
+    try:
+        res = added_latency_sweep(dir_a, dir_b, max_added=gated[0], gate=gated[1])
+    except ResultsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if json_out:
+        typer.echo(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+    else:
+        console = Console()
+        for point in res["points"]:
+            console.print(f"[bold]{res['kind']} {point[res['kind']]:g}[/]", highlight=False)
+            print_added(console, {**point, "gate": None})
+        if res["unmatched"]:
+            console.print(f"[yellow]warning:[/] points in one sweep only: {res['unmatched']}")
+        print_added(console, {"roles": {}, "gate": res.get("gate")})
+    raise typer.Exit(exit_code(res))
 
 
 def _gate_args(max_added: str | None, gate: str) -> tuple[Any, tuple[str, ...]]:

@@ -193,14 +193,7 @@ def added_latency(
             for r in chosen
             for m in gate
         ]
-        verdicts = {c["verdict"] for c in checks}
-        overall = (
-            "exceeds"
-            if "exceeds" in verdicts
-            else "within"
-            if verdicts == {"within"}
-            else "inconclusive"
-        )
+        overall = _overall({c["verdict"] for c in checks})
         out["gate"] = {
             "max_added": str(max_added),
             "relative": max_added.relative,
@@ -217,3 +210,63 @@ def exit_code(result: dict[str, Any]) -> int:
     return {"exceeds": EXIT_EXCEEDS, "inconclusive": EXIT_INCONCLUSIVE}.get(
         verdict or "", EXIT_WITHIN
     )
+
+
+def _overall(verdicts: set[str]) -> str:
+    if "exceeds" in verdicts:
+        return "exceeds"
+    return "within" if verdicts == {"within"} else "inconclusive"
+
+
+def is_sweep(path: Path) -> bool:
+    return (path / "sweep.json").is_file()
+
+
+def _points(root: Path) -> tuple[str, dict[float, str]]:
+    import orjson
+
+    from agentload.results.jsonl import ResultsError
+
+    try:
+        doc = orjson.loads((root / "sweep.json").read_bytes())
+        kind = str(doc["kind"])
+        return kind, {float(r[kind]): str(r["dir"]) for r in doc["points"]}
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ResultsError(f"{root / 'sweep.json'}: not a readable sweep ({e})") from None
+
+
+def added_latency_sweep(
+    direct: Path, gateway: Path, *, max_added: Threshold | None = None, **kw: Any
+) -> dict[str, Any]:
+    """Two sweeps over the same load points, one direct and one through the gateway: the
+    added latency at every point both finished; the verdict is the worst point's."""
+    from agentload.results.jsonl import ResultsError
+
+    kind_a, pa = _points(direct)
+    kind_b, pb = _points(gateway)
+    if kind_a != kind_b:
+        raise ResultsError(f"the sweeps vary different things: {kind_a} and {kind_b}")
+    common = sorted(pa.keys() & pb.keys())
+    if not common:
+        raise ResultsError(f"the sweeps share no {kind_a} point")
+    points = [
+        {
+            kind_a: p,
+            **added_latency(direct / pa[p], gateway / pb[p], max_added=max_added, **kw),
+        }
+        for p in common
+    ]
+    out: dict[str, Any] = {
+        "direct": str(direct),
+        "gateway": str(gateway),
+        "kind": kind_a,
+        "points": points,
+        "unmatched": sorted(pa.keys() ^ pb.keys()),
+    }
+    if max_added is not None:
+        out["gate"] = {
+            **{k: v for k, v in points[0]["gate"].items() if k not in ("checks", "verdict")},
+            "checks": [{kind_a: pt[kind_a], **c} for pt in points for c in pt["gate"]["checks"]],
+            "verdict": _overall({pt["gate"]["verdict"] for pt in points}),
+        }
+    return out
