@@ -24,7 +24,6 @@ import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
-from yarl import URL
 
 from agentload.client.record import CallRecord
 from agentload.client.safety import redact
@@ -37,6 +36,7 @@ from agentload.proxy.meter import (
     parse_stream,
 )
 from agentload.proxy.sessions import ProxySession, bearer_key, session_for, split_session_path
+from agentload.proxy.upstream import Pool, Reply, UpstreamError
 from agentload.results.recorder import Recorder
 from agentload.stats import percentile_sorted
 from agentload.wire import ROLE_HEADER
@@ -196,7 +196,8 @@ class ProxyServer:
         self.chunk_s: list[float] = []
         self.calls = 0
         self._ids = itertools.count(1)
-        self._urls: dict[str, URL] = {}
+        self._prefix = urlsplit(self.root).path  # the upstream's path before /v1/...
+        self._pool: Pool | None = None
         self._recorder: Recorder | None = None
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
@@ -224,6 +225,8 @@ class ProxyServer:
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
             read_bufsize=1 << 18,
         )
+        # Chat completions, the hot path, go through the proxy's own pool (proxy.upstream).
+        self._pool = Pool(self.root, limit=cfg.max_connections)
         # aiohttp's low-level server: one handler for every path, without the application's
         # router, middlewares and signals, which a pass-through does not use.
         server = _Server(self._handle, access_log=None)
@@ -245,6 +248,9 @@ class ProxyServer:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         return self._finish_results()
 
     async def __aenter__(self) -> ProxyServer:
@@ -292,21 +298,11 @@ class ProxyServer:
 
     # -- requests -----------------------------------------------------------------------
 
-    def _url(self, path: str, query: str) -> URL:
-        """The upstream URL of a request path, parsed once per distinct path (yarl's parsing
-        is a measurable part of a proxied call)."""
-        key = path + "?" + query if query else path
-        url = self._urls.get(key)
-        if url is None:
-            url = URL(self.root + key, encoded=True)
-            if len(self._urls) < 1024:
-                self._urls[key] = url
-        return url
-
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         t_in = _now_ns()
         path_session, path = split_session_path(request.path)
-        url = self._url(path, request.query_string)
+        query = request.query_string
+        path_qs = f"{path}?{query}" if query else path
         if request.method == "POST" and path.endswith("/chat/completions"):
             body = await request.read()
             try:
@@ -314,14 +310,16 @@ class ProxyServer:
             except orjson.JSONDecodeError:
                 obj = None
             if isinstance(obj, dict):
-                return await self._chat(request, url, obj, body, path_session, t_in)
-            return await self._forward(request, url, body)
+                return await self._chat(
+                    request, self._prefix + path_qs, obj, body, path_session, t_in
+                )
+            return await self._forward(request, self.root + path_qs, body)
         return await self._forward(
-            request, url, await request.read() if request.can_read_body else None
+            request, self.root + path_qs, await request.read() if request.can_read_body else None
         )
 
     async def _forward(
-        self, request: web.BaseRequest, url: URL, body: bytes | None
+        self, request: web.BaseRequest, url: str, body: bytes | None
     ) -> web.StreamResponse:
         """Any other request: status, headers and body passed through as they come."""
         assert self._session is not None
@@ -345,7 +343,7 @@ class ProxyServer:
     async def _chat(
         self,
         request: web.BaseRequest,
-        url: URL,
+        target: str,
         obj: dict[str, Any],
         body: bytes,
         path_session: str | None,
@@ -375,7 +373,7 @@ class ProxyServer:
         err: Failure | None = None
         cancelled = False
         try:
-            await self._exchange(url, body, pass_, secrets)
+            await self._exchange(target, body, pass_)
         except asyncio.CancelledError:
             cancelled = True
             err = Failure("cancelled", "the caller closed the connection")
@@ -394,44 +392,46 @@ class ProxyServer:
             return _bad_gateway(err.message if err else "no reply from the upstream")
         return pass_.out
 
-    async def _exchange(self, url: URL, body: bytes, p: _Pass, secrets: tuple[str, ...]) -> None:
+    async def _exchange(self, target: str, body: bytes, p: _Pass) -> None:
         """Send the request upstream and pass the reply back; raises Failure."""
-        assert self._session is not None
+        assert self._pool is not None
         hdrs = _forward_headers(p.request.headers, identity=True)
         try:
-            async with self._session.post(url, data=body, headers=hdrs) as up:
-                p.headers_ns = _now_ns()
-                p.status = up.status
-                p.sse = up.content_type == "text/event-stream"
-                out = p.out = web.StreamResponse(status=up.status, reason=up.reason)
-                out.headers.extend(_forward_headers(up.headers, identity=False))
-                if up.status != 200 or not p.sse:
-                    raw = await up.read()
-                    arrived = _now_ns()
-                    p.add(raw, arrived)
-                    out.content_length = len(raw)
-                    await out.prepare(p.request)
-                    await p.write(raw, arrived, last=True)
-                else:
-                    await out.prepare(p.request)
-                    await self._stream(up, p)
-        except aiohttp.ClientConnectorError as e:
-            raise Failure("connect_error", str(e)) from None
-        except (aiohttp.ClientError, ConnectionError) as e:
+            up = await self._pool.request("POST", target, hdrs.items(), body)
+        except UpstreamError as e:
+            raise Failure(e.kind, e.message) from None
+        try:
+            p.headers_ns = _now_ns()
+            p.status = up.status
+            p.sse = up.content_type == "text/event-stream"
+            out = p.out = web.StreamResponse(status=up.status, reason=up.reason)
+            out.headers.extend(up.headers)
+            if up.status != 200 or not p.sse:
+                raw = await up.read()
+                arrived = _now_ns()
+                p.add(raw, arrived)
+                out.content_length = len(raw)
+                await out.prepare(p.request)
+                await p.write(raw, arrived, last=True)
+            else:
+                await out.prepare(p.request)
+                await self._stream(up, p)
+        except (UpstreamError, ConnectionError) as e:
             if p.out is not None and p.out.prepared and p.request.transport is not None:
                 # The upstream broke mid-reply: break the caller's connection too, so it sees
                 # the failure instead of a reply that merely looks short.
                 p.request.transport.abort()
-            kind = "malformed_stream" if p.headers_ns is not None else "connect_error"
-            raise Failure(kind, f"{type(e).__name__}: {e}") from None
+            raise Failure("malformed_stream", str(e) or type(e).__name__) from None
+        finally:
+            up.release()  # pooled when read to its end; closed otherwise (caller gone)
 
-    async def _stream(self, up: aiohttp.ClientResponse, p: _Pass) -> None:
+    async def _stream(self, up: Reply, p: _Pass) -> None:
         """Each upstream chunk to the caller as it arrives. The chunk that ends with `[DONE]`
         (the last event of a stream) goes out with the end of the reply: one socket write
         instead of two, and the whole reply in one when it arrives in one read."""
         filt = UsageFilter() if p.inject else None
         held, held_at = b"", 0
-        async for raw in up.content.iter_any():
+        async for raw in up.chunks():
             arrived = _now_ns()
             p.add(raw, arrived)
             data = raw if filt is None else filt.feed(raw)
