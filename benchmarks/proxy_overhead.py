@@ -128,6 +128,8 @@ async def _main(
         }
     # CPU the proxy process spent per proxied call: what does not depend on machine load.
     res["proxy_cpu_us_per_call"] = proxy_cpu / max(1, sum(arms["proxy"]["sent"])) * 1e6
+    # What one core could proxy if the proxy had it to itself.
+    res["one_core_calls_per_s"] = 1e6 / max(1e-9, res["proxy_cpu_us_per_call"])
     res["added_ms"] = {
         k: res["proxy"][k] - res["direct"][k] for k in res["direct"] if k.endswith("_ms")
     }
