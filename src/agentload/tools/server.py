@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,6 +36,23 @@ from agentload.tools.mcp_server import build_mcp_server
 from agentload.tools.sessions import SessionStore, ToolsError, ToolSession, UnknownSession
 
 log = logging.getLogger(__name__)
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _DropClientGone(logging.Filter):
+    """The SDK logs a traceback ("Error in standalone SSE writer") whenever a client ends its
+    MCP session while its notification stream is open: an ordinary disconnect, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage().startswith("Error in standalone SSE writer")
+            and type(exc).__name__ in ("ClosedResourceError", "BrokenResourceError")
+        )
+
+
+logging.getLogger("mcp.server.streamable_http").addFilter(_DropClientGone())
 
 _SESSION_MCP = re.compile(r"^/sessions/([^/]+)/mcp/?$")
 MCP_PREFIX = "mcp-"
@@ -88,7 +106,7 @@ class ToolServer:
             instructions=self.domain.system_prompt() or None,
             grade_tool=grade_tool,
         )
-        self._manager = StreamableHTTPSessionManager(self._mcp)
+        self._manager = StreamableHTTPSessionManager(self._mcp, security_settings=_security(host))
         self._json_app = self._build_json_app()
         self._uvicorn: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -303,6 +321,20 @@ class ToolServer:
         d["task_id"] = session.task_id
         d["actions"] = [a.to_dict() for a in session.env.actions]
         return _json(d)
+
+
+def _security(host: str) -> TransportSecuritySettings | None:
+    """On a loopback address, the SDK's DNS-rebinding protection: only loopback Host headers
+    reach MCP (a web page cannot drive the tools through a rebound name). Elsewhere the
+    deployment decides who may connect."""
+    if host not in _LOOPBACK:
+        return None
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
 
 
 class _QuietServer(uvicorn.Server):

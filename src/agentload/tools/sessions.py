@@ -47,6 +47,10 @@ class UnknownTask(ToolsError):
     status = 404
 
 
+class UnknownDomain(ToolsError):
+    status = 404
+
+
 class NotGradable(ToolsError):
     status = 409
 
@@ -137,7 +141,7 @@ class SessionStore:
         try:
             self.domain = domain if isinstance(domain, Domain) else get_domain(domain)
         except KeyError as e:
-            raise UnknownTask(str(e).strip("\"'"), field="domain") from None
+            raise UnknownDomain(str(e).strip("\"'"), field="domain") from None
         self.seed = seed
         self.max_sessions = max_sessions
         self._sessions: dict[str, ToolSession] = {}
