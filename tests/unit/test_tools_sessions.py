@@ -55,12 +55,22 @@ def test_arguments_are_checked_before_the_environment() -> None:
         s.call("get_booking", "{oops")
     with pytest.raises(ToolsError, match="must be a JSON object"):
         s.call("get_booking", [1])
-    assert s.env.actions == [] and s.calls == 0
+    assert s.env.actions == [] and s.calls == s.errors == 5
+    assert not any(c.reached for c in s.log)
+    assert s.log[0].content.startswith("Error: unknown tool 'nope'")
+    assert s.log[3].arguments == "{oops"  # as the agent sent it
     # JSON text and None are accepted as arguments; a tool's refusal is a result.
     assert s.call("list_airports", None).ok
     r = s.call("get_booking", '{"reservation_id": "NOPE00"}')
     assert not r.ok and r.content.startswith("Error:")
-    assert (s.calls, s.errors) == (2, 1)
+    assert (s.calls, s.errors) == (7, 6)
+    assert [(c.name, c.ok, c.reached) for c in s.log[5:]] == [
+        ("list_airports", True, True),
+        ("get_booking", False, True),
+    ]
+    assert s.log[6].arguments == {"reservation_id": "NOPE00"}
+    assert s.log[6].content == r.content
+    assert all(c.elapsed_s >= 0 and c.start > 0 for c in s.log)
 
 
 def test_store_errors() -> None:

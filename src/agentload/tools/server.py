@@ -289,6 +289,7 @@ class ToolServer:
         for s in self.store:
             d = s.info()
             d["actions"] = len(d["actions"])
+            del d["tool_calls"]
             rows.append(d)
         return _json(rows)
 
