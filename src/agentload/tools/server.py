@@ -106,7 +106,12 @@ class ToolServer:
             instructions=self.domain.system_prompt() or None,
             grade_tool=grade_tool,
         )
-        self._manager = StreamableHTTPSessionManager(self._mcp, security_settings=_security(host))
+        # Plain JSON answers to MCP POSTs (the spec lets the server choose JSON or an SSE
+        # stream; every client accepts both): about half the server CPU of a stream per call
+        # (benchmarks/tools_latency.py). Nothing here sends notifications mid-call.
+        self._manager = StreamableHTTPSessionManager(
+            self._mcp, json_response=True, security_settings=_security(host)
+        )
         self._json_app = self._build_json_app()
         self._uvicorn: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
