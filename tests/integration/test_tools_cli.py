@@ -32,7 +32,7 @@ async def test_serve_http_process(tmp_path: Path) -> None:
     record = tmp_path / "sessions.jsonl"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentload", "tools", "serve", "--domain", "retail",
-        "--port", "0", "--duration", "4", "--record", str(record),
+        "--port", "0", "--record", str(record),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
@@ -51,6 +51,7 @@ async def test_serve_http_process(tmp_path: Path) -> None:
         # The SDK's DNS-rebinding check: on loopback, MCP answers loopback Host names only.
         async with http.post(f"{url}/mcp", json={}, headers={"Host": "evil.example"}) as r:
             assert r.status >= 400
+    proc.terminate()  # SIGTERM is a normal stop: exit 0 and the record written
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err
     assert out == b""
@@ -73,6 +74,17 @@ def test_serve_bad_input_is_one_line(args: list[str], message: str) -> None:
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_serve_for_a_duration(tmp_path: Path) -> None:
+    record = tmp_path / "r.jsonl"
+    res = CliRunner().invoke(
+        app, ["tools", "serve", "-d", "airline", "--port", "0", "--duration", "0.3", "--record",
+              str(record)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "agentload tools: http://127.0.0.1:" in res.stderr
+    assert record.read_text() == ""  # no sessions
 
 
 def test_serve_on_a_busy_port_exits_1() -> None:

@@ -4,11 +4,14 @@ endpoint, command scripts)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -134,7 +137,7 @@ def _serve_stdio(store: SessionStore, task: str | None, grade_tool: bool, rec: P
 
     session = store.create(task)
     try:
-        run_async(serve_stdio(session, grade_tool=grade_tool))
+        run_async(_until_stopped(serve_stdio(session, grade_tool=grade_tool), None))
     except KeyboardInterrupt:
         pass
     finally:
@@ -170,10 +173,7 @@ def _serve_http(
             err=True,
         )
         try:
-            if duration is None:
-                await asyncio.Event().wait()
-            else:
-                await asyncio.sleep(duration)
+            await _until_stopped(None, duration)
         finally:
             await ts.stop()
 
@@ -185,6 +185,29 @@ def _serve_http(
         raise _fail(f"cannot listen on {host}:{port}: {e.strerror or e}", 1) from None
     finally:
         _record(rec, list(ts.store))
+
+
+async def _until_stopped(work: Coroutine[Any, Any, None] | None, duration: float | None) -> None:
+    """Run until `work` ends (re-raising its error), `duration` passes or SIGTERM arrives;
+    Ctrl-C raises KeyboardInterrupt as usual. SIGTERM is a normal stop (exit 0, --record
+    written): how a harness or Kubernetes ends the server."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
+    if work is not None:
+        tasks.append(asyncio.create_task(work))
+    try:
+        done, _ = await asyncio.wait(tasks, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 @tools_app.command("scripts")
