@@ -60,8 +60,13 @@ async def test_mcp_session_solves_a_task_and_grades_like_the_domain(airline: Too
     task = _write_task("airline")
     sid = airline.create_session(task.id)
     async with await _mcp(airline.mcp_url(sid)) as client:
-        listed = {t.name for t in (await client.list_tools()).tools}
-        assert listed == {t.name for t in get_domain("airline").tools} | {GRADE_TOOL}
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == {t.name for t in get_domain("airline").tools} | {GRADE_TOOL}
+        for tool in get_domain("airline").tools:
+            assert listed[tool.name].inputSchema == tool.parameters
+            assert listed[tool.name].description == tool.description
+            assert listed[tool.name].annotations is not None
+            assert listed[tool.name].annotations.readOnlyHint is (not tool.writes)
         for action in task.gold_actions:
             r = await client.call_tool(action.name, action.arguments)
             assert not r.isError, r.content

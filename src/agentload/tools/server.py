@@ -102,7 +102,7 @@ class ToolServer:
         self.host, self.port = host, port
         self._mcp = build_mcp_server(
             self._resolve,
-            self.domain.tool_schemas(),
+            self.domain.tools,
             instructions=self.domain.system_prompt() or None,
             grade_tool=grade_tool,
         )
