@@ -5,8 +5,10 @@ the domain grader at the end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -269,3 +271,18 @@ async def test_stdio_transport_with_the_sdk_client(tmp_path: Path) -> None:
     assert row["task_id"] == task.id
     assert row["grade"]["db_match"] is True
     assert [a["name"] for a in row["actions"]] == [a.name for a in task.gold_actions]
+
+
+async def test_stop_does_not_wait_for_connected_agents() -> None:
+    ts = await ToolServer("airline", port=0).start()
+    sid = ts.create_session()
+    stopped_in = None
+    with contextlib.suppress(Exception):  # the client sees its server go away
+        async with await _mcp(ts.mcp_url(sid)) as client:
+            await client.call_tool("list_airports", {})
+            t0 = time.perf_counter()
+            await ts.stop()
+            stopped_in = time.perf_counter() - t0
+    assert stopped_in is not None and stopped_in < 4.5
+    with pytest.raises(RuntimeError, match="starts once"):
+        await ts.start()

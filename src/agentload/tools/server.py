@@ -144,8 +144,8 @@ class ToolServer:
 
     async def start(self) -> ToolServer:
         """Bind and start serving; raises OSError when the address cannot be bound."""
-        if self._task is not None:
-            raise RuntimeError("ToolServer already started")
+        if self._uvicorn is not None:  # the SDK's session manager runs once per instance
+            raise RuntimeError("a ToolServer starts once; make a new one")
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -159,9 +159,11 @@ class ToolServer:
             self._asgi,
             interface="asgi3",
             lifespan="off",
-            log_level="warning",
+            log_config=None,  # leave the embedding program's logging alone
             access_log=False,
             loop="none",
+            # Agents may still hold MCP notification streams open when the server stops.
+            timeout_graceful_shutdown=2,
         )
         self._uvicorn = server = _QuietServer(config)
         self._task = asyncio.create_task(self._run(server, sock), name="agentload-tools")
