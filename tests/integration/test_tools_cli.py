@@ -120,3 +120,17 @@ async def test_in_process_server_refuses_a_busy_port() -> None:
     async with ToolServer("airline", port=0) as ts:
         with pytest.raises(OSError):
             await ToolServer("airline", port=ts.port).start()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--transport", "stdio", "--remote", "http://h:1/x"], "is not a session URL"),
+        (["--remote", "http://h:1/sessions/a"], "--remote goes with --transport stdio alone"),
+        (["--transport", "stdio", "-d", "airline", "--remote", "http://h:1/sessions/a"], "alone"),
+        ([], "--domain is required"),
+    ],
+)
+def test_serve_remote_bad_input(args: list[str], message: str) -> None:
+    res = CliRunner().invoke(app, ["tools", "serve", *args])
+    assert res.exit_code == 2 and message in res.stderr, res.stderr

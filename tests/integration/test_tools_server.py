@@ -286,3 +286,29 @@ async def test_stop_does_not_wait_for_connected_agents() -> None:
     assert stopped_in is not None and stopped_in < 4.5
     with pytest.raises(RuntimeError, match="starts once"):
         await ts.start()
+
+
+async def test_stdio_bridge_to_a_session_of_a_running_server(airline: ToolServer) -> None:
+    task = _write_task("airline")
+    sid = airline.create_session(task.id)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agentload", "tools", "serve", "--transport", "stdio", "--remote",
+              f"{airline.url}/sessions/{sid}"],
+    )  # fmt: skip
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {t.name for t in get_domain("airline").tools}
+        for action in task.gold_actions:
+            assert not (await client.call_tool(action.name, action.arguments)).isError
+        bad = await client.call_tool("get_booking", {"reservation_id": 5})
+        assert bad.isError and "reservation_id" in bad.content[0].text  # type: ignore[union-attr]
+    # The calls acted on the server's session: the harness grades it there.
+    assert airline.grade(sid, _replies(task)).reward == 1.0
+    assert [c.reached for c in airline.session(sid).log][-1] is False
+    rc, _, err = await _run(
+        sys.executable, "-m", "agentload", "tools", "serve", "--transport", "stdio",
+        "--remote", f"{airline.url}/sessions/nosuch",
+    )  # fmt: skip
+    assert rc == 1 and "unknown session 'nosuch'" in err and len(err.strip().splitlines()) == 1

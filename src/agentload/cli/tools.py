@@ -68,7 +68,15 @@ def _record(path: Path | None, sessions: list[ToolSession]) -> None:
 
 @tools_app.command("serve")
 def serve_command(
-    domain: DomainOpt,
+    domain: Annotated[
+        str | None,
+        typer.Option(
+            "--domain",
+            "-d",
+            help="Domain whose tools to serve (not with --remote).",
+            metavar="NAME",
+        ),
+    ] = None,
     transport: Annotated[
         Transport,
         typer.Option("--transport", help="http: MCP + JSON over HTTP; stdio: MCP on stdin/out."),
@@ -107,12 +115,22 @@ def serve_command(
             metavar="FILE",
         ),
     ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            "--remote",
+            help="stdio: forward every call to this session of a running tool server "
+            "(http://HOST:PORT/sessions/SID) instead of a local environment.",
+            metavar="URL",
+        ),
+    ] = None,
 ) -> None:
     """Serve a domain's tools over MCP (HTTP or stdio) and HTTP/JSON.
 
     http: MCP at /mcp (one environment per MCP session, task from ?task= or --task) and at
     /sessions/SID/mcp (a session created by POST /sessions), JSON at /sessions; see
-    docs/external-agents.md. stdio: one environment for the process, for --task."""
+    docs/external-agents.md. stdio: one environment for the process, for --task, or with
+    --remote the session of a running tool server."""
     from agentload.tools import ToolsError
 
     logging.basicConfig(
@@ -120,6 +138,16 @@ def serve_command(
     )
     # The SDK warns on every call of an unlisted tool; the caller already gets an error result.
     logging.getLogger("mcp.server.lowlevel.server").setLevel(logging.ERROR)
+    if remote is not None:
+        if transport is not Transport.stdio or domain or task or record or grade_tool:
+            raise _fail(
+                "--remote goes with --transport stdio alone (the remote session has its "
+                "domain, task, record and grade)"
+            )
+        _serve_remote(remote)
+        return
+    if domain is None:
+        raise _fail("--domain is required (or --remote URL with --transport stdio)")
     store = _store(domain, seed)
     try:
         store.task(task)
@@ -142,6 +170,23 @@ def _serve_stdio(store: SessionStore, task: str | None, grade_tool: bool, rec: P
         pass
     finally:
         _record(rec, [session])
+
+
+def _serve_remote(url: str) -> None:
+    from agentload.tools import ToolsError
+    from agentload.tools.bridge import serve_stdio_remote, split_session_url
+    from agentload.util import run_async
+
+    try:
+        split_session_url(url)
+    except ToolsError as e:
+        raise _fail(f"--remote: {e}") from None
+    try:
+        run_async(_until_stopped(serve_stdio_remote(url), None))
+    except KeyboardInterrupt:
+        pass
+    except ToolsError as e:
+        raise _fail(f"--remote: {e}", 1) from None
 
 
 def _serve_http(

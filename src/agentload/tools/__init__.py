@@ -39,7 +39,10 @@ HTTP/JSON (errors are 4xx with `{"error": message, "field": name}`):
 - `POST /sessions/{sid}/grade` `{"replies": [...]}` -> the Grade plus the session's actions
 
 stdio: `serve_stdio(session)` serves one session over stdin/stdout (the agent spawns the
-process; `agentload tools serve --transport stdio --task T`).
+process; `agentload tools serve --transport stdio --task T`), and
+`bridge.serve_stdio_remote(url)` serves a session of a running ToolServer over stdio,
+forwarding each call to its JSON endpoint (`--transport stdio --remote URL/sessions/SID`), for
+agents that only spawn MCP servers while the harness keeps and grades the environment.
 
 Optionally (`grade_tool=True`) the MCP server also offers `agentload_grade`, the grader as a
 tool, for setups where only the MCP connection reaches the server.
