@@ -312,3 +312,29 @@ async def test_stdio_bridge_to_a_session_of_a_running_server(airline: ToolServer
         "--remote", f"{airline.url}/sessions/nosuch",
     )  # fmt: skip
     assert rc == 1 and "unknown session 'nosuch'" in err and len(err.strip().splitlines()) == 1
+
+
+async def test_openai_tool_calls_endpoint(airline: ToolServer) -> None:
+    task = _write_task("airline")
+    sid = airline.create_session(task.id)
+    calls = [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": a.name, "arguments": json.dumps(a.arguments)}}
+        for i, a in enumerate(task.gold_actions)
+    ]  # fmt: skip
+    calls.append({"id": "bad", "function": {"name": "nope", "arguments": "{}"}})
+    async with aiohttp.ClientSession() as http:
+        status, messages = await _post(
+            http, f"{airline.url}/sessions/{sid}/tool_calls", {"tool_calls": calls}
+        )
+        assert status == 200
+        assert [m["tool_call_id"] for m in messages] == [c["id"] for c in calls]
+        assert all(m["role"] == "tool" for m in messages)
+        assert messages[-1]["content"].startswith("Error: unknown tool 'nope'")
+        assert airline.grade(sid, _replies(task)).reward == 1.0
+        n = len(airline.session(sid).log)
+        status, body = await _post(
+            http, f"{airline.url}/sessions/{sid}/tool_calls", [calls[0], {"id": "x"}]
+        )
+        assert status == 400 and body["field"] == "tool_calls/1"
+        assert len(airline.session(sid).log) == n  # nothing ran

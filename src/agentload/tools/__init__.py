@@ -36,6 +36,8 @@ HTTP/JSON (errors are 4xx with `{"error": message, "field": name}`):
 - `POST /sessions/{sid}/tools/{name}` body = the arguments object -> `{"ok", "content"}`
   (a tool's own refusal is `ok: false` with `"Error: ..."`, status 200; an unknown tool is 404
   and arguments that do not fit the schema are 400, neither reaches the environment)
+- `POST /sessions/{sid}/tool_calls` an assistant message's OpenAI `tool_calls` -> the `tool`
+  messages to append
 - `POST /sessions/{sid}/grade` `{"replies": [...]}` -> the Grade plus the session's actions
 
 stdio: `serve_stdio(session)` serves one session over stdin/stdout (the agent spawns the

@@ -8,7 +8,8 @@ One Starlette app under uvicorn, run inside the caller's event loop:
   task, listed as session `mcp-<Mcp-Session-Id>`.
 - JSON: `GET /healthz`, `GET /tools`, `GET /policy`, `POST /sessions`, `GET /sessions`,
   `GET|DELETE /sessions/{sid}`, `GET /sessions/{sid}/tools`,
-  `POST /sessions/{sid}/tools/{name}`, `POST /sessions/{sid}/grade`.
+  `POST /sessions/{sid}/tools/{name}`, `POST /sessions/{sid}/tool_calls`,
+  `POST /sessions/{sid}/grade`.
 """
 
 from __future__ import annotations
@@ -252,6 +253,7 @@ class ToolServer:
             Route("/sessions/{sid}", self._delete, methods=["DELETE"]),
             Route("/sessions/{sid}/tools", self._session_tools, methods=["GET"]),
             Route("/sessions/{sid}/tools/{name}", self._call, methods=["POST"]),
+            Route("/sessions/{sid}/tool_calls", self._tool_calls, methods=["POST"]),
             Route("/sessions/{sid}/grade", self._grade, methods=["POST"]),
         ]
         app = Starlette(routes=routes)
@@ -315,6 +317,31 @@ class ToolServer:
         args = await _body(request, default={})
         result = session.call(request.path_params["name"], args)
         return _json({"ok": result.ok, "content": result.content})
+
+    async def _tool_calls(self, request: Request) -> Response:
+        """An assistant message's OpenAI `tool_calls`, run in order; answers the `tool`
+        messages to append. A call that cannot run is an "Error: ..." message, as it would be
+        for an agent driven by agentload."""
+        session = self.store.get(request.path_params["sid"])
+        body = await _body(request, default=None)
+        calls = body.get("tool_calls") if isinstance(body, dict) else body
+        if not isinstance(calls, list):
+            raise ToolsError("expected a list of OpenAI tool calls", field="tool_calls")
+        for i, call in enumerate(calls):  # all well formed before any runs
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise ToolsError("a tool call needs function.name", field=f"tool_calls/{i}")
+        messages = []
+        for call in calls:
+            fn = call["function"]
+            try:
+                content = session.call(fn["name"], fn.get("arguments")).content
+            except ToolsError as e:
+                content = f"Error: {e}"
+            messages.append(
+                {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
+            )
+        return _json(messages)
 
     async def _grade(self, request: Request) -> Response:
         session = self.store.get(request.path_params["sid"])
