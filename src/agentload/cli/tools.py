@@ -66,64 +66,76 @@ def _record(path: Path | None, sessions: list[ToolSession]) -> None:
             f.write(orjson.dumps(row) + b"\n")
 
 
+ServeDomainOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--domain",
+        "-d",
+        help="Domain whose tools to serve (not with --remote).",
+        metavar="NAME",
+    ),
+]
+TransportOpt = Annotated[
+    Transport,
+    typer.Option("--transport", help="http: MCP + JSON over HTTP; stdio: MCP on stdin/out."),
+]
+TaskOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--task",
+        help="Task of the stdio session, or of sessions opened at /mcp without ?task=.",
+        metavar="ID",
+    ),
+]
+HostOpt = Annotated[
+    str, typer.Option("--host", help="Address to listen on (http).", metavar="ADDR")
+]
+PortOpt = Annotated[
+    int,
+    typer.Option("--port", help="TCP port (http); 0 picks a free one.", metavar="PORT", min=0),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Database seed of new sessions.")]
+GradeToolOpt = Annotated[
+    bool,
+    typer.Option("--grade-tool", help="Also offer the grader as MCP tool agentload_grade."),
+]
+DurationOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--duration", help="Stop after S seconds (http; default: Ctrl-C).", metavar="S", min=0
+    ),
+]
+RecordOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        help="On exit, write each session's actions, db hash and grade as JSON lines.",
+        metavar="FILE",
+    ),
+]
+RemoteOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        help="stdio: forward every call to this session of a running tool server "
+        "(http://HOST:PORT/sessions/SID) instead of a local environment.",
+        metavar="URL",
+    ),
+]
+
+
 @tools_app.command("serve")
 def serve_command(
-    domain: Annotated[
-        str | None,
-        typer.Option(
-            "--domain",
-            "-d",
-            help="Domain whose tools to serve (not with --remote).",
-            metavar="NAME",
-        ),
-    ] = None,
-    transport: Annotated[
-        Transport,
-        typer.Option("--transport", help="http: MCP + JSON over HTTP; stdio: MCP on stdin/out."),
-    ] = Transport.http,
-    task: Annotated[
-        str | None,
-        typer.Option(
-            "--task",
-            help="Task of the stdio session, or of sessions opened at /mcp without ?task=.",
-            metavar="ID",
-        ),
-    ] = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (http).", metavar="ADDR")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int,
-        typer.Option("--port", help="TCP port (http); 0 picks a free one.", metavar="PORT", min=0),
-    ] = 8200,
-    seed: Annotated[int, typer.Option("--seed", help="Database seed of new sessions.")] = 0,
-    grade_tool: Annotated[
-        bool,
-        typer.Option("--grade-tool", help="Also offer the grader as MCP tool agentload_grade."),
-    ] = False,
-    duration: Annotated[
-        float | None,
-        typer.Option(
-            "--duration", help="Stop after S seconds (http; default: Ctrl-C).", metavar="S", min=0
-        ),
-    ] = None,
-    record: Annotated[
-        Path | None,
-        typer.Option(
-            "--record",
-            help="On exit, write each session's actions, db hash and grade as JSON lines.",
-            metavar="FILE",
-        ),
-    ] = None,
-    remote: Annotated[
-        str | None,
-        typer.Option(
-            "--remote",
-            help="stdio: forward every call to this session of a running tool server "
-            "(http://HOST:PORT/sessions/SID) instead of a local environment.",
-            metavar="URL",
-        ),
-    ] = None,
+    domain: ServeDomainOpt = None,
+    transport: TransportOpt = Transport.http,
+    task: TaskOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8200,
+    seed: SeedOpt = 0,
+    grade_tool: GradeToolOpt = False,
+    duration: DurationOpt = None,
+    record: RecordOpt = None,
+    remote: RemoteOpt = None,
 ) -> None:
     """Serve a domain's tools over MCP (HTTP or stdio) and HTTP/JSON.
 
