@@ -222,12 +222,19 @@ def session_line(session: Mapping[str, Any] | SessionRecord) -> dict[str, Any]:
     """The object written to sessions.jsonl: the writer's fields, stamped with the schema and
     version (first in the line, as before). No validation: readers do that."""
     data = session.dump() if isinstance(session, SessionRecord) else session
-    return {**data, "schema": SESSION_SCHEMA, "schema_version": SESSION_VERSION}
+    return _stamped(data, SESSION_SCHEMA, SESSION_VERSION)
 
 
 def trajectory_line(traj: Mapping[str, Any] | TrajectoryRecord) -> dict[str, Any]:
     data = traj.dump() if isinstance(traj, TrajectoryRecord) else traj
-    return {**data, "schema": TRAJECTORY_SCHEMA, "schema_version": TRAJECTORY_VERSION}
+    return _stamped(data, TRAJECTORY_SCHEMA, TRAJECTORY_VERSION)
+
+
+def _stamped(data: Mapping[str, Any], schema: str, version: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"schema": schema, "schema_version": version}
+    out.update(data)
+    out["schema"], out["schema_version"] = schema, version
+    return out
 
 
 # ---- reading -------------------------------------------------------------------------------
