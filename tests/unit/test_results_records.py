@@ -167,7 +167,7 @@ def test_summary_round_trip_through_summary_json(tmp_path: Path) -> None:
     assert loaded.episodes is not None and loaded.episodes.episodes == 2
     assert loaded.episodes.pass_hat_k == {"1": 1.0, "2": 1.0}
     assert loaded.calls.all.calls == 4 and loaded.calls.by_role["agent"].ok == 4
-    assert loaded.calls.all.ttft_s.pct("p50") == pytest.approx(0.1)
+    assert loaded.calls.all.ttft_s.stat("p50") == pytest.approx(0.1)
     assert loaded.counts.sessions == 2
     # Same JSON as the dict it came from (numbers equal; keys and nesting identical).
     assert json.loads(path.read_text()) == json.loads(orjson.dumps(summary))

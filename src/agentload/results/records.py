@@ -283,7 +283,7 @@ def parse_trajectory(data: Mapping[str, Any], where: str = "trajectory") -> Traj
 
 class Describe(_Model):
     """`agentload.stats.describe`: count, mean, std, min, max and p10 .. p99.9 (as extras,
-    keyed "p50", "p99.9"; read them with `pct`)."""
+    keyed "p50", "p99.9"; read any of them with `stat`)."""
 
     count: int = 0
     mean: float | None = None
@@ -291,9 +291,14 @@ class Describe(_Model):
     min: float | None = None
     max: float | None = None
 
-    def pct(self, key: str) -> float | None:
-        v = (self.model_extra or {}).get(key)
-        return None if v is None else float(v)
+    def stat(self, key: str) -> float | None:
+        """A figure by name: "mean", "max", ... or a percentile "p99", "p99.9"."""
+        v = (
+            getattr(self, key)
+            if key in Describe.model_fields
+            else (self.model_extra or {}).get(key)
+        )
+        return None if v is None or isinstance(v, bool) else float(v)
 
 
 class ItlBlock(_Model):
@@ -439,6 +444,15 @@ class IntegrityBlock(IntegrityCounts):
     files: dict[str, FileIntegrityBlock] = Field(default_factory=dict)
 
 
+class ClientBlock(_Model):
+    """`client`: the harness's own figures (added by `agentload run`; docs/results.md)."""
+
+    event_loop_lag_s: Describe | None = None
+    sched_delay_s: Describe | None = None
+    stop_reason: str | None = None
+    elapsed_s: float | None = None
+
+
 class Summary(Record):
     """summary.json (docs/results.md). Blocks of one workload kind (`episodes`, `replay`)
     are absent from the others' summaries; `client` is added by `agentload run`."""
@@ -461,8 +475,20 @@ class Summary(Record):
     scheduling: dict[str, Any] = Field(default_factory=dict)
     server: dict[str, Any] | None = None
     integrity: IntegrityBlock = Field(default_factory=IntegrityBlock)
-    client: dict[str, Any] | None = None
+    client: ClientBlock | None = None
     replay: dict[str, Any] | None = None
+
+    def agent_calls(self) -> CallBlock:
+        """The agent's call block; all calls' when the run had no agent role."""
+        return self.calls.by_role.get("agent") or self.calls.all
+
+
+def as_summary(data: Summary | Mapping[str, Any] | None) -> Summary:
+    """A summary to read by attribute: a Summary as it is, a dict validated with the blocks
+    that do not fit left out (a partial or damaged summary still reads)."""
+    if isinstance(data, Summary):
+        return data
+    return parse_lenient(Summary, data or {})[0]
 
 
 def summary_json(summary: Summary | Mapping[str, Any]) -> bytes:
