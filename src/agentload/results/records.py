@@ -40,7 +40,8 @@ Id = str | int
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # defer_build: schemas are built on first use, not when a command imports the module.
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     def dump(self) -> dict[str, Any]:
         """The JSON object as read or built: declared fields that were given, and extras."""
