@@ -353,10 +353,10 @@ def build_document(
     _latency_section(doc, s, series)
     _turns_section(doc, summary, pngs)
     # A replay's sessions are not graded: its own section replaces the episodes'.
-    if summary.get("replay"):
+    if s.replay:
         from agentload.report.replay import replay_section
 
-        replay_section(doc, summary["replay"])
+        replay_section(doc, s.replay)
     elif s.episodes:
         _episodes(doc, s.episodes, rates_meaningful(s))
     if summary.get("slo"):

@@ -12,7 +12,7 @@ from agentload.fmt import count, duration, num, pct, secs
 from agentload.report.columns import CALL_COLUMNS, console_columns
 from agentload.report.context import load_text
 from agentload.report.health import client_warnings
-from agentload.results.records import Episodes, SloBlock, as_summary
+from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
 from agentload.util import dig
 
 
@@ -38,7 +38,7 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     parts.append(calls)
 
     typed = as_summary(summary)
-    rp = summary.get("replay")
+    rp = typed.replay
     if rp:
         parts.append(_replay_table(rp))
     # Replayed conversations are not graded: no success rate or pass^k.
@@ -54,16 +54,16 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
-def _replay_table(rp: Mapping[str, Any]) -> Table:
+def _replay_table(rp: ReplayBlock) -> Table:
     t = Table(title="agentload: replay", title_justify="left", show_header=False)
     t.add_column("figure")
     t.add_column("value", justify="right")
-    t.add_row("conversations", count(rp.get("conversations")))
-    t.add_row("turns sent / aborted", f"{rp.get('turns_sent')} / {rp.get('turns_aborted')}")
-    t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in rp["terminations"].items()))
-    perf = dig(rp, "windows", "performance") or {}
-    t.add_row("calls / s (performance window)", num(perf.get("calls_per_s"), 1))
-    t.add_row("send lag p99", secs(dig(rp, "send_lag_s", "p99")))
+    t.add_row("conversations", count(rp.conversations))
+    t.add_row("turns sent / aborted", f"{rp.turns_sent} / {rp.turns_aborted}")
+    t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in rp.terminations.items()))
+    perf = rp.windows.get("performance")
+    t.add_row("calls / s (performance window)", num(perf.calls_per_s if perf else None, 1))
+    t.add_row("send lag p99", secs(rp.send_lag_s.stat("p99")))
     return t
 
 

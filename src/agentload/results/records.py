@@ -445,6 +445,58 @@ class IntegrityBlock(IntegrityCounts):
     files: dict[str, FileIntegrityBlock] = Field(default_factory=dict)
 
 
+class UpperBound(_Model):
+    """Early-stopping upper bounds of a percentile at a confidence (docs/replay.md)."""
+
+    confidence: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class ReplayWindow(_Model):
+    window: str | None = None
+    start: float | None = None
+    end: float | None = None
+    duration_s: float | None = None
+    conversations_ended: int = 0
+    calls: int = 0
+    failed_calls: int = 0
+    calls_per_s: float | None = None
+    output_tokens: int = 0
+    output_tokens_per_s: float | None = None
+    ttft_s: Describe = Field(default_factory=Describe)
+    e2e_s: Describe = Field(default_factory=Describe)
+    ttft_s_upper_bound: UpperBound | None = None
+
+
+class ReplayTurn(_Model):
+    turn: int
+    calls: int = 0
+    failed: int = 0
+    diverged: int = 0
+    ttft_s: Describe = Field(default_factory=Describe)
+    cached_share: float | None = None
+    prompt_tokens_mean: float | None = None
+
+
+class ReplayBlock(_Model):
+    """`replay`: a replay run's own roll-ups (docs/replay.md); absent for other kinds."""
+
+    conversations: int = 0
+    history: list[str] = Field(default_factory=list)
+    terminations: dict[str, int] = Field(default_factory=dict)
+    turns: int = 0
+    turns_sent: int = 0
+    turns_aborted: int = 0
+    divergences: int = 0
+    conversation_duration_s: Describe = Field(default_factory=Describe)
+    conversation_duration_s_upper_bound: UpperBound | None = None
+    send_lag_s: Describe = Field(default_factory=Describe)
+    output_tokens: dict[str, int] = Field(default_factory=dict)
+    windows: dict[str, ReplayWindow] = Field(default_factory=dict)
+    by_turn: list[ReplayTurn] = Field(default_factory=list)
+
+
 class ClientBlock(_Model):
     """`client`: the harness's own figures (added by `agentload run`; docs/results.md)."""
 
@@ -477,7 +529,7 @@ class Summary(Record):
     server: dict[str, Any] | None = None
     integrity: IntegrityBlock = Field(default_factory=IntegrityBlock)
     client: ClientBlock | None = None
-    replay: dict[str, Any] | None = None
+    replay: ReplayBlock | None = None
 
     def agent_calls(self) -> CallBlock:
         """The agent's call block; all calls' when the run had no agent role."""
