@@ -338,3 +338,22 @@ def test_an_episode_summary_keeps_its_episodes_block_and_no_replay(tmp_path: Pat
     assert "replay" not in summary
     assert isinstance(Summary.model_validate(summary).episodes, object)
     assert TrajectoryRecord.model_validate(_trajectory("s1")).reward == 1.0
+
+
+def test_report_and_console_read_the_typed_replay_block(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from agentload.report import summary_table
+    from agentload.report.build import build_document
+    from agentload.report.document import to_markdown
+
+    _replay_run(tmp_path)
+    summary = summarize(tmp_path)
+    md = to_markdown(build_document(summary))
+    assert "## Replay" in md and "### Windows" in md and "### By turn" in md
+    assert "## Episodes" not in md
+    assert "| conversations | 2 |" in md
+    console = Console(record=True, width=200)
+    console.print(summary_table(summary))
+    text = console.export_text()
+    assert "agentload: replay" in text and "agentload: episodes" not in text
