@@ -9,6 +9,12 @@ from agentload.results.records import ReplayBlock, ReplayTurn, ReplayWindow
 
 def replay_section(doc: Document, rp: ReplayBlock) -> None:
     doc.h("Replay")
+    _overview(doc, rp)
+    _windows(doc, rp.windows)
+    _by_turn(doc, rp.by_turn)
+
+
+def _overview(doc: Document, rp: ReplayBlock) -> None:
     terms = ", ".join(f"{k} {v}" for k, v in rp.terminations.items()) or DASH
     doc.table(
         ["figure", "value"],
@@ -37,8 +43,6 @@ def replay_section(doc: Document, rp: ReplayBlock) -> None:
         "Send lag: actual minus intended send time of each turn (the previous answer's end "
         "plus the recorded delay); a large lag means the client, not the server, was late."
     )
-    _windows(doc, rp.windows)
-    _by_turn(doc, rp.by_turn)
 
 
 def _windows(doc: Document, windows: dict[str, ReplayWindow]) -> None:
