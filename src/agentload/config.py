@@ -261,6 +261,19 @@ class LoadConfig(BaseModel):
         le=DAY_S,
         description="Stop the run when the endpoint has been down for this long.",
     )
+    workers: int | Literal["auto"] = Field(
+        "auto",
+        description="Worker processes that run the sessions (auto: what the load needs).",
+    )
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 1024:
+            raise ValueError("workers must be auto or a whole number from 1 to 1024")
+        return value
 
     @field_validator("duration_s", "drain_timeout_s", "outage_timeout_s", mode="before")
     @classmethod

@@ -384,6 +384,16 @@ LOAD_SHAPE = [
         metavar="N",
     ),
     Opt(
+        "workers",
+        ("--workers",),
+        str | None,
+        "Worker processes that run the sessions: N, or auto (more than one only for a large "
+        "concurrency on a machine with cores to spare; adds workers when one saturates).",
+        LOAD,
+        path="load.workers",
+        metavar="N",
+    ),
+    Opt(
         "num_episodes",
         ("--num-episodes", "-n"),
         int | None,

@@ -196,10 +196,15 @@ class Scheduler:
         finally:
             self.active -= 1
 
-    def _next_item(self) -> WorkItem | None:
+    async def _next_item(self, elapsed_s: float | None = None) -> WorkItem | None:
         if self._stop.is_set():
             return None
-        return self.plan.next(self.elapsed_s())
+        item = self.plan.next(self.elapsed_s() if elapsed_s is None else elapsed_s)
+        more = getattr(self.plan, "more", None)
+        if item is None and more is not None:
+            # A plan fed from elsewhere (a worker's grants): wait for the next item.
+            item = await more(self._stop)
+        return item
 
     async def _gate_open(self) -> bool:
         """Wait out an outage; False (and the run stops) when the gate gave up."""
@@ -215,7 +220,7 @@ class Scheduler:
         while True:
             if not await self._gate_open():
                 return
-            item = self._next_item()
+            item = await self._next_item()
             if item is None:
                 return
             await self._run_item(item, intended)
@@ -268,7 +273,7 @@ class Scheduler:
                 if self._stop.is_set():
                     break
             elapsed = (t_next - self.t0_ns) / 1e9
-            item = self.plan.next(elapsed)
+            item = await self._next_item(elapsed)
             if item is None:
                 break
             self._arrivals += 1
