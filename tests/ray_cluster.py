@@ -22,6 +22,8 @@ LOOPBACK_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+# Ray reads it once, when it is first imported: import this module before ray.
+os.environ.update(LOOPBACK_ENV)
 
 
 @dataclass
@@ -35,8 +37,11 @@ class LocalCluster:
 def local_ray_cluster(workers: int = 2, cpus_per_node: int = 2) -> Iterator[LocalCluster]:
     """A head with no CPU (nothing is placed on it) and `workers` raylets, each with
     `cpus_per_node` CPUs; torn down afterwards, whatever happened."""
-    os.environ.update(LOOPBACK_ENV)
+    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        raise RuntimeError("ray was imported before tests/ray_cluster.py: it would leave loopback")
 
     node = {
         "node_ip_address": "127.0.0.1",

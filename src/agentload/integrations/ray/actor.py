@@ -105,11 +105,17 @@ class WorkerActor:
         self._thread.start()
         if not ready.wait(START_TIMEOUT_S):
             raise RuntimeError("the worker's event loop did not start")
+        self._deliver()
 
     def push(self, seq: int, msgs: list[Any]) -> None:
-        """Deliver the driver's messages in the driver's order."""
+        """Deliver the driver's messages in the driver's order (those sent before the
+        worker started wait for it)."""
         with self._order:
             self._held[seq] = msgs
+        self._deliver()
+
+    def _deliver(self) -> None:
+        with self._order:
             loop, inbox = self._loop, self._inbox
             if loop is None or inbox is None:
                 return

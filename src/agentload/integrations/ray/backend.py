@@ -23,6 +23,7 @@ import contextlib
 import ipaddress
 import logging
 import math
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ log = logging.getLogger("agentload.ray")
 PULL_WAIT_S = 0.5
 """Longest a pull waits for a message before it returns empty (and is sent again)."""
 CLOCK_SAMPLES = 8
+CONNECT_TIMEOUT_S = 5.0
 ACTOR_CONCURRENCY = 4
 """Calls an actor serves at once: a pull waiting, pushes, a clock read."""
 
@@ -67,6 +69,7 @@ def connect(rc: RayConfig) -> Any:
     ray = _ray()
     if ray.is_initialized():
         return ray
+    _reachable(rc.address)
     try:
         ray.init(
             address=rc.address,
@@ -81,6 +84,25 @@ def connect(rc: RayConfig) -> Any:
             f"cannot connect to the Ray cluster at {rc.address}: {first}"
         ) from None
     return ray
+
+
+def _reachable(address: str) -> None:
+    """A head that does not answer fails in seconds (Ray itself retries for minutes)."""
+    if address == "auto" or "://" in address:
+        return  # Ray finds (or refuses) these itself, at once
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailable(
+            f"--ray {address}: give the head's host:port (e.g. 10.0.0.1:6379), "
+            "ray://host:10001 or auto"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise RayUnavailable(
+            f"cannot connect to the Ray cluster at {address}: {e.strerror or e} "
+            "(is `ray start --head` running there?)"
+        ) from None
 
 
 def cluster_workers(rc: RayConfig, cap: int) -> tuple[int, str]:
