@@ -271,7 +271,10 @@ class LoadConfig(BaseModel):
     def _workers(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 1024:
+        ok = value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024
+        )
+        if not ok:
             raise ValueError("workers must be auto or a whole number from 1 to 1024")
         return value
 

@@ -61,6 +61,7 @@ class WorkerState:
     rate: float | None = None
     launched: bool = False
     hello: bool = False
+    startup_cpu_s: float | None = None
     share: int = 0
     outstanding: dict[WorkItem, Assignment] = field(default_factory=dict)
     """Granted items whose session line has not arrived."""
@@ -224,6 +225,7 @@ class Coordinator:
             rate=rate,
             max_concurrency=self._max_conc[slot] if self._max_conc else None,
             arrival_seed=arrival_seed(self.cfg.workload.seed, idx),
+            tune_gc=self.state.opts.tune_gc,
         )
         return w, spec
 
@@ -272,7 +274,9 @@ class Coordinator:
             return
         grant: list[Assignment] = []
         if w.rate is None:
-            room = w.share - len(w.outstanding)
+            # Its share, and never more than the concurrency in all (while shares move).
+            in_flight = sum(len(x.outstanding) for x in self.workers.values())
+            room = min(w.share - len(w.outstanding), self.concurrency - in_flight)
         else:
             room = max(2, math.ceil(w.rate * OPEN_BUFFER_S)) - w.unstarted
         for _ in range(room):
@@ -306,6 +310,7 @@ class Coordinator:
             self._on_batch(w, msg)
         elif isinstance(msg, Hello):
             w.pid, w.host, w.hello = msg.pid, msg.host, True
+            w.startup_cpu_s = msg.startup_cpu_s
         elif isinstance(msg, Finished):
             w.finished = True
             w.report = msg.report
@@ -321,9 +326,10 @@ class Coordinator:
 
     def _on_batch(self, w: WorkerState, b: Batch) -> None:
         rec, tracker = self.state.recorder, self.state.tracker
-        for call in b.calls:
-            rec.record_call(call)
-            tracker.on_call(call)
+        for line in b.calls:
+            rec.record_call(line)
+        for brief in b.briefs:
+            tracker.on_call(brief)
         for done in b.sessions:
             rec.record_episode(done.session, done.trajectory)
             tracker.on_episode(done.session)
@@ -338,6 +344,10 @@ class Coordinator:
             self._on_stats(w, b.stats)
         if b.sessions or b.started:
             self._refill(w)
+            if b.sessions and self._rates is None:
+                for other in self._alive():  # a slot freed here may be another's share
+                    if other is not w:
+                        self._refill(other)
 
     def _on_stats(self, w: WorkerState, s: WorkerStats) -> None:
         w.stats = s
@@ -444,6 +454,7 @@ class Coordinator:
                     "calls": s.calls if s else 0,
                     "wall_s": s.wall_s if s else None,
                     "cpu_s": s.cpu_s if s else None,
+                    "startup_cpu_s": w.startup_cpu_s,
                     "cpu_share": (s.cpu_s / s.wall_s) if s and s.wall_s else None,
                     "max_rss_mb": s.max_rss_mb if s else None,
                     "event_loop_lag_s": {k: lag.get(k) for k in ("p50", "p99", "max")},
@@ -486,3 +497,23 @@ def client_extra(coord: Coordinator, driver_cpu_s: float) -> dict[str, Any]:
     if clocks is not None:  # workers on other machines: their clocks' offsets and bounds
         extra["clock_offsets"] = clocks()
     return extra
+
+
+def describe_workers(client: Mapping[str, Any]) -> str | None:
+    """One line on each worker's share of the work and its health, for the console."""
+    workers = client.get("workers")
+    if not isinstance(workers, list) or not workers:
+        return None
+
+    def one(w: Mapping[str, Any]) -> str:
+        share = w.get("cpu_share")
+        lag = (w.get("event_loop_lag_s") or {}).get("p99")
+        return (
+            f"{w.get('worker')}: {w.get('sessions', 0)} sessions, CPU "
+            + ("-" if share is None else f"{share * 100:.0f}%")
+            + ", loop lag p99 "
+            + ("-" if lag is None else f"{lag * 1e3:.0f} ms")
+            + ("" if w.get("exit") in ("done", None) else f", {w.get('exit')}")
+        )
+
+    return f"workers ({len(workers)}): " + "; ".join(one(w) for w in workers)

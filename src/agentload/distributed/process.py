@@ -72,6 +72,9 @@ class SocketChannel:
 def _process_main(spec: WorkerSpec, sock: socket.socket) -> None:
     """A worker process's entry point."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from agentload.util import die_with_parent
+
+    die_with_parent()  # a driver killed while this one is stuck in C code leaves nothing behind
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     from agentload.distributed.worker import run_worker
     from agentload.util import run_async
@@ -116,8 +119,9 @@ class ProcessBackend:
             daemon=True,
         )
         try:
-            # Spawning pickles the spec and starts an interpreter: keep the loop free.
-            await asyncio.to_thread(proc.start)
+            # From this (the driver's) thread: the child's death signal is tied to the thread
+            # that started it, and a helper thread may end before the worker does.
+            proc.start()
         finally:
             theirs.close()
         reader, writer = await asyncio.open_connection(sock=ours)

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from agentload.client import CallRecord, EndpointConfig
+    from agentload.client import EndpointConfig
     from agentload.config import RunConfig
     from agentload.scheduler.plan import WorkItem
 
@@ -72,6 +72,8 @@ class WorkerSpec:
     """Open loop: this worker's share of the cap on active sessions."""
     arrival_seed: int = 0
     """Seeds this worker's arrival process (distinct per worker, fixed for the run)."""
+    tune_gc: bool = True
+    """Fewer, cheaper garbage collections while sessions run (as the driver's own loop)."""
     stats_interval_s: float = 1.0
     batch_interval_s: float = 0.05
     """Records are sent at least this often (and as soon as a session commits)."""
@@ -156,6 +158,16 @@ class Hello:
     pid: int
     host: str
     version: int = PROTOCOL_VERSION
+    startup_cpu_s: float = 0.0
+    """CPU seconds the worker spent getting ready (interpreter, imports, workload, clients)."""
+
+
+class CallBrief(NamedTuple):
+    """What the driver's progress display reads of a call."""
+
+    status: str
+    completion_tokens: int | None
+    ttft_s: float | None
 
 
 @dataclass(slots=True)
@@ -163,7 +175,11 @@ class Batch:
     """Records in the order they ended; calls of a session come before its SessionDone."""
 
     worker: int
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[bytes] = field(default_factory=list)
+    """Each call's calls.jsonl line without its newline (`CallRecord.to_json()`): made once,
+    in the worker, as a one-process run makes it once."""
+    briefs: list[CallBrief] = field(default_factory=list)
+    """The same calls' figures for progress, in the same order."""
     sessions: list[SessionDone] = field(default_factory=list)
     started: int = 0
     """Granted items the worker started since its previous batch."""

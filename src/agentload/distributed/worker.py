@@ -22,6 +22,7 @@ from agentload.distributed.protocol import (
     Abort,
     Assignment,
     Batch,
+    CallBrief,
     Failed,
     Finished,
     Grant,
@@ -33,6 +34,7 @@ from agentload.distributed.protocol import (
     WorkerSpec,
     WorkerStats,
 )
+from agentload.util import gc_tuned
 
 if TYPE_CHECKING:
     from agentload.client import CallRecord, ChatClient
@@ -99,7 +101,8 @@ class Outbox:
         self.spec = spec
         self.channel = channel
         self.plan = plan
-        self.calls: list[CallRecord] = []
+        self.calls: list[bytes] = []
+        self.briefs: list[CallBrief] = []
         self.sessions: list[SessionDone] = []
         self._sent_started = 0
         self._soon: asyncio.Handle | None = None
@@ -108,7 +111,8 @@ class Outbox:
         self.n_sessions = 0
 
     def call(self, rec: CallRecord) -> None:
-        self.calls.append(rec)
+        self.calls.append(rec.to_json())
+        self.briefs.append(CallBrief(rec.status, rec.completion_tokens, rec.ttft_s))
         self.n_calls += 1
         if len(self.calls) >= self.spec.batch_max:
             self.flush()
@@ -128,8 +132,8 @@ class Outbox:
         if not (self.calls or self.sessions or started or stats):
             return
         self._sent_started = self.plan.started
-        batch = Batch(self.spec.index, self.calls, self.sessions, started, stats)
-        self.calls, self.sessions = [], []
+        batch = Batch(self.spec.index, self.calls, self.briefs, self.sessions, started, stats)
+        self.calls, self.briefs, self.sessions = [], [], []
         self.channel.send(batch)
 
 
@@ -169,12 +173,15 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
     try:
         async with contextlib.AsyncExitStack() as stack:
             host, clients = await _setup(spec, out, stack)
-            channel.send(Hello(spec.index, os.getpid(), socket.gethostname()))
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            ready = ru.ru_utime + ru.ru_stime
+            channel.send(Hello(spec.index, os.getpid(), socket.gethostname(), startup_cpu_s=ready))
             sched = host.sched = _scheduler(spec, host, plan, clients, out)
             inbox = asyncio.ensure_future(_inbox(channel, plan, sched))
             ticker = asyncio.ensure_future(_ticker(spec, t0, sched, out))
             try:
-                rep = await sched.run()
+                with gc_tuned(spec.tune_gc):
+                    rep = await sched.run()
             finally:
                 inbox.cancel()
                 ticker.cancel()
