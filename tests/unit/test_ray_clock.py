@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from agentload.client import CallRecord
@@ -14,8 +15,8 @@ from agentload.integrations.ray.clock import (
     estimate,
     measure,
     read_clocks,
-    shift_call,
-    shift_session,
+    shift_call_line,
+    shift_record,
 )
 
 SKEW_NS = 7_345_678_901  # the worker's monotonic clock is 7.3 s behind the driver's
@@ -49,7 +50,11 @@ async def test_measure_recovers_a_known_skew_within_its_bound() -> None:
     assert abs(off.wall_ns - WALL_SKEW_NS) <= off.bound_ns + 1_000_000
 
 
-def test_shift_call_moves_every_timestamp_and_leaves_durations() -> None:
+def _shifted(rec: CallRecord, off: ClockOffset) -> CallRecord:
+    return CallRecord.from_dict(orjson.loads(shift_call_line(rec.to_json(), off)))
+
+
+def test_shift_call_line_moves_every_timestamp_and_leaves_durations() -> None:
     rec = CallRecord(
         call_id="c",
         started_at=1_700_000_000.5,
@@ -61,27 +66,27 @@ def test_shift_call_moves_every_timestamp_and_leaves_durations() -> None:
         total_s=8e-7,
     )
     rec.replay = {"intended_send_ns": 90, "send_lag_s": 1e-8}
-    off = ClockOffset(SKEW_NS, WALL_SKEW_NS, 1000, 8)
-    shift_call(rec, off)
-    assert (rec.start_ns, rec.headers_ns, rec.first_token_ns, rec.end_ns) == (
+    got = _shifted(rec, ClockOffset(SKEW_NS, WALL_SKEW_NS, 1000, 8))
+    assert (got.start_ns, got.headers_ns, got.first_token_ns, got.end_ns) == (
         100 + SKEW_NS,
         150 + SKEW_NS,
         200 + SKEW_NS,
         900 + SKEW_NS,
     )
-    assert rec.started_at == pytest.approx(1_700_000_000.25)
-    assert rec.replay == {"intended_send_ns": 90 + SKEW_NS, "send_lag_s": 1e-8}
-    assert rec.ttft_s == 1e-7 and rec.total_s == 8e-7
+    assert got.started_at == pytest.approx(1_700_000_000.25)
+    assert got.replay == {"intended_send_ns": 90 + SKEW_NS, "send_lag_s": 1e-8}
+    assert got.ttft_s == 1e-7 and got.total_s == 8e-7
+    assert got.call_id == "c"
 
 
-def test_shift_call_keeps_missing_timestamps_missing() -> None:
+def test_shift_call_line_keeps_missing_timestamps_missing() -> None:
     rec = CallRecord(call_id="c", start_ns=100, end_ns=200, first_token_ns=None)
-    shift_call(rec, ClockOffset(5, 0, 1, 1))
-    assert rec.first_token_ns is None and rec.headers_ns is None
-    assert (rec.start_ns, rec.end_ns) == (105, 205)
+    got = _shifted(rec, ClockOffset(5, 0, 1, 1))
+    assert got.first_token_ns is None and got.headers_ns is None
+    assert (got.start_ns, got.end_ns) == (105, 205)
 
 
-def test_shift_session_moves_ns_fields_and_start() -> None:
+def test_shift_record_moves_a_session_line() -> None:
     session = {
         "session_id": "s",
         "started_at": 1_700_000_000.0,
@@ -92,7 +97,7 @@ def test_shift_session_moves_ns_fields_and_start() -> None:
         "counts": {"agent_calls": 3},
         "warmup": False,
     }
-    shift_session(session, ClockOffset(SKEW_NS, WALL_SKEW_NS, 1, 1))
+    shift_record(session, ClockOffset(SKEW_NS, WALL_SKEW_NS, 1, 1))
     assert session["start_ns"] == 1_000 + SKEW_NS
     assert session["end_ns"] == 5_000 + SKEW_NS
     assert session["intended_start_ns"] == 900 + SKEW_NS
@@ -102,9 +107,8 @@ def test_shift_session_moves_ns_fields_and_start() -> None:
 
 
 def test_a_zero_offset_changes_nothing() -> None:
-    rec = CallRecord(call_id="c", start_ns=1, end_ns=2, started_at=3.0)
+    line = CallRecord(call_id="c", start_ns=1, end_ns=2, started_at=3.0).to_json()
     session = {"start_ns": 1, "started_at": 3.0}
-    shift_call(rec, ClockOffset.zero())
-    shift_session(session, ClockOffset.zero())
-    assert (rec.start_ns, rec.end_ns, rec.started_at) == (1, 2, 3.0)
+    assert shift_call_line(line, ClockOffset.zero()) is line
+    shift_record(session, ClockOffset.zero())
     assert session == {"start_ns": 1, "started_at": 3.0}

@@ -34,8 +34,8 @@ from agentload.integrations.ray.clock import (
     ClockOffset,
     boot_id,
     measure,
-    shift_call,
-    shift_session,
+    shift_call_line,
+    shift_record,
 )
 
 if TYPE_CHECKING:
@@ -253,10 +253,9 @@ class RayBackend:
     @staticmethod
     def _correct(a: _Actor, msg: Any) -> None:
         if isinstance(msg, Batch) and not a.offset.is_zero:
-            for rec in msg.calls:
-                shift_call(rec, a.offset)
+            msg.calls = [shift_call_line(line, a.offset) for line in msg.calls]
             for done in msg.sessions:
-                shift_session(done.session, a.offset)
+                shift_record(done.session, a.offset)
 
     def send(self, worker: int, msg: ToWorker) -> None:
         a = self._actors.get(worker)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentload.client import CallRecord
+import orjson
 
 ClockReading = tuple[int, int]
 """(perf_counter_ns, time_ns) read in one process."""
@@ -116,27 +116,22 @@ def _shift_ns_fields(d: dict[str, Any], mono_ns: int) -> None:
             _shift_ns_fields(v, mono_ns)
 
 
-def shift_call(rec: CallRecord, off: ClockOffset) -> None:
-    """Move one call record onto the driver's clocks (in place)."""
+def shift_record(record: dict[str, Any], off: ClockOffset) -> None:
+    """Move a call or session record onto the driver's clocks (in place): every `*_ns`
+    field, nested ones too (a replayed call's `replay.intended_send_ns`), and `started_at`.
+    Durations (`*_s`) are differences on one clock and stay as they are."""
     if off.is_zero:
         return
-    for name in _CALL_NS:
-        v = getattr(rec, name)
-        if v is not None:
-            setattr(rec, name, v + off.mono_ns)
-    if rec.started_at:
-        rec.started_at += off.wall_ns / 1e9
-    extra = getattr(rec, "replay", None)
-    if isinstance(extra, dict):
-        _shift_ns_fields(extra, off.mono_ns)
-
-
-def shift_session(session: dict[str, Any], off: ClockOffset) -> None:
-    """Move a session line onto the driver's clocks (in place): every `*_ns` field, nested
-    ones too, and `started_at`."""
-    if off.is_zero:
-        return
-    _shift_ns_fields(session, off.mono_ns)
-    started = session.get("started_at")
+    _shift_ns_fields(record, off.mono_ns)
+    started = record.get("started_at")
     if isinstance(started, int | float) and not isinstance(started, bool):
-        session["started_at"] = started + off.wall_ns / 1e9
+        record["started_at"] = started + off.wall_ns / 1e9
+
+
+def shift_call_line(line: bytes, off: ClockOffset) -> bytes:
+    """A calls.jsonl line (as a worker sends it) moved onto the driver's clocks."""
+    if off.is_zero:
+        return line
+    record = orjson.loads(line)
+    shift_record(record, off)
+    return orjson.dumps(record)
