@@ -48,22 +48,33 @@ log = logging.getLogger("agentload.worker")
 
 class FeedPlan:
     """A plan whose items come from the driver: `next` takes what was granted, `more` waits
-    for the next grant (or for the end)."""
+    for the next grant (or for the end).
+
+    Idle scheduler workers wait in `more`; a grant wakes one waiter per item (not all of
+    them: a worker may hold hundreds idle while its share is small)."""
 
     def __init__(self) -> None:
         self._queue: deque[Assignment] = deque()
-        self._fed = asyncio.Event()
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._assigned: dict[WorkItem, Assignment] = {}
+        self._stop_hook: asyncio.Task[Any] | None = None
         self.closed = False
         self.started = 0
 
     def feed(self, items: tuple[Assignment, ...]) -> None:
         self._queue.extend(items)
-        self._fed.set()
+        self._wake(len(items))
 
     def close(self) -> None:
         self.closed = True
-        self._fed.set()
+        self._wake(len(self._waiters))
+
+    def _wake(self, n: int) -> None:
+        while n > 0 and self._waiters:
+            f = self._waiters.popleft()
+            if not f.done():
+                f.set_result(None)
+                n -= 1
 
     def next(self, elapsed_s: float) -> WorkItem | None:
         if not self._queue:
@@ -76,18 +87,21 @@ class FeedPlan:
     async def more(self, stop: asyncio.Event) -> WorkItem | None:
         """Wait until an item is granted (it is returned), or the plan closes or the run
         stops (None)."""
+        if self._stop_hook is None:
+            self._stop_hook = asyncio.ensure_future(stop.wait())
+            self._stop_hook.add_done_callback(lambda _t: self._wake(len(self._waiters)))
+        loop = asyncio.get_running_loop()
         while not self._queue:
             if self.closed or stop.is_set():
                 return None
-            self._fed.clear()
-            fed = asyncio.ensure_future(self._fed.wait())
-            stopped = asyncio.ensure_future(stop.wait())
-            try:
-                await asyncio.wait({fed, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                fed.cancel()
-                stopped.cancel()
+            f: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(f)
+            await f
         return self.next(0.0)
+
+    def shut(self) -> None:
+        if self._stop_hook is not None:
+            self._stop_hook.cancel()
 
     def assignment(self, item: WorkItem) -> Assignment:
         return self._assigned.pop(item, None) or Assignment(item)
@@ -185,6 +199,7 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
             finally:
                 inbox.cancel()
                 ticker.cancel()
+                plan.shut()
             out.flush()
             channel.send(
                 Finished(
