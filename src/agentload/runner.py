@@ -156,6 +156,13 @@ async def execute_run(
         # the same --out works for the next try.
         checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
         cfg = cfg.model_copy(update={"endpoints": checked[0]})
+    if cfg.ray is not None:  # an unreachable cluster fails before the folder is touched
+        from agentload.integrations.ray.backend import RayUnavailable, connect
+
+        try:
+            connect(cfg.ray)
+        except RayUnavailable as e:
+            raise RunFailed(str(e)) from None
     from agentload.results.jsonl import ResultsError
     from agentload.workloads.base import make_workload
 
@@ -270,7 +277,7 @@ async def drive(run: RunState) -> SchedulerReport:
         if _late_preflight(run.cfg) and not run.interrupts:
             endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
             _note_endpoints(run, endpoints, detected)
-        if run.processes != (1, 1):
+        if run.processes != (1, 1) or run.cfg.ray is not None:
             from agentload.distributed.driver import coordinator
 
             sched: Any = coordinator(run, endpoints)

@@ -394,6 +394,16 @@ LOAD_SHAPE = [
         metavar="N",
     ),
     Opt(
+        "ray",
+        ("--ray",),
+        str | None,
+        "Run the workers as Ray actors on the Ray cluster at ADDRESS (host:port of its head, "
+        "or auto); needs agentload[ray] on every node. --workers then counts actors.",
+        LOAD,
+        path="ray.address",
+        metavar="ADDRESS",
+    ),
+    Opt(
         "num_episodes",
         ("--num-episodes", "-n"),
         int | None,

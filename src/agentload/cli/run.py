@@ -81,12 +81,15 @@ _OUTPUT_ONLY = {
     "outage_timeout",
     "no_preflight",
     "mlflow",
+    "ray",
 }
 # Flags --resume takes on top of the saved config: (config path, flag, value).
 _RESUME_FLAGS = {
     "drain_timeout": ("load.drain_timeout_s", "--drain-timeout"),
     "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
     "outage_timeout": ("load.outage_timeout_s", "--outage-timeout"),
+    # The cluster a run continues on may not be the one it started on.
+    "ray": ("ray.address", "--ray"),
 }
 PROGRESS_INTERVAL_MIN_S = 0.1
 

@@ -470,11 +470,17 @@ class Coordinator:
 
 
 def coordinator(run: RunState, endpoints: Mapping[str, EndpointConfig]) -> Coordinator:
-    """The run's coordinator over worker processes on this machine."""
-    from agentload.distributed.process import ProcessBackend
-
+    """The run's coordinator over worker processes on this machine, or over Ray actors."""
     start, top = run.processes
-    return Coordinator(run, endpoints, ProcessBackend(), start, max_workers=top)
+    if run.cfg.ray is not None:
+        from agentload.integrations.ray.backend import ray_backend
+
+        backend: Backend = ray_backend(run, endpoints)
+    else:
+        from agentload.distributed.process import ProcessBackend
+
+        backend = ProcessBackend()
+    return Coordinator(run, endpoints, backend, start, max_workers=top)
 
 
 def client_extra(coord: Coordinator, driver_cpu_s: float) -> dict[str, Any]:
@@ -482,11 +488,15 @@ def client_extra(coord: Coordinator, driver_cpu_s: float) -> dict[str, Any]:
     client's CPU over every process (`cpu_s` stays the driver's own)."""
     workers = coord.workers_block()
     cpu = driver_cpu_s + sum(w["cpu_s"] or 0.0 for w in workers)
-    return {
+    extra: dict[str, Any] = {
         "workers": workers,
         "cpu_s_all_processes": cpu,
         "outages": coord.outages(),
     }
+    clocks = getattr(coord.backend, "clock_block", None)
+    if clocks is not None:  # workers on other machines: their clocks' offsets and bounds
+        extra["clock_offsets"] = clocks()
+    return extra
 
 
 def describe_workers(client: Mapping[str, Any]) -> str | None:

@@ -27,6 +27,11 @@ def decide_workers(cfg: RunConfig, sessions: int) -> tuple[int, int, str | None]
     """
     ld = cfg.load
     cap = sessions if ld.mode == "closed" else (ld.max_concurrency or 1_000_000)
+    if cfg.ray is not None and ld.workers == "auto":
+        from agentload.integrations.ray.backend import cluster_workers
+
+        actors, placed = cluster_workers(cfg.ray, cap)
+        return actors, actors, placed
     if ld.workers != "auto":
         n = min(ld.workers, cap)
         note = (
