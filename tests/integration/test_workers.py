@@ -76,7 +76,7 @@ async def test_two_workers_record_every_session_once(tmp_path: Path) -> None:
     assert len(sessions) == 14  # 12 measured + 2 warmup
     assert len(load_jsonl(tmp_path / "two" / "trajectories.jsonl")) == 14
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
-    assert summary["counts"]["sessions"] == 12
+    assert summary["counts"]["sessions"] == 12 and summary["counts"]["unfinished_calls"] == 0
     client = summary["client"]
     workers = client["workers"]
     assert [w["worker"] for w in workers] == [0, 1]
