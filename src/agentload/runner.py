@@ -259,6 +259,7 @@ async def drive(run: RunState) -> SchedulerReport:
         if _late_preflight(run.cfg) and not run.interrupts:
             endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
             _note_endpoints(run, endpoints, detected)
+        stack.push_async_callback(run.workload.close)
         await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
         gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
         stack.push_async_callback(gate.close)

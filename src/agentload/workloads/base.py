@@ -88,6 +88,10 @@ class Workload(ABC):
         """Called once before the first session, with the endpoints by role (e.g. to warm the
         embedded simulator up so the first measured call carries no one-off cost)."""
 
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Called once after the last session (also when the run fails or is interrupted),
+        to stop what `prepare` started."""
+
     @abstractmethod
     async def run_session(
         self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]
