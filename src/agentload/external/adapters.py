@@ -23,6 +23,7 @@ import contextlib
 import os
 import shlex
 import string
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +45,10 @@ PLACEHOLDERS = (
     "tools_url",
     "state_dir",
     "policy_file",
+    "python",
 )
-"""What a `command` template may name in braces."""
+"""What a `command` template may name in braces (`{python}`: the interpreter agentload runs
+on, e.g. for `{python} -m agentload.external.reference_agent`)."""
 
 
 class AgentError(Exception):
@@ -89,6 +92,7 @@ class AgentSession:
             "tools_url": self.tools_url,
             "state_dir": str(self.state_dir),
             "policy_file": str(self.policy_file),
+            "python": sys.executable,
         }
 
     def env(self) -> dict[str, str]:

@@ -28,6 +28,10 @@ log = logging.getLogger("agentload.external")
 RecordFn = Callable[[CallRecord], None]
 
 
+def _drop(rec: CallRecord) -> None:
+    pass
+
+
 class _Sink:
     """Routes each proxied call to the sink of the episode it belongs to."""
 
@@ -37,14 +41,15 @@ class _Sink:
         self.calls: dict[str, list[CallRecord]] = {}
 
     def record_call(self, rec: CallRecord) -> None:
+        sid = rec.session_id or ""
         # The id a native agent call of this session and turn would have.
-        rec.call_id = f"{rec.session_id}:a{rec.turn}"
-        fn = self.by_session.get(rec.session_id)
+        rec.call_id = f"{sid}:a{rec.turn}"
+        fn = self.by_session.get(sid)
         if fn is None:
-            log.warning("agent call of session %r outside its episode", rec.session_id)
+            log.warning("agent call of session %r outside its episode", sid)
             fn = self.fallback
         else:
-            self.calls.setdefault(rec.session_id, []).append(rec)
+            self.calls.setdefault(sid, []).append(rec)
         if fn is not None:
             fn(rec)
 
@@ -71,12 +76,13 @@ class AgentProxy(ProxyServer):
     def session_url(self, session_id: str) -> str:
         return f"{self.url}/s/{quote(session_id, safe='')}/v1"
 
-    def open(self, session_id: str, task_id: str, record: RecordFn) -> str:
+    def open(self, session_id: str, task_id: str, record: RecordFn | None) -> str:
         """Start routing one episode's calls; returns the base URL its agent uses."""
         self.tasks[session_id] = task_id
-        self.sink.by_session[session_id] = record
+        fn = record or _drop
+        self.sink.by_session[session_id] = fn
         if self.sink.fallback is None:
-            self.sink.fallback = record
+            self.sink.fallback = fn
         return self.session_url(session_id)
 
     def close(self, session_id: str) -> tuple[ProxySession | None, list[CallRecord]]:
