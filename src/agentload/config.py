@@ -359,7 +359,9 @@ class ExternalConfig(BaseModel):
 
     adapter: str = Field("command", description="command | openai-agent | openclaw.")
     command: str | list[str] | None = Field(
-        None, description="command adapter: run once per user turn; {placeholders} filled in."
+        None,
+        description="command adapter: run once per user turn; {placeholders} filled in "
+        "(default: agentload's reference agent).",
     )
     url: str | None = Field(None, description="openai-agent adapter: the agent's base URL.")
     turn_timeout_s: float = Field(300.0, gt=0, description="Longest one agent turn may take.")

@@ -6,8 +6,6 @@ tool server, graded; and the same run's records compared in form with a native r
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from agentload.runner import execute_run
 from agentload.sim import SimConfig, SimServer
 
 TASKS = ["airline/000", "airline/001"]
-REFERENCE = f"{shlex.quote(sys.executable)} -m agentload.external.reference_agent"
 
 
 def _quiet(_msg: str) -> None:
@@ -105,7 +102,8 @@ def _check_solved(out: Path, tasks: list[str], adapter: str) -> None:
 @pytest.mark.timeout(300)
 async def test_reference_agent_through_the_command_adapter(sim: SimServer, tmp_path: Path) -> None:
     out = tmp_path / "ext"
-    outcome = await _run(_cfg(out, sim, TASKS, adapter="command", command=REFERENCE))
+    # No command: the reference agent is the command adapter's default.
+    outcome = await _run(_cfg(out, sim, TASKS, adapter="command"))
     assert outcome.exit_code == 0
     _check_solved(out, TASKS, "command")
     run = json.loads((out / "run.json").read_text())
@@ -174,7 +172,6 @@ async def test_a_failing_agent_ends_its_episode_with_the_reason(
     ("external", "message"),
     [
         ({"adapter": "nope"}, "unknown adapter 'nope' (known: command, openai-agent, openclaw)"),
-        ({"adapter": "command"}, "the command adapter needs a command"),
         ({"adapter": "command", "command": "agent {bogus}"}, "unknown placeholder {bogus}"),
         ({"adapter": "openai-agent"}, "needs the agent's http(s) URL"),
     ],

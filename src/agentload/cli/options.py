@@ -370,7 +370,8 @@ EXTERNAL = [
         ("--agent-command",),
         str | None,
         "command adapter: run per user turn (message on stdin, reply on stdout); "
-        "{placeholders} such as {session}, {mcp_url} are filled in.",
+        "{placeholders} such as {session}, {mcp_url} are filled in. Default: agentload's "
+        "reference agent.",
         EXTERNAL_PANEL,
         path="external.command",
         metavar="CMD",

@@ -51,6 +51,10 @@ PLACEHOLDERS = (
 on, e.g. for `{python} -m agentload.external.reference_agent`)."""
 
 
+REFERENCE_COMMAND = ("{python}", "-m", "agentload.external.reference_agent")
+"""The command adapter's default: agentload's reference agent."""
+
+
 class AgentError(Exception):
     """The agent failed a turn (crashed, timed out, gave no reply): the episode ends with
     termination `protocol_error` and this message."""
@@ -200,11 +204,7 @@ class CommandAdapter(AgentAdapter):
     name = "command"
 
     def argv(self) -> list[str]:
-        if not self.cfg.command:
-            raise ConfigError(
-                "the command adapter needs a command (--agent-command or external.command)"
-            )
-        return _argv(self.cfg.command)
+        return _argv(self.cfg.command) if self.cfg.command else list(REFERENCE_COMMAND)
 
     def check(self) -> None:
         argv = self.argv()
