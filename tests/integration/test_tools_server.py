@@ -5,8 +5,10 @@ the domain grader at the end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -60,8 +62,13 @@ async def test_mcp_session_solves_a_task_and_grades_like_the_domain(airline: Too
     task = _write_task("airline")
     sid = airline.create_session(task.id)
     async with await _mcp(airline.mcp_url(sid)) as client:
-        listed = {t.name for t in (await client.list_tools()).tools}
-        assert listed == {t.name for t in get_domain("airline").tools} | {GRADE_TOOL}
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == {t.name for t in get_domain("airline").tools} | {GRADE_TOOL}
+        for tool in get_domain("airline").tools:
+            assert listed[tool.name].inputSchema == tool.parameters
+            assert listed[tool.name].description == tool.description
+            assert listed[tool.name].annotations is not None
+            assert listed[tool.name].annotations.readOnlyHint is (not tool.writes)
         for action in task.gold_actions:
             r = await client.call_tool(action.name, action.arguments)
             assert not r.isError, r.content
@@ -264,3 +271,70 @@ async def test_stdio_transport_with_the_sdk_client(tmp_path: Path) -> None:
     assert row["task_id"] == task.id
     assert row["grade"]["db_match"] is True
     assert [a["name"] for a in row["actions"]] == [a.name for a in task.gold_actions]
+
+
+async def test_stop_does_not_wait_for_connected_agents() -> None:
+    ts = await ToolServer("airline", port=0).start()
+    sid = ts.create_session()
+    stopped_in = None
+    with contextlib.suppress(Exception):  # the client sees its server go away
+        async with await _mcp(ts.mcp_url(sid)) as client:
+            await client.call_tool("list_airports", {})
+            t0 = time.perf_counter()
+            await ts.stop()
+            stopped_in = time.perf_counter() - t0
+    assert stopped_in is not None and stopped_in < 4.5
+    with pytest.raises(RuntimeError, match="starts once"):
+        await ts.start()
+
+
+async def test_stdio_bridge_to_a_session_of_a_running_server(airline: ToolServer) -> None:
+    task = _write_task("airline")
+    sid = airline.create_session(task.id)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agentload", "tools", "serve", "--transport", "stdio", "--remote",
+              f"{airline.url}/sessions/{sid}"],
+    )  # fmt: skip
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {t.name for t in get_domain("airline").tools}
+        for action in task.gold_actions:
+            assert not (await client.call_tool(action.name, action.arguments)).isError
+        bad = await client.call_tool("get_booking", {"reservation_id": 5})
+        assert bad.isError and "reservation_id" in bad.content[0].text  # type: ignore[union-attr]
+    # The calls acted on the server's session: the harness grades it there.
+    assert airline.grade(sid, _replies(task)).reward == 1.0
+    assert [c.reached for c in airline.session(sid).log][-1] is False
+    rc, _, err = await _run(
+        sys.executable, "-m", "agentload", "tools", "serve", "--transport", "stdio",
+        "--remote", f"{airline.url}/sessions/nosuch",
+    )  # fmt: skip
+    assert rc == 1 and "unknown session 'nosuch'" in err and len(err.strip().splitlines()) == 1
+
+
+async def test_openai_tool_calls_endpoint(airline: ToolServer) -> None:
+    task = _write_task("airline")
+    sid = airline.create_session(task.id)
+    calls = [
+        {"id": f"call_{i}", "type": "function",
+         "function": {"name": a.name, "arguments": json.dumps(a.arguments)}}
+        for i, a in enumerate(task.gold_actions)
+    ]  # fmt: skip
+    calls.append({"id": "bad", "function": {"name": "nope", "arguments": "{}"}})
+    async with aiohttp.ClientSession() as http:
+        status, messages = await _post(
+            http, f"{airline.url}/sessions/{sid}/tool_calls", {"tool_calls": calls}
+        )
+        assert status == 200
+        assert [m["tool_call_id"] for m in messages] == [c["id"] for c in calls]
+        assert all(m["role"] == "tool" for m in messages)
+        assert messages[-1]["content"].startswith("Error: unknown tool 'nope'")
+        assert airline.grade(sid, _replies(task)).reward == 1.0
+        n = len(airline.session(sid).log)
+        status, body = await _post(
+            http, f"{airline.url}/sessions/{sid}/tool_calls", [calls[0], {"id": "x"}]
+        )
+        assert status == 400 and body["field"] == "tool_calls/1"
+        assert len(airline.session(sid).log) == n  # nothing ran

@@ -4,11 +4,14 @@ endpoint, command scripts)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -63,53 +66,83 @@ def _record(path: Path | None, sessions: list[ToolSession]) -> None:
             f.write(orjson.dumps(row) + b"\n")
 
 
+ServeDomainOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--domain",
+        "-d",
+        help="Domain whose tools to serve (not with --remote).",
+        metavar="NAME",
+    ),
+]
+TransportOpt = Annotated[
+    Transport,
+    typer.Option("--transport", help="http: MCP + JSON over HTTP; stdio: MCP on stdin/out."),
+]
+TaskOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--task",
+        help="Task of the stdio session, or of sessions opened at /mcp without ?task=.",
+        metavar="ID",
+    ),
+]
+HostOpt = Annotated[
+    str, typer.Option("--host", help="Address to listen on (http).", metavar="ADDR")
+]
+PortOpt = Annotated[
+    int,
+    typer.Option("--port", help="TCP port (http); 0 picks a free one.", metavar="PORT", min=0),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Database seed of new sessions.")]
+GradeToolOpt = Annotated[
+    bool,
+    typer.Option("--grade-tool", help="Also offer the grader as MCP tool agentload_grade."),
+]
+DurationOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--duration", help="Stop after S seconds (http; default: Ctrl-C).", metavar="S", min=0
+    ),
+]
+RecordOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        help="On exit, write each session's actions, db hash and grade as JSON lines.",
+        metavar="FILE",
+    ),
+]
+RemoteOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        help="stdio: forward every call to this session of a running tool server "
+        "(http://HOST:PORT/sessions/SID) instead of a local environment.",
+        metavar="URL",
+    ),
+]
+
+
 @tools_app.command("serve")
 def serve_command(
-    domain: DomainOpt,
-    transport: Annotated[
-        Transport,
-        typer.Option("--transport", help="http: MCP + JSON over HTTP; stdio: MCP on stdin/out."),
-    ] = Transport.http,
-    task: Annotated[
-        str | None,
-        typer.Option(
-            "--task",
-            help="Task of the stdio session, or of sessions opened at /mcp without ?task=.",
-            metavar="ID",
-        ),
-    ] = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (http).", metavar="ADDR")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int,
-        typer.Option("--port", help="TCP port (http); 0 picks a free one.", metavar="PORT", min=0),
-    ] = 8200,
-    seed: Annotated[int, typer.Option("--seed", help="Database seed of new sessions.")] = 0,
-    grade_tool: Annotated[
-        bool,
-        typer.Option("--grade-tool", help="Also offer the grader as MCP tool agentload_grade."),
-    ] = False,
-    duration: Annotated[
-        float | None,
-        typer.Option(
-            "--duration", help="Stop after S seconds (http; default: Ctrl-C).", metavar="S", min=0
-        ),
-    ] = None,
-    record: Annotated[
-        Path | None,
-        typer.Option(
-            "--record",
-            help="On exit, write each session's actions, db hash and grade as JSON lines.",
-            metavar="FILE",
-        ),
-    ] = None,
+    domain: ServeDomainOpt = None,
+    transport: TransportOpt = Transport.http,
+    task: TaskOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8200,
+    seed: SeedOpt = 0,
+    grade_tool: GradeToolOpt = False,
+    duration: DurationOpt = None,
+    record: RecordOpt = None,
+    remote: RemoteOpt = None,
 ) -> None:
     """Serve a domain's tools over MCP (HTTP or stdio) and HTTP/JSON.
 
     http: MCP at /mcp (one environment per MCP session, task from ?task= or --task) and at
     /sessions/SID/mcp (a session created by POST /sessions), JSON at /sessions; see
-    docs/external-agents.md. stdio: one environment for the process, for --task."""
+    docs/external-agents.md. stdio: one environment for the process, for --task, or with
+    --remote the session of a running tool server."""
     from agentload.tools import ToolsError
 
     logging.basicConfig(
@@ -117,6 +150,16 @@ def serve_command(
     )
     # The SDK warns on every call of an unlisted tool; the caller already gets an error result.
     logging.getLogger("mcp.server.lowlevel.server").setLevel(logging.ERROR)
+    if remote is not None:
+        if transport is not Transport.stdio or domain or task or record or grade_tool:
+            raise _fail(
+                "--remote goes with --transport stdio alone (the remote session has its "
+                "domain, task, record and grade)"
+            )
+        _serve_remote(remote)
+        return
+    if domain is None:
+        raise _fail("--domain is required (or --remote URL with --transport stdio)")
     store = _store(domain, seed)
     try:
         store.task(task)
@@ -134,11 +177,28 @@ def _serve_stdio(store: SessionStore, task: str | None, grade_tool: bool, rec: P
 
     session = store.create(task)
     try:
-        run_async(serve_stdio(session, grade_tool=grade_tool))
+        run_async(_until_stopped(serve_stdio(session, grade_tool=grade_tool), None))
     except KeyboardInterrupt:
         pass
     finally:
         _record(rec, [session])
+
+
+def _serve_remote(url: str) -> None:
+    from agentload.tools import ToolsError
+    from agentload.tools.bridge import serve_stdio_remote, split_session_url
+    from agentload.util import run_async
+
+    try:
+        split_session_url(url)
+    except ToolsError as e:
+        raise _fail(f"--remote: {e}") from None
+    try:
+        run_async(_until_stopped(serve_stdio_remote(url), None))
+    except KeyboardInterrupt:
+        pass
+    except ToolsError as e:
+        raise _fail(f"--remote: {e}", 1) from None
 
 
 def _serve_http(
@@ -170,10 +230,7 @@ def _serve_http(
             err=True,
         )
         try:
-            if duration is None:
-                await asyncio.Event().wait()
-            else:
-                await asyncio.sleep(duration)
+            await _until_stopped(None, duration)
         finally:
             await ts.stop()
 
@@ -185,6 +242,29 @@ def _serve_http(
         raise _fail(f"cannot listen on {host}:{port}: {e.strerror or e}", 1) from None
     finally:
         _record(rec, list(ts.store))
+
+
+async def _until_stopped(work: Coroutine[Any, Any, None] | None, duration: float | None) -> None:
+    """Run until `work` ends (re-raising its error), `duration` passes or SIGTERM arrives;
+    Ctrl-C raises KeyboardInterrupt as usual. SIGTERM is a normal stop (exit 0, --record
+    written): how a harness or Kubernetes ends the server."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
+    if work is not None:
+        tasks.append(asyncio.create_task(work))
+    try:
+        done, _ = await asyncio.wait(tasks, timeout=duration, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 @tools_app.command("scripts")

@@ -10,7 +10,8 @@ Library API (the CLI `agentload tools serve|scripts` is a thin layer over it)::
         ts.url               # JSON endpoint root (routes below)
         ...                  # the agent calls tools
         grade = ts.grade(sid, replies=["...agent's replies to the user..."])  # domain Grade
-        ts.session(sid).env.actions   # the tool calls it made, in order
+        ts.session(sid).env.actions   # the calls that reached the database (what grading replays)
+        ts.session(sid).log           # every call as made, with result, ok, reached and timing
         ts.close_session(sid)
 
 Sessions. Each session holds one `Environment` (a fresh database of the domain, seed 0 unless
@@ -29,15 +30,21 @@ MCP over HTTP, two ways to reach an environment:
 HTTP/JSON (errors are 4xx with `{"error": message, "field": name}`):
 - `GET /healthz`, `GET /tools` (OpenAI tool schemas), `GET /policy`
 - `POST /sessions` `{"task_id": "airline/007", "seed": 0}` -> 201 `{"session", "mcp_url", ...}`
-- `GET /sessions`, `GET /sessions/{sid}` (task, calls, actions), `DELETE /sessions/{sid}`
+- `GET /sessions`, `GET /sessions/{sid}` (task, actions, every tool call with its result
+  and timing), `DELETE /sessions/{sid}`
 - `GET /sessions/{sid}/tools` -> OpenAI tool schemas
 - `POST /sessions/{sid}/tools/{name}` body = the arguments object -> `{"ok", "content"}`
   (a tool's own refusal is `ok: false` with `"Error: ..."`, status 200; an unknown tool is 404
   and arguments that do not fit the schema are 400, neither reaches the environment)
+- `POST /sessions/{sid}/tool_calls` an assistant message's OpenAI `tool_calls` -> the `tool`
+  messages to append
 - `POST /sessions/{sid}/grade` `{"replies": [...]}` -> the Grade plus the session's actions
 
 stdio: `serve_stdio(session)` serves one session over stdin/stdout (the agent spawns the
-process; `agentload tools serve --transport stdio --task T`).
+process; `agentload tools serve --transport stdio --task T`), and
+`bridge.serve_stdio_remote(url)` serves a session of a running ToolServer over stdio,
+forwarding each call to its JSON endpoint (`--transport stdio --remote URL/sessions/SID`), for
+agents that only spawn MCP servers while the harness keeps and grades the environment.
 
 Optionally (`grade_tool=True`) the MCP server also offers `agentload_grade`, the grader as a
 tool, for setups where only the MCP connection reaches the server.
@@ -55,6 +62,7 @@ from agentload.tools.sessions import (
     SessionStore,
     ToolsError,
     ToolSession,
+    UnknownDomain,
     UnknownSession,
     UnknownTask,
     UnknownTool,
@@ -72,6 +80,7 @@ __all__ = [
     "ToolServer",
     "ToolSession",
     "ToolsError",
+    "UnknownDomain",
     "UnknownSession",
     "UnknownTask",
     "UnknownTool",

@@ -6,13 +6,14 @@ the HTTP rules); the stdio server has exactly one session per process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mcp.types as mt
 from mcp.server.lowlevel import Server
 
 from agentload import __version__
+from agentload.domains import Tool
 from agentload.tools.sessions import ToolsError, ToolSession
 
 GRADE_TOOL = "agentload_grade"
@@ -42,20 +43,27 @@ def _error(message: str) -> mt.CallToolResult:
 
 def build_mcp_server(
     resolve: Resolver,
-    tools: list[dict],
+    tools: Sequence[Tool],
     *,
     name: str = "agentload-tools",
     instructions: str | None = None,
     grade_tool: bool = False,
 ) -> Server:
-    """An MCP server offering `tools` (OpenAI tool schemas of one domain), each call run in the
-    session `resolve` picks. With `grade_tool`, also `agentload_grade` (the domain grader)."""
+    """An MCP server offering a domain's `tools` (their JSON schemas as `inputSchema`; read
+    tools marked read-only), each call run in the session `resolve` picks. With
+    `grade_tool`, also `agentload_grade` (the domain grader)."""
     server: Server = Server(name, version=__version__, instructions=instructions)
     listed = [
         mt.Tool(
-            name=t["function"]["name"],
-            description=t["function"].get("description", ""),
-            inputSchema=t["function"]["parameters"],
+            name=t.name,
+            description=t.description,
+            inputSchema=t.parameters,
+            annotations=mt.ToolAnnotations(
+                readOnlyHint=not t.writes,
+                destructiveHint=t.writes,
+                idempotentHint=not t.writes,
+                openWorldHint=False,  # the domain's own database, nothing outside
+            ),
         )
         for t in tools
     ]
@@ -66,6 +74,7 @@ def build_mcp_server(
                 description="Grade this session's episode with the domain grader: reward, "
                 "whether the database matches the task's goal, missing outputs.",
                 inputSchema=_GRADE_TOOL_SCHEMA,
+                annotations=mt.ToolAnnotations(readOnlyHint=True, openWorldHint=False),
             )
         )
 
@@ -110,7 +119,7 @@ async def serve_stdio(session: ToolSession, *, grade_tool: bool = False) -> None
 
     server = build_mcp_server(
         lambda _request: session,
-        session.domain.tool_schemas(),
+        session.domain.tools,
         instructions=session.domain.system_prompt() or None,
         grade_tool=grade_tool,
     )

@@ -8,7 +8,8 @@ One Starlette app under uvicorn, run inside the caller's event loop:
   task, listed as session `mcp-<Mcp-Session-Id>`.
 - JSON: `GET /healthz`, `GET /tools`, `GET /policy`, `POST /sessions`, `GET /sessions`,
   `GET|DELETE /sessions/{sid}`, `GET /sessions/{sid}/tools`,
-  `POST /sessions/{sid}/tools/{name}`, `POST /sessions/{sid}/grade`.
+  `POST /sessions/{sid}/tools/{name}`, `POST /sessions/{sid}/tool_calls`,
+  `POST /sessions/{sid}/grade`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import orjson
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,6 +37,23 @@ from agentload.tools.mcp_server import build_mcp_server
 from agentload.tools.sessions import SessionStore, ToolsError, ToolSession, UnknownSession
 
 log = logging.getLogger(__name__)
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _DropClientGone(logging.Filter):
+    """The SDK logs a traceback ("Error in standalone SSE writer") whenever a client ends its
+    MCP session while its notification stream is open: an ordinary disconnect, not an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (
+            record.getMessage().startswith("Error in standalone SSE writer")
+            and type(exc).__name__ in ("ClosedResourceError", "BrokenResourceError")
+        )
+
+
+logging.getLogger("mcp.server.streamable_http").addFilter(_DropClientGone())
 
 _SESSION_MCP = re.compile(r"^/sessions/([^/]+)/mcp/?$")
 MCP_PREFIX = "mcp-"
@@ -84,11 +103,16 @@ class ToolServer:
         self.host, self.port = host, port
         self._mcp = build_mcp_server(
             self._resolve,
-            self.domain.tool_schemas(),
+            self.domain.tools,
             instructions=self.domain.system_prompt() or None,
             grade_tool=grade_tool,
         )
-        self._manager = StreamableHTTPSessionManager(self._mcp)
+        # Plain JSON answers to MCP POSTs (the spec lets the server choose JSON or an SSE
+        # stream; every client accepts both): about half the server CPU of a stream per call
+        # (benchmarks/tools_latency.py). Nothing here sends notifications mid-call.
+        self._manager = StreamableHTTPSessionManager(
+            self._mcp, json_response=True, security_settings=_security(host)
+        )
         self._json_app = self._build_json_app()
         self._uvicorn: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -121,8 +145,8 @@ class ToolServer:
 
     async def start(self) -> ToolServer:
         """Bind and start serving; raises OSError when the address cannot be bound."""
-        if self._task is not None:
-            raise RuntimeError("ToolServer already started")
+        if self._uvicorn is not None:  # the SDK's session manager runs once per instance
+            raise RuntimeError("a ToolServer starts once; make a new one")
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -136,9 +160,11 @@ class ToolServer:
             self._asgi,
             interface="asgi3",
             lifespan="off",
-            log_level="warning",
+            log_config=None,  # leave the embedding program's logging alone
             access_log=False,
             loop="none",
+            # Agents may still hold MCP notification streams open when the server stops.
+            timeout_graceful_shutdown=2,
         )
         self._uvicorn = server = _QuietServer(config)
         self._task = asyncio.create_task(self._run(server, sock), name="agentload-tools")
@@ -227,6 +253,7 @@ class ToolServer:
             Route("/sessions/{sid}", self._delete, methods=["DELETE"]),
             Route("/sessions/{sid}/tools", self._session_tools, methods=["GET"]),
             Route("/sessions/{sid}/tools/{name}", self._call, methods=["POST"]),
+            Route("/sessions/{sid}/tool_calls", self._tool_calls, methods=["POST"]),
             Route("/sessions/{sid}/grade", self._grade, methods=["POST"]),
         ]
         app = Starlette(routes=routes)
@@ -271,6 +298,7 @@ class ToolServer:
         for s in self.store:
             d = s.info()
             d["actions"] = len(d["actions"])
+            del d["tool_calls"]
             rows.append(d)
         return _json(rows)
 
@@ -290,6 +318,31 @@ class ToolServer:
         result = session.call(request.path_params["name"], args)
         return _json({"ok": result.ok, "content": result.content})
 
+    async def _tool_calls(self, request: Request) -> Response:
+        """An assistant message's OpenAI `tool_calls`, run in order; answers the `tool`
+        messages to append. A call that cannot run is an "Error: ..." message, as it would be
+        for an agent driven by agentload."""
+        session = self.store.get(request.path_params["sid"])
+        body = await _body(request, default=None)
+        calls = body.get("tool_calls") if isinstance(body, dict) else body
+        if not isinstance(calls, list):
+            raise ToolsError("expected a list of OpenAI tool calls", field="tool_calls")
+        for i, call in enumerate(calls):  # all well formed before any runs
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise ToolsError("a tool call needs function.name", field=f"tool_calls/{i}")
+        messages = []
+        for call in calls:
+            fn = call["function"]
+            try:
+                content = session.call(fn["name"], fn.get("arguments")).content
+            except ToolsError as e:
+                content = f"Error: {e}"
+            messages.append(
+                {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
+            )
+        return _json(messages)
+
     async def _grade(self, request: Request) -> Response:
         session = self.store.get(request.path_params["sid"])
         body = await _body(request, default={})
@@ -303,6 +356,20 @@ class ToolServer:
         d["task_id"] = session.task_id
         d["actions"] = [a.to_dict() for a in session.env.actions]
         return _json(d)
+
+
+def _security(host: str) -> TransportSecuritySettings | None:
+    """On a loopback address, the SDK's DNS-rebinding protection: only loopback Host headers
+    reach MCP (a web page cannot drive the tools through a rebound name). Elsewhere the
+    deployment decides who may connect."""
+    if host not in _LOOPBACK:
+        return None
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
 
 
 class _QuietServer(uvicorn.Server):

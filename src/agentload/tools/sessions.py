@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import jsonschema
@@ -47,8 +47,28 @@ class UnknownTask(ToolsError):
     status = 404
 
 
+class UnknownDomain(ToolsError):
+    status = 404
+
+
 class NotGradable(ToolsError):
     status = 409
+
+
+@dataclass
+class ToolCall:
+    """One tool call as the agent made it, whether or not it reached the environment."""
+
+    name: str
+    arguments: Any  # as received (a JSON object, or text that did not parse)
+    ok: bool
+    content: str  # the tool's result, or "Error: ..." (a refusal or a rejected request)
+    reached: bool  # False: rejected before the environment (unknown tool, bad arguments)
+    start: float  # Unix time
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -60,8 +80,7 @@ class ToolSession:
     task: Task | None
     env: Environment
     created: float = field(default_factory=time.time)
-    calls: int = 0  # every call that named a known tool, accepted or not
-    errors: int = 0  # calls whose result was an error
+    log: list[ToolCall] = field(default_factory=list)  # every call, in order
 
     @property
     def task_id(self) -> str | None:
@@ -70,7 +89,21 @@ class ToolSession:
     def call(self, name: str, arguments: Any) -> ToolResult:
         """Run one tool call after checking the name and the arguments against the tool's
         schema; raises UnknownTool / ToolsError (naming the field) for a call that cannot
-        reach the tool. A tool's own refusal is an ordinary result with ok=False."""
+        reach the tool. A tool's own refusal is an ordinary result with ok=False. Every call
+        goes into `log`."""
+        start, t0 = time.time(), time.perf_counter()
+        try:
+            checked = self._check(name, arguments)
+        except ToolsError as e:
+            elapsed = time.perf_counter() - t0
+            self.log.append(ToolCall(name, arguments, False, f"Error: {e}", False, start, elapsed))
+            raise
+        result = self.env.execute(name, checked)
+        elapsed = time.perf_counter() - t0
+        self.log.append(ToolCall(name, checked, result.ok, result.content, True, start, elapsed))
+        return result
+
+    def _check(self, name: str, arguments: Any) -> dict[str, Any]:
         tool = self.domain.tool(name)
         if tool is None:
             known = ", ".join(t.name for t in self.domain.tools)
@@ -97,11 +130,16 @@ class ToolSession:
                 f"invalid arguments for {name}: {where + ': ' if where else ''}{err.message}",
                 field="arguments" + (f"/{where}" if where else ""),
             )
-        self.calls += 1
-        result = self.env.execute(name, arguments)
-        if not result.ok:
-            self.errors += 1
-        return result
+        return arguments
+
+    @property
+    def calls(self) -> int:
+        return len(self.log)
+
+    @property
+    def errors(self) -> int:
+        """Calls whose result was an error: refusals by a tool and rejected requests."""
+        return sum(not c.ok for c in self.log)
 
     def grade(self, replies: Sequence[str] = ()) -> Grade:
         """The domain grader on this session's database and the agent's replies to the user
@@ -120,6 +158,7 @@ class ToolSession:
             "calls": self.calls,
             "errors": self.errors,
             "actions": [a.to_dict() for a in self.env.actions],
+            "tool_calls": [c.to_dict() for c in self.log],
         }
 
 
@@ -137,7 +176,7 @@ class SessionStore:
         try:
             self.domain = domain if isinstance(domain, Domain) else get_domain(domain)
         except KeyError as e:
-            raise UnknownTask(str(e).strip("\"'"), field="domain") from None
+            raise UnknownDomain(str(e).strip("\"'"), field="domain") from None
         self.seed = seed
         self.max_sessions = max_sessions
         self._sessions: dict[str, ToolSession] = {}
