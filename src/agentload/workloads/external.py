@@ -50,21 +50,6 @@ log = logging.getLogger("agentload.external")
 _now_ns = time.perf_counter_ns
 
 
-class _QuietDisconnects(logging.Filter):
-    """Drops the MCP SDK's error log when a client closes its standalone SSE stream, which
-    every per-turn agent process does when it exits (not an error of the run)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (
-            record.getMessage() == "Error in standalone SSE writer"
-            and type(exc).__name__ == "ClosedResourceError"
-        )
-
-
-_MCP_LOG = logging.getLogger("mcp.server.streamable_http")
-
-
 class _Stop(Exception):
     def __init__(self, termination: str, error: str | None = None) -> None:
         super().__init__(termination)
@@ -102,12 +87,8 @@ class ExternalWorkload(EpisodesWorkload):
         for d in sorted({t.partition("/")[0] for t in self.units()}):
             self.tools[d] = await ToolServer(d).start()
         self.state_root = Path(tempfile.mkdtemp(prefix="agentload-external-"))
-        self._quiet = _QuietDisconnects()
-        _MCP_LOG.addFilter(self._quiet)
 
     async def close(self) -> None:
-        if quiet := getattr(self, "_quiet", None):
-            _MCP_LOG.removeFilter(quiet)
         if self.proxy is not None:
             await self.proxy.stop()
             self.proxy = None
