@@ -219,6 +219,8 @@ class _Episode:
                 await self.loop(session, tsid)
         except _Stop as stop:
             termination, error = stop.termination, stop.error
+        except AgentError as e:  # the adapter could not open the agent's session
+            termination, error = "protocol_error", f"agent: {e}"
         except TimeoutError:
             termination = "budget_exceeded"
             error = f"episode wall time over {self.options.budget_s} s"
