@@ -364,6 +364,9 @@ class ExternalConfig(BaseModel):
         "(default: agentload's reference agent).",
     )
     url: str | None = Field(None, description="openai-agent adapter: the agent's base URL.")
+    api_key_env: str | None = Field(
+        None, description="openai-agent adapter: environment variable holding the agent's key."
+    )
     turn_timeout_s: float = Field(300.0, gt=0, description="Longest one agent turn may take.")
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment of the agent's commands."

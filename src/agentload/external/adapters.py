@@ -234,6 +234,11 @@ class OpenAIAgentAdapter(AgentAdapter):
                 "invalid configuration: field 'external.url': the openai-agent adapter needs "
                 f"the agent's http(s) URL (--agent-url), got {url!r}"
             )
+        env = self.cfg.api_key_env
+        if env and not os.environ.get(env):
+            raise ConfigError(
+                f"invalid configuration: field 'external.api_key_env': {env} is not set"
+            )
 
     async def turn(self, session: AgentSession, message: str) -> str:
         import aiohttp
@@ -252,7 +257,7 @@ class OpenAIAgentAdapter(AgentAdapter):
             "X-Agentload-MCP-URL": session.mcp_url,
             "X-Agentload-Tools-URL": session.tools_url,
         }
-        if key := self.cfg.env.get("AGENT_API_KEY"):
+        if self.cfg.api_key_env and (key := os.environ.get(self.cfg.api_key_env)):
             headers["Authorization"] = f"Bearer {key}"
         timeout = aiohttp.ClientTimeout(total=self.cfg.turn_timeout_s)
         try:
