@@ -254,7 +254,9 @@ async def test_stdio_transport_with_the_sdk_client(tmp_path: Path) -> None:
               "stdio", "--task", task.id, "--record", str(record), "--grade-tool"],
     )  # fmt: skip
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
-        await client.initialize()
+        init = await client.initialize()
+        assert init.instructions == get_domain("airline").system_prompt()
+        assert init.serverInfo.name == "agentload-tools"
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == {t.name for t in get_domain("airline").tools} | {GRADE_TOOL}
         for action in task.gold_actions:
@@ -297,7 +299,8 @@ async def test_stdio_bridge_to_a_session_of_a_running_server(airline: ToolServer
               f"{airline.url}/sessions/{sid}"],
     )  # fmt: skip
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
-        await client.initialize()
+        init = await client.initialize()
+        assert init.instructions == get_domain("airline").system_prompt()
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == {t.name for t in get_domain("airline").tools}
         for action in task.gold_actions:

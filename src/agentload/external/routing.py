@@ -91,7 +91,7 @@ class AgentProxy(ProxyServer):
         self.sink.by_session.pop(session_id, None)
         return self.sessions.pop(session_id, None), self.sink.calls.pop(session_id, [])
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         sid, _ = split_session_path(request.path)
         task = self.tasks.get(sid) if sid is not None else None
         if sid is not None and task is not None:

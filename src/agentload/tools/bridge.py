@@ -72,6 +72,16 @@ class RemoteSession:
             for t in body
         ]
 
+    async def policy(self) -> str | None:
+        """The domain's policy (the MCP server's instructions), if the server gives it."""
+        try:
+            async with self.http.get(f"{self.root}/policy") as r:
+                body = orjson.loads(await r.read()) if r.status == 200 else {}
+        except (aiohttp.ClientError, OSError, orjson.JSONDecodeError):
+            return None
+        policy = body.get("policy") if isinstance(body, dict) else None
+        return policy if isinstance(policy, str) and policy else None
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> mt.CallToolResult:
         try:
             status, body = await self._request("POST", f"/tools/{tool}", arguments)
@@ -90,7 +100,8 @@ async def serve_stdio_remote(url: str) -> None:
     async with aiohttp.ClientSession() as http:
         remote = RemoteSession(url, http)
         listed = await remote.tools()
-        server: Server = Server("agentload-tools", version=__version__)
+        instructions = await remote.policy()
+        server: Server = Server("agentload-tools", version=__version__, instructions=instructions)
 
         @server.list_tools()
         async def _list_tools() -> list[mt.Tool]:
