@@ -33,12 +33,23 @@ class Profile(BaseModel):
     # front end (HTTP, chat template, tokenisation) before a request reaches the queue
     request_overhead_s: float = Field(default=0.0, ge=0)
     frontend_token_s: float = Field(default=0.0, ge=0)
+    # output coalescing: chance that a token's event waits and leaves with the next one
+    # (see agentload.sim.coalesce); grows with the number of running sequences
+    coalesce_p: float = Field(default=0.0, ge=0, le=0.95)
+    coalesce_per_seq: float = Field(default=0.0, ge=0, le=0.95)
     # engine defaults (CLI flags override them)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)
     kv_blocks: int = Field(default=16384, ge=1)
     block_size: int = Field(default=16, ge=1)
     max_model_len: int = Field(default=32768, ge=16)
+    # Where the figures come from: `agentload sim calibrate` writes the engine, its version,
+    # the probe, the fit's quality and the load of the machine; None for an estimate.
+    calibration: dict[str, Any] | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.calibration is not None
 
 
 BUILTIN_PROFILES: dict[str, Profile] = {

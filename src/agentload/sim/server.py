@@ -17,11 +17,13 @@ from aiohttp import web
 
 from agentload import __version__
 from agentload.sim.behaviour import BehaviourSet, RequestView, ResponsePlan
+from agentload.sim.coalesce import coalescing
 from agentload.sim.config import SimConfig
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
 from agentload.sim.guard import guard_middleware
 from agentload.sim.metrics import SimMetrics
+from agentload.sim.modeltime import MODEL_TIMES_HEADER, ModelTimes
 from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
 from agentload.wire import ROLE_HEADER
 
@@ -378,6 +380,10 @@ class StreamOut(_Out):
         else:
             self._resolve("truncate")
 
+    def release_held(self, seq: Seq) -> None:
+        """Write the events held back (a stall, coalesced tokens) as one chunk."""
+        self._release(seq)
+
     def _release(self, seq: Seq) -> None:
         held, self.held = self.held or [], None
         data = b"".join(held)
@@ -540,6 +546,8 @@ class SimApp:
         self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/metrics", self.metrics_handler)
         self.app.router.add_get("/sim/stats", self.stats_handler)
+        self.model_times = ModelTimes()
+        self.app.router.add_get("/sim/model-times/{rid}", self.model_times.handler)
         self._engine_task: asyncio.Task[None] | None = None
         self.active: set[_Out] = set()
         # While not None, streams append their chunks here instead of writing at once.
@@ -764,7 +772,8 @@ class SimApp:
         if isinstance(opened, web.StreamResponse):
             return opened
         out, resp = opened
-        outcome = await self._run_engine(admitted, items, out, arrival)
+        record = request.headers.get(MODEL_TIMES_HEADER) == "1"
+        outcome = await self._run_engine(admitted, items, out, arrival, record=record)
         m.count_http(handler, 200)
         if resp is not None:
             if outcome in ("done", "truncate", "aborted"):
@@ -929,22 +938,30 @@ class SimApp:
         return out, resp
 
     async def _run_engine(
-        self, adm: _Admitted, items: list[Item], out: StreamOut | CollectOut, arrival: float
+        self,
+        adm: _Admitted,
+        items: list[Item],
+        out: StreamOut | CollectOut,
+        arrival: float,
+        *,
+        record: bool = False,
     ) -> str:
         """Queue the sequence after the front end's delay; the outcome once it is over."""
+        p = self.profile
         seq = Seq(
             out.rid,
             adm.prompt_len,
             adm.hashes,
             adm.max_tokens,
             len(items),
-            out,
+            coalescing(out, self.engine, p.coalesce_p, p.coalesce_per_seq, adm.counter),
             ignore_eos=bool(adm.body.get("ignore_eos")),
             arrival_t=arrival,
         )
-        delay = (
-            self.profile.request_overhead_s + self.profile.frontend_token_s * adm.prompt_len
-        ) / self.config.speedup
+        if record:
+            seq.model_times = []
+        frontend = p.request_overhead_s + p.frontend_token_s * adm.prompt_len
+        delay = frontend / self.config.speedup
         if delay > 0:
             await asyncio.sleep(delay)
         self.active.add(out)
@@ -953,6 +970,8 @@ class SimApp:
             return await out.future
         finally:
             self.active.discard(out)
+            if record:
+                self.model_times.add(out.rid, seq, frontend)
 
     async def _full_reply(
         self, request: web.Request, out: CollectOut, fault: str | None, outcome: str
