@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import platform
 import time
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
 from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Target, get_json, get_text
+from agentload.sim.calibration.stream import Target, get_json, get_text, stream_call
 from agentload.sim.profiles import Profile, load_profile
 
 Say = Callable[[str], None]
@@ -92,6 +93,48 @@ async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo
     )
 
 
+def _iteration_hist(text: str | None) -> dict[float, float]:
+    """Cumulative bucket counts of vllm:iteration_tokens_total (tokens per engine step)."""
+    out: dict[float, float] = {}
+    if not text:
+        return out
+    try:
+        for fam in text_string_to_metric_families(text):
+            if fam.name == "vllm:iteration_tokens_total":
+                for s in fam.samples:
+                    if s.name.endswith("_bucket"):
+                        le = float(s.labels["le"])
+                        out[le] = out.get(le, 0.0) + float(s.value)
+    except (ValueError, KeyError):
+        return {}
+    return out
+
+
+async def detect_budget(
+    http: aiohttp.ClientSession, target: Target, prompts: PromptMaker, max_len: int
+) -> int | None:
+    """The engine's prefill chunk (max_num_batched_tokens), from the steps one long cold
+    prompt takes in vllm:iteration_tokens_total (the model length when one step took it
+    whole); None when the server does not publish the histogram."""
+    url = f"{target.root}/metrics"
+    before = _iteration_hist(await get_text(http, url, target))
+    p = min(8192, max_len - 16)
+    call = await stream_call(http, target, prompts.text(p), 1)
+    after = _iteration_hist(await get_text(http, url, target))
+    if not before or not after:
+        return None
+    steps = after.get(math.inf, 0) - before.get(math.inf, 0)
+    grown = [le for le in sorted(after) if after[le] - before.get(le, 0) > 0]
+    if not grown:
+        return None
+    if steps < 2:
+        # one step took the whole prompt: the budget is at least that (vLLM's CPU backend
+        # and small models often allow the whole context)
+        return max(max_len, call.prompt_tokens)
+    chunk = math.ceil(call.prompt_tokens / steps / 16) * 16
+    return int(min(chunk, grown[-1])) if math.isfinite(grown[-1]) else chunk
+
+
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
@@ -162,6 +205,15 @@ async def calibrate(
         info = await server_info(http, target)
         target.model_times = info.is_sim and not wall_clock
         plan = plan or ProbePlan()
+        if budget is None:
+            budget = await detect_budget(
+                http, target, prompts, info.max_model_len or base_p.max_model_len
+            )
+            if budget:
+                say(
+                    f"calibrate: the engine prefills {budget} tokens per step (from "
+                    "vllm:iteration_tokens_total; --max-num-batched-tokens overrides)"
+                )
         plan.budget = budget or base_p.max_num_batched_tokens
         plan.block_size = info.block_size or base_p.block_size
         plan.max_model_len = info.max_model_len or base_p.max_model_len
