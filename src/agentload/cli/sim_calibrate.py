@@ -77,6 +77,12 @@ def calibrate_command(
         None, "--max-num-seqs", min=1, help="The server's sequence cap (default: --base's)."
     ),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Repeats of each probe pattern."),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="A smaller probe (fewer prompt lengths, batch sizes and repeats): about a fifth "
+        "of the time, a rougher fit.",
+    ),
     wall_clock: bool = typer.Option(
         False,
         "--wall-clock",
@@ -92,6 +98,7 @@ def calibrate_command(
     quality and the engine it came from. Use it with `agentload sim --profile FILE` or a run's
     `sim.profile`."""
     from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
+    from agentload.sim.calibration.probe import ProbePlan
 
     say = _say(quiet)
     _check_file("calibrate", "--tokenizer", tokenizer)
@@ -116,7 +123,7 @@ def calibrate_command(
                 tokenizer,
                 max_num_batched_tokens,
                 max_num_seqs,
-                repeats,
+                ProbePlan.quick() if quick else ProbePlan(repeats=repeats),
                 wall_clock,
                 say,
             )
@@ -149,12 +156,11 @@ def _probe(
     tokenizer: str | None,
     budget: int | None,
     max_num_seqs: int | None,
-    repeats: int,
+    plan: Any,
     wall_clock: bool,
     say: Any,
 ) -> Any:
     from agentload.sim.calibration.calibrate import calibrate
-    from agentload.sim.calibration.probe import ProbePlan
     from agentload.sim.calibration.stream import Target
 
     return asyncio.run(
@@ -165,7 +171,7 @@ def _probe(
             tokenizer=tokenizer,
             budget=budget,
             max_num_seqs=max_num_seqs,
-            plan=ProbePlan(repeats=repeats),
+            plan=plan,
             wall_clock=wall_clock,
             say=say,
         )

@@ -19,7 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
 from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Target, get_json, get_text, stream_call
+from agentload.sim.calibration.stream import (
+    ProbeError,
+    Target,
+    get_json,
+    get_text,
+    stream_call,
+)
 from agentload.sim.profiles import Profile, load_profile
 
 Say = Callable[[str], None]
@@ -68,8 +74,8 @@ async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo
     version = await get_json(http, f"{target.root}/version", target) or {}
     models = await get_json(http, f"{target.base_url.rstrip('/')}/models", target)
     if models is None:
-        raise ValueError(
-            f"{target.base_url}/models did not answer: is this an OpenAI-compatible server?"
+        raise ProbeError(
+            f"{target.base_url}/models did not answer: is an OpenAI-compatible server there?"
         )
     entries = [m for m in models.get("data", []) if isinstance(m, dict)]
     names = [str(m.get("id")) for m in entries]

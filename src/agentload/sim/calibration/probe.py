@@ -42,13 +42,26 @@ class ProbePlan:
     repeats: int = 3
     decode_batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     decode_contexts: list[int] = field(default_factory=lambda: [256, 4096])
-    decode_tokens: int = 48
+    decode_tokens: int = 96
     decode_repeats: int = 2
     interference_prompts: list[int] = field(default_factory=lambda: [1024, 2048])
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
     block_size: int = 16
     max_model_len: int = 32768
+
+    @classmethod
+    def quick(cls) -> ProbePlan:
+        """A smaller probe: every term still has the observations that pin it down."""
+        return cls(
+            prompt_lengths=[128, 1024, 4096],
+            repeats=1,
+            decode_batches=[1, 4],
+            decode_contexts=[256, 2048],
+            decode_tokens=24,
+            decode_repeats=1,
+            interference_prompts=[1024],
+        )
 
     def fitted(self) -> ProbePlan:
         """This plan with lengths the server accepts."""

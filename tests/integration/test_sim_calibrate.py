@@ -1,0 +1,131 @@
+"""`agentload sim calibrate` against the simulator itself recovers the profile it runs, and the
+simulator's output coalescing puts the configured share of tokens into shared chunks."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import aiohttp
+import pytest
+from typer.testing import CliRunner
+
+from agentload.cli import app
+from agentload.sim import SimConfig, SimProcess, SimServer
+from agentload.sim.calibration.calibrate import calibrate
+from agentload.sim.calibration.fit import PARAMS
+from agentload.sim.calibration.probe import ProbePlan
+from agentload.sim.calibration.prompts import PromptMaker
+from agentload.sim.calibration.stream import Target, model_clock, stream_call
+from agentload.sim.profiles import Profile, load_profile
+
+# A profile unlike every built-in one, with chunked prefill (2048-token steps) in play.
+KNOWN = Profile(
+    name="known",
+    step_overhead_s=0.004,
+    prefill_token_s=3.0e-5,
+    decode_seq_s=0.0008,
+    prefill_attention_s=2.0e-8,
+    decode_context_token_s=1.0e-7,
+    request_overhead_s=0.02,
+    frontend_token_s=2.0e-6,
+    max_num_seqs=64,
+    max_num_batched_tokens=2048,
+    kv_blocks=4096,
+    block_size=64,
+    max_model_len=16384,
+)
+
+
+def _assert_recovered(got: Profile) -> None:
+    for name in PARAMS:
+        assert getattr(got, name) == pytest.approx(getattr(KNOWN, name), rel=0.05), name
+    assert got.max_num_batched_tokens == 2048
+    assert got.block_size == 64
+    assert got.kv_blocks == 4096
+
+
+async def test_calibration_recovers_the_simulators_profile() -> None:
+    # The model clock makes this exact whatever the host's load; speedup keeps it short.
+    async with SimServer(SimConfig(port=0, profile=KNOWN, speedup=50, model="m")) as sim:
+        lines: list[str] = []
+        result = await calibrate(
+            Target(sim.base_url, "m"), name="fitted", plan=ProbePlan.quick(), say=lines.append
+        )
+    _assert_recovered(result.profile)
+    assert result.profile.calibrated
+    cal = result.profile.calibration or {}
+    assert cal["clock"] == "model"
+    assert cal["server"]["engine"] == "agentload-sim"
+    assert cal["fit"]["all"]["max_abs_error"] < 0.01
+    assert "load_avg_1m_before" in cal["host"]
+    assert any("the probe takes about" in line for line in lines)
+    assert any("2048 tokens per step" in line for line in lines)
+
+
+def test_calibrate_cli_writes_a_loadable_profile(tmp_path: Path) -> None:
+    out = tmp_path / "fitted.yaml"
+    with SimProcess(SimConfig(port=0, profile=KNOWN, speedup=50, model="m")) as sim:
+        r = CliRunner().invoke(
+            app,
+            [
+                "sim",
+                "calibrate",
+                "--base-url",
+                sim.base_url,
+                "--model",
+                "m",
+                "--quick",
+                "-o",
+                str(out),
+            ],
+        )
+    assert r.exit_code == 0, r.output
+    assert "the probe takes about" in r.output and "wrote" in r.output
+    got = load_profile(str(out))
+    assert got.name == "fitted"
+    _assert_recovered(got)
+    assert out.read_text().startswith("# agentload simulator profile: fitted")
+
+
+def test_calibrate_cli_errors_are_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["sim", "calibrate", "--model", "m"])
+    assert r.exit_code == 2
+    assert "give --base-url and --model" in r.output
+    r = runner.invoke(app, ["sim", "calibrate", "--from", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "has no calls.jsonl" in r.output
+    r = runner.invoke(
+        app, ["sim", "calibrate", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    )
+    assert r.exit_code == 1
+    assert r.output.count("\n") == 1, r.output
+    assert "did not answer" in r.output
+
+
+async def _chunks(profile: Profile, tokens: int = 40) -> tuple[list[int], float]:
+    async with SimServer(SimConfig(port=0, profile=profile, model="m")) as sim:
+        target = Target(sim.base_url, "m", model_times=True)
+        async with aiohttp.ClientSession() as http:
+            chunks: list[int] = []
+            tpots: list[float] = []
+            for _ in range(3):
+                c = await stream_call(http, target, PromptMaker().text(64), tokens)
+                assert c.tokens == tokens
+                chunks += c.chunk_tokens
+                tpot = (await model_clock(http, target, c)).tpot()
+                assert tpot is not None
+                tpots.append(tpot)
+    return chunks, statistics.fmean(tpots)
+
+
+async def test_output_coalescing_groups_tokens_without_changing_their_timing() -> None:
+    slow = KNOWN.model_copy(update={"step_overhead_s": 0.006})
+    plain, tpot_plain = await _chunks(slow)
+    assert statistics.fmean(plain) == pytest.approx(1.0, abs=0.15)
+    held, tpot_held = await _chunks(slow.model_copy(update={"coalesce_p": 0.5}))
+    # geometric tokens per chunk with p = 0.5: mean 2
+    assert 1.5 < statistics.fmean(held) < 2.6
+    assert max(held) >= 3
+    assert tpot_held == pytest.approx(tpot_plain, rel=1e-6)
