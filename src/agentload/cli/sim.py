@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agentload.cli.app import app
 from agentload.cli.options import Opt, command_options
 from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig, describe_errors
-from agentload.sim.profiles import BUILTIN_PROFILES
+from agentload.sim.profiles import BUILTIN_PROFILES, profile_note
 
 SERVER = "Server"
 ENGINE = "Engine"
@@ -69,7 +69,9 @@ SIM_OPTIONS = [
         "profile",
         "--profile",
         str,
-        "Timing profile: one of " + ", ".join(BUILTIN_PROFILES) + ", or a YAML/JSON profile file.",
+        "Timing profile: one of "
+        + ", ".join(f"{n} ({profile_note(p)})" for n, p in BUILTIN_PROFILES.items())
+        + ", or a YAML/JSON profile file (`agentload sim calibrate` writes one).",
         ENGINE,
         metavar="NAME|FILE",
     ),

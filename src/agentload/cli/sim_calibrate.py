@@ -110,7 +110,9 @@ def calibrate_command(
         if from_dir is not None:
             from agentload.sim.calibration.fromrun import calibrate_from_run
 
-            result = calibrate_from_run(from_dir, name=prof_name, base=base, say=say)
+            result = calibrate_from_run(
+                from_dir, name=prof_name, base=base, budget=max_num_batched_tokens, say=say
+            )
         else:
             if not base_url or not model:
                 raise _fail("calibrate", "give --base-url and --model (or --from RESULTS_DIR)", 2)

@@ -116,6 +116,39 @@ BUILTIN_PROFILES: dict[str, Profile] = {
 }
 
 
+# Calibrated profiles shipped with agentload (written by `agentload sim calibrate`).
+PROFILE_DIR = Path(__file__).parent / "profile_data"
+
+
+def _load_shipped() -> None:
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        BUILTIN_PROFILES.setdefault(path.stem, load_profile(str(path)))
+
+
+def profile_note(profile: Profile | str | dict[str, Any] | None) -> str:
+    """A few words on where a profile's figures come from (for help texts and reports)."""
+    try:
+        if isinstance(profile, dict):
+            p = Profile.model_validate(profile)
+        elif isinstance(profile, str):
+            p = load_profile(profile)
+        elif profile is None:
+            return ""
+        else:
+            p = profile
+    except ValueError:
+        return ""
+    if p.name == "instant":
+        return "no model time"
+    cal = p.calibration
+    if not cal:
+        return "timing estimate, not calibrated"
+    server = cal.get("server") or {}
+    what = " ".join(str(x) for x in (server.get("engine"), server.get("version")) if x)
+    when = str(cal.get("created", ""))[:10]
+    return f"calibrated against {what or 'a server'}" + (f" on {when}" if when else "")
+
+
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name, or a profile read from a YAML or JSON file.
 
@@ -150,3 +183,6 @@ def load_profile(name_or_path: str) -> Profile:
             f"{'.'.join(str(p) for p in e['loc']) or 'profile'}: {e['msg']}" for e in exc.errors()
         )
         raise ValueError(f"{path}: invalid profile: {fields}") from None
+
+
+_load_shipped()
