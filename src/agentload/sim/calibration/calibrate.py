@@ -200,16 +200,21 @@ async def calibrate(
     plan: ProbePlan | None = None,
     wall_clock: bool = False,
     say: Say = lambda s: None,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> Calibration:
     """Probe the server at `target`, fit, and return the profile (nothing written)."""
     t_start = time.monotonic()
     base_p = load_profile(base)
-    prompts = PromptMaker(tokenizer, seed)
+    # A fresh salt by default: a real server's prefix cache may hold an earlier probe's prompts.
+    prompts = PromptMaker(tokenizer, seed if seed is not None else time.time_ns())
     load_before = os.getloadavg()
     async with aiohttp.ClientSession() as http:
         info = await server_info(http, target)
         target.model_times = info.is_sim and not wall_clock
+        say(
+            f"calibrate: {info.engine} {info.version or '?'} at {target.base_url}, model "
+            f"{info.model}; timing on the {'model' if target.model_times else 'wall'} clock"
+        )
         plan = plan or ProbePlan()
         if budget is None:
             budget = await detect_budget(
@@ -224,10 +229,6 @@ async def calibrate(
         plan.block_size = info.block_size or base_p.block_size
         plan.max_model_len = info.max_model_len or base_p.max_model_len
         plan = plan.fitted()
-        say(
-            f"calibrate: {info.engine} {info.version or '?'} at {target.base_url}, model "
-            f"{info.model}; timing on the {'model' if target.model_times else 'wall'} clock"
-        )
         probe = Probe(http, target, plan, prompts, progress=_progress(say))
         pilot = await probe.pilot()
         steps = probe.estimate(pilot)
