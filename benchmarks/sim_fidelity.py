@@ -102,7 +102,8 @@ def main() -> None:
         profile = args.out / "profile.yaml"
         if not args.skip_calibrate:
             cmd = ["calibrate", "--base-url", base, *common, "--repeats", str(args.repeats)]
-            sh([*agentload, *cmd, "-o", str(profile)], log)
+            if sh([*agentload, *cmd, "-o", str(profile)], log) != 0:
+                sys.exit("calibration failed (see above)")
         results = {}
         for p in [str(profile), *args.compare]:
             name = Path(p).stem

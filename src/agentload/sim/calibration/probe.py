@@ -43,7 +43,6 @@ class ProbePlan:
     decode_batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     decode_contexts: list[int] = field(default_factory=lambda: [256, 4096])
     decode_tokens: int = 96
-    decode_repeats: int = 2
     interference_prompts: list[int] = field(default_factory=lambda: [1024, 2048])
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
@@ -59,7 +58,6 @@ class ProbePlan:
             decode_batches=[1, 4],
             decode_contexts=[256, 2048],
             decode_tokens=24,
-            decode_repeats=1,
             interference_prompts=[1024],
         )
 
@@ -72,7 +70,6 @@ class ProbePlan:
             decode_batches=self.decode_batches,
             decode_contexts=[min(c, top) for c in self.decode_contexts],
             decode_tokens=self.decode_tokens,
-            decode_repeats=self.decode_repeats,
             interference_prompts=[min(p, self.budget // 2, top) for p in self.interference_prompts],
             budget=self.budget,
             block_size=self.block_size,
@@ -119,6 +116,8 @@ class Probe:
         self.progress = progress
         self.result = ProbeResult()
         self._chunks: dict[int, list[int]] = {}
+        self._samples: dict[tuple[str, str], list[tuple[float, list[float]]]] = {}
+        self._prefixes: dict[int, str] = {}
 
     async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
         c = await stream_call(self.http, self.t, prompt, max_tokens, into)
@@ -137,39 +136,57 @@ class Probe:
         return Pilot(c.ttft, c.prompt_tokens, c.tpot() or 0.01)
 
     def estimate(self, pilot: Pilot) -> list[tuple[str, float, Callable[[], Awaitable[None]]]]:
-        """The probe's steps with their estimated durations."""
+        """One round of the probe (each pattern once) with estimated durations; the probe
+        runs `repeats` rounds, so each pattern's repeats spread over the whole probe and a
+        change in the machine's load shifts every pattern alike."""
         pl = self.plan
         steps: list[tuple[str, float, Callable[[], Awaitable[None]]]] = []
         for p in pl.prompt_lengths:
-            est = pl.repeats * (pilot.ttft(p) + pilot.ttft(pl.block_size) + 0.05)
+            est = pilot.ttft(p) + pilot.ttft(pl.block_size) + 0.05
             steps.append((f"prefill {p}", est, partial(self.prefill, p)))
         for ctx in pl.decode_contexts:
             for b in pl.decode_batches:
-                est = pl.decode_repeats * (
-                    pilot.ttft(32 * b) + pl.decode_tokens * pilot.step(b) + 0.05
-                ) + pilot.ttft(ctx) / len(pl.decode_batches)
+                est = pilot.ttft(32 * b) + pl.decode_tokens * pilot.step(b) + 0.05
                 steps.append((f"decode b={b} ctx={ctx}", est, partial(self.decode, ctx, b)))
         for p in pl.interference_prompts:
-            est = pl.repeats * (160 * pilot.step(1) + pilot.ttft(p) + 0.1)
+            est = 160 * pilot.step(1) + pilot.ttft(p) + 0.1
             steps.append((f"interference {p}", est, partial(self.interference, p)))
         return steps
 
     async def run(self, steps: list[tuple[str, float, Callable[[], Awaitable[None]]]]) -> None:
-        total = sum(e for _, e, _ in steps)
+        rounds = self.plan.repeats
+        total = rounds * sum(e for _, e, _ in steps)
         done = 0.0
         t0 = time.monotonic()
-        for name, est, fn in steps:
-            if self.progress:
-                self.progress(name, time.monotonic() - t0, done, total)
-            await fn()
-            done += est
+        for r in range(rounds):
+            for name, est, fn in steps:
+                if self.progress:
+                    self.progress(
+                        f"round {r + 1}/{rounds}: {name}", time.monotonic() - t0, done, total
+                    )
+                await fn()
+                done += est
         if self.progress:
             self.progress("done", time.monotonic() - t0, total, total)
+        self._finish()
+
+    def _finish(self) -> None:
+        """Each pattern's median sample becomes one observation."""
+        for (kind, label), samples in self._samples.items():
+            y, feats = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
+            if kind == "decode":
+                # the median step, with the mean context of the samples
+                y = statistics.median(s[0] for s in samples)
+                feats = [statistics.fmean(s[1][i] for s in samples) for i in range(len(feats))]
+            self.result.obs.append(Obs(kind, label, y, feats, len(samples)))
         self.result.chunking = {
             b: statistics.fmean(v) for b, v in sorted(self._chunks.items()) if v
         }
 
-    # -- the phases -------------------------------------------------------------------------
+    def _sample(self, kind: str, label: str, y: float, feats: list[float]) -> None:
+        self._samples.setdefault((kind, label), []).append((y, feats))
+
+    # -- the phases (one repetition each) ----------------------------------------------------
     def _cached(self, c: Call, warm: bool) -> int:
         if c.cached_tokens is not None:
             return c.cached_tokens
@@ -177,76 +194,57 @@ class Probe:
         return (c.prompt_tokens - 1) // bs * bs if warm else 0
 
     async def prefill(self, p: int) -> None:
-        cold: list[Call] = []
-        warm: list[Call] = []
-        for _ in range(self.plan.repeats):
-            prompt = self.prompts.text(p)
-            cold += await self.clocked([await self.call(prompt, 2)])
-            warm += await self.clocked([await self.call(prompt, 2)])
+        prompt = self.prompts.text(p)
+        (cold,) = await self.clocked([await self.call(prompt, 2)])
+        (warm,) = await self.clocked([await self.call(prompt, 2)])
         budget = self.plan.budget
-        for calls, label, is_warm in ((cold, "cold", False), (warm, "cached", True)):
-            mid = sorted(calls, key=lambda c: c.ttft)[len(calls) // 2]
-            feats = ttft_features(mid.prompt_tokens, self._cached(mid, is_warm), budget)
-            self.result.obs.append(
-                Obs("ttft", f"{label} {mid.prompt_tokens}", mid.ttft, feats, len(calls))
-            )
+        for c, label, is_warm in ((cold, "cold", False), (warm, "cached", True)):
+            feats = ttft_features(c.prompt_tokens, self._cached(c, is_warm), budget)
+            self._sample("ttft", f"{label} {p}", c.ttft, feats)
 
     async def decode(self, ctx: int, batch: int) -> None:
         pm = self.prompts
-        prefix = pm.text(max(1, ctx - 32))
-        await self.call(prefix, 1)  # caches the shared prefix
-        steps: list[float] = []
-        ctx_sums: list[float] = []
-        for _ in range(self.plan.decode_repeats):
-            prompts = [pm.prompt(ctx, prefix) for _ in range(batch)]
-            wire = await asyncio.gather(*(self.call(q, self.plan.decode_tokens) for q in prompts))
-            for c in wire:
-                self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
-            calls = await self.clocked(list(wire))
-            w0 = max(c.times[0] for c in calls)
-            w1 = min(c.times[-1] for c in calls)
-            ctx_sum = 0.0
-            per: list[float] = []
-            for c in calls:
-                idx = [i for i, t in enumerate(c.times) if w0 <= t <= w1]
-                if len(idx) < 2 or c.counts[idx[-1]] - c.counts[idx[0]] < 4:
-                    break
-                a, b = idx[0], idx[-1]
-                per.append((c.times[b] - c.times[a]) / (c.counts[b] - c.counts[a]))
-                ctx_sum += c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
-            else:
-                steps.append(statistics.median(per))
-                ctx_sums.append(ctx_sum)
-        if steps:
-            self.result.obs.append(
-                Obs(
-                    "decode",
-                    f"batch {batch} context {ctx}",
-                    statistics.median(steps),
-                    decode_features(batch, statistics.fmean(ctx_sums)),
-                    len(steps),
-                )
-            )
+        if ctx not in self._prefixes:
+            self._prefixes[ctx] = pm.text(max(1, ctx - 32))
+        prefix = self._prefixes[ctx]
+        await self.call(prefix, 1)  # (re)caches the shared prefix
+        prompts = [pm.prompt(ctx, prefix) for _ in range(batch)]
+        wire = await asyncio.gather(*(self.call(q, self.plan.decode_tokens) for q in prompts))
+        for c in wire:
+            self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
+        calls = await self.clocked(list(wire))
+        w0 = max(c.times[0] for c in calls)
+        w1 = min(c.times[-1] for c in calls)
+        ctx_sum = 0.0
+        per: list[float] = []
+        for c in calls:
+            idx = [i for i, t in enumerate(c.times) if w0 <= t <= w1]
+            if len(idx) < 2 or c.counts[idx[-1]] - c.counts[idx[0]] < 4:
+                return  # the streams did not decode together long enough: no sample
+            a, b = idx[0], idx[-1]
+            per.append((c.times[b] - c.times[a]) / (c.counts[b] - c.counts[a]))
+            ctx_sum += c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
+        self._sample(
+            "decode",
+            f"batch {batch} context {ctx}",
+            statistics.median(per),
+            decode_features(batch, ctx_sum),
+        )
 
     async def interference(self, p: int) -> None:
-        gaps: list[tuple[float, list[float]]] = []
-        for _ in range(self.plan.repeats):
-            dec = Call(start=0.0)
-            task = asyncio.ensure_future(self.call(self.prompts.text(256), 160, dec))
-            try:
-                # the stream's chunks are appended by its reader: poll them
-                while (not dec.counts or dec.counts[-1] < 16) and not task.done():  # noqa: ASYNC110
-                    await asyncio.sleep(0.002)
-                pre = await self.call(self.prompts.text(p), 1)
-            finally:
-                await task
-            dec_c, pre_c = await self.clocked([task.result(), pre])
-            found = self._mixed_gap(dec_c, pre_c)
-            if found is not None:
-                gaps.append(found)
-        if gaps:
-            gap, feats = sorted(gaps, key=lambda g: g[0])[len(gaps) // 2]
-            self.result.obs.append(Obs("interference", f"prefill {p}", gap, feats, len(gaps)))
+        dec = Call(start=0.0)
+        task = asyncio.ensure_future(self.call(self.prompts.text(256), 160, dec))
+        try:
+            # the stream's chunks are appended by its reader: poll them
+            while (not dec.counts or dec.counts[-1] < 16) and not task.done():  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+            pre = await self.call(self.prompts.text(p), 1)
+        finally:
+            await task
+        dec_c, pre_c = await self.clocked([task.result(), pre])
+        found = self._mixed_gap(dec_c, pre_c)
+        if found is not None:
+            self._sample("interference", f"prefill {p}", *found)
 
     def _mixed_gap(self, dec: Call, pre: Call) -> tuple[float, list[float]] | None:
         """The decoding stream's longest gap after the prefill arrived, and its features."""

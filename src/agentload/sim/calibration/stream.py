@@ -118,7 +118,24 @@ async def stream_call(
     call: Call | None = None,
 ) -> Call:
     """Send one completion and read its stream to the end (filling `call` as chunks come,
-    so a caller can watch its progress)."""
+    so a caller can watch its progress). A pooled connection the server closed while idle is
+    retried once on a new one."""
+    for attempt in (1, 2):
+        try:
+            return await _stream_once(http, target, prompt, max_tokens, call)
+        except aiohttp.ServerDisconnectedError:
+            if attempt == 2 or (call is not None and call.times):
+                raise ProbeError(f"{target.base_url}: the server closed the connection") from None
+    raise AssertionError("unreachable")
+
+
+async def _stream_once(
+    http: aiohttp.ClientSession,
+    target: Target,
+    prompt: str,
+    max_tokens: int,
+    call: Call | None,
+) -> Call:
     body = {
         "model": target.model,
         "prompt": prompt,
@@ -159,6 +176,10 @@ async def stream_call(
                     if call.counts[:-1]:
                         call.chunk_tokens.append(seen - last)
                     last = seen
+    except aiohttp.ServerDisconnectedError:
+        if call.times:
+            raise ProbeError(f"{target.base_url}: the server closed the stream") from None
+        raise
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise ProbeError(
             f"request to {target.base_url} failed: {type(exc).__name__}: {exc}"
