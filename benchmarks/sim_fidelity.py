@@ -5,7 +5,7 @@
 
 Without --url it builds the real-engine tier's tiny model (tests/real/tiny_model.py), starts
 vLLM (CPU build) through agentload's launcher with the tier's arguments, and stops it at the
-end. Then it runs `agentload sim calibrate` (profile written to OUT/profile.yaml) and
+end. Then it runs `agentload sim calibrate` (profile written to OUT/NAME.yaml) and
 `agentload sim fidelity` for that profile and for each --compare profile, recording the load
 average around every step. Every command it runs is printed, so a run on a quiet machine
 reproduces the table in docs/simulator.md.
@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("sim-fidelity-out"))
     ap.add_argument("--repeats", type=int, default=5, help="probe repeats (calibrate --repeats)")
     ap.add_argument("--compare", action="append", default=[], help="more profiles to check")
+    ap.add_argument("--name", default="vllm-cpu-tiny", help="name of the calibrated profile")
     ap.add_argument("--skip-calibrate", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,7 @@ def main() -> None:
     agentload = [sys.executable, "-m", "agentload", "sim"]
     common = ["--model", args.model] + (["--tokenizer", tok] if tok else [])
     try:
-        profile = args.out / "profile.yaml"
+        profile = args.out / f"{args.name}.yaml"
         if not args.skip_calibrate:
             cmd = ["calibrate", "--base-url", base, *common, "--repeats", str(args.repeats)]
             if sh([*agentload, *cmd, "-o", str(profile)], log) != 0:
