@@ -3,6 +3,7 @@ simulator's output coalescing puts the configured share of tokens into shared ch
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -129,3 +130,34 @@ async def test_output_coalescing_groups_tokens_without_changing_their_timing() -
     assert 1.5 < statistics.fmean(held) < 2.6
     assert max(held) >= 3
     assert tpot_held == pytest.approx(tpot_plain, rel=1e-6)
+
+
+def test_fidelity_of_a_profile_against_itself(tmp_path: Path) -> None:
+    """The "real" server is a simulator with the same profile: errors come from the host only."""
+    out = tmp_path / "fid.json"
+    with SimProcess(SimConfig(port=0, profile="tiny-cpu", model="m")) as real:
+        r = CliRunner().invoke(
+            app,
+            ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile", "tiny-cpu",
+             "-w", "decode-heavy", "--seed", "7", "-o", str(out)],
+        )  # fmt: skip
+    assert r.exit_code in (0, 3), r.output
+    assert "not calibrated" in r.output
+    assert "| decode-heavy |" in r.output
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    for metric in ("ttft_p50_s", "tpot_mean_s"):
+        assert 0.7 < row["sim"][metric] / row["real"][metric] < 1.4, (metric, row)
+    # tiny-cpu: about 0.22 s to first token for 2,000 tokens, 3 ms per token after
+    assert 0.12 < row["real"]["ttft_p50_s"] < 0.6
+    assert result["salt"] == 7
+
+
+def test_fidelity_rejects_unknown_workload() -> None:
+    r = CliRunner().invoke(
+        app,
+        ["sim", "fidelity", "--real", "http://127.0.0.1:9/v1", "--model", "m", "--profile",
+         "tiny-cpu", "-w", "nope"],
+    )  # fmt: skip
+    assert r.exit_code == 2
+    assert "unknown 'nope'" in r.output

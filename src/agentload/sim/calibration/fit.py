@@ -4,7 +4,8 @@ Every observation is a latency the timing model of docs/simulator.md writes as a
 combination of the profile's parameters: the features below are the coefficients (how many
 steps, prefill tokens, attention pairs, decoding sequences, context tokens the latency holds),
 so the fit is a linear least-squares problem. Rows are weighted by 1 / measured value: the fit
-minimises relative errors, so a 20 ms TTFT counts as much as a 2 s one.
+minimises relative errors, so a 20 ms TTFT counts as much as a 2 s one; Huber weights then
+let an observation far from the others (a load spike on the machine) count less.
 """
 
 from __future__ import annotations
@@ -115,6 +116,26 @@ class Fit:
         ]
 
 
+def _robust(a: np.ndarray, b: np.ndarray, rounds: int = 8) -> np.ndarray:
+    """NNLS with Huber weights (iteratively reweighted): an observation a busy machine spoiled
+    counts less than the ones that agree with each other."""
+    # Columns differ by orders of magnitude (1 vs P² pairs): scale them to unit norm.
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    a = a / norms
+    h = np.ones(len(b))
+    coef = nnls(a, b)
+    for _ in range(rounds):
+        r = a @ coef - b
+        scale = 1.4826 * float(np.median(np.abs(r)))
+        if scale <= 1e-9:
+            break
+        k = 1.5 * scale
+        h = np.where(np.abs(r) <= k, 1.0, k / np.maximum(np.abs(r), 1e-300))
+        coef = nnls(a * np.sqrt(h)[:, None], b * np.sqrt(h))
+    return coef / norms
+
+
 def fit(obs: list[Obs], fixed: dict[str, float] | None = None) -> Fit:
     """The parameters that best explain `obs`; `fixed` ones are held at the given value."""
     fixed = fixed or {}
@@ -129,12 +150,7 @@ def fit(obs: list[Obs], fixed: dict[str, float] | None = None) -> Fit:
     for i, name in enumerate(PARAMS):
         if name in fixed:
             offset += x[:, i] * fixed[name]
-    a = x[:, free] * w[:, None]
-    b = (y - offset) * w
-    # Columns differ by orders of magnitude (1 vs P² pairs): scale them to unit norm.
-    norms = np.linalg.norm(a, axis=0)
-    norms[norms == 0] = 1.0
-    coef = nnls(a / norms, b) / norms
+    coef = _robust(x[:, free] * w[:, None], (y - offset) * w)
     params = dict.fromkeys(PARAMS, 0.0)
     params.update(fixed)
     for i, c in zip(free, coef, strict=True):
