@@ -188,14 +188,20 @@ async def fidelity(
     maker = PromptMaker(tokenizer, salt)
     plans = {w.name: workload_prompts(w, maker) for w in chosen}
     load_before = load_note()
-    real_m = await measure(real, chosen, plans, say, "real")
     config = SimConfig(
         port=0, profile=profile, model=real.model, tokenizer=tokenizer, log_interval_s=0
     )
     sim = SimProcess(config)
     await asyncio.to_thread(sim.start)
+    real_m: dict[str, dict[str, float]] = {}
+    sim_m: dict[str, dict[str, float]] = {}
     try:
-        sim_m = await measure(Target(sim.base_url, real.model), chosen, plans, say, "sim")
+        sim_t = Target(sim.base_url, real.model)
+        # Each workload on the real server, then at once on the simulator: a change in the
+        # machine's load between workloads does not fall on one side only.
+        for w in chosen:
+            real_m.update(await measure(real, [w], plans, say, "real"))
+            sim_m.update(await measure(sim_t, [w], plans, say, "sim"))
     finally:
         await asyncio.to_thread(sim.stop)
     rows = compare(real_m, sim_m)
