@@ -55,6 +55,11 @@ def _write_run(d: Path) -> None:
         t = end + 10_000_000
     rows.append({"call_id": "bad", "status": "error", "error_kind": "http_500"})
     (d / "calls.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    scrapes = [
+        {"ttft_sum": 0.0, "ttft_count": 0, "queue_sum": 0.0, "queue_count": 0},
+        {"ttft_sum": 1.4, "ttft_count": 14, "queue_sum": 0.014, "queue_count": 14},
+    ]
+    (d / "server_metrics.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in scrapes))
 
 
 def test_from_run_fits_ttft_of_isolated_calls(tmp_path: Path) -> None:
@@ -67,6 +72,8 @@ def test_from_run_fits_ttft_of_isolated_calls(tmp_path: Path) -> None:
     assert c.profile.prefill_attention_s == pytest.approx(TRUE["prefill_attention_s"], rel=0.05)
     assert c.profile.calibration is not None
     assert c.profile.calibration["calls"] == 14
+    assert c.profile.calibration["server_mean_ttft_s"] == pytest.approx(0.1)
+    assert c.profile.calibration["server_mean_queue_s"] == pytest.approx(0.001)
 
 
 def test_from_run_cli(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ This is rougher than a probe, which controls what runs beside each request:
   of the others is taken as the same as its own.
 
 Rows are grouped (prompt length and cache state for TTFT, batch size for decode) and each group
-is summarised by its median.
+is summarised by its median. When the run scraped the server's metrics, the server's own mean
+TTFT, queue time and end-to-end latency over the run are recorded beside the client's mean TTFT
+(their difference is the network and front end the client sees).
 """
 
 from __future__ import annotations
@@ -125,6 +127,37 @@ def observations(calls: list[RunCall], budget: int) -> tuple[list[Obs], dict[int
     return obs, {b: statistics.fmean(v) for b, v in sorted(chunking.items())}
 
 
+def server_side(path: Path) -> dict[str, float]:
+    """Mean TTFT and queue time as the server measured them over the run (first and last
+    scrape of server_metrics.jsonl), for comparison with the client's figures."""
+    if not path.is_file():
+        return {}
+    rows: list[dict[str, Any]] = []
+    with path.open("rb") as f:
+        for line in f:
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    out: dict[str, float] = {}
+    for name in ("ttft", "queue", "e2e"):
+        have = [
+            r
+            for r in rows
+            if r.get(f"{name}_sum") is not None and r.get(f"{name}_count") is not None
+        ]
+        if len(have) < 2:
+            continue
+        n = have[-1][f"{name}_count"] - have[0][f"{name}_count"]
+        if n > 0:
+            out[f"server_mean_{name}_s"] = round(
+                (have[-1][f"{name}_sum"] - have[0][f"{name}_sum"]) / n, 6
+            )
+    return out
+
+
 def calibrate_from_run(
     results: Path,
     *,
@@ -157,7 +190,13 @@ def calibrate_from_run(
         kv_blocks=None,
         is_sim=False,
     )
-    extra = {"source": f"results directory {results.name}", "clock": "wall", "calls": len(calls)}
+    extra: dict[str, Any] = {
+        "source": f"results directory {results.name}",
+        "clock": "wall",
+        "calls": len(calls),
+        "client_mean_ttft_s": round(statistics.fmean(c.ttft for c in calls), 6),
+    }
+    extra.update(server_side(results / "server_metrics.jsonl"))
     profile = build_profile(name, base_p, f, probe, info, extra)
     profile = profile.model_copy(update={"max_num_batched_tokens": budget})
     return Calibration(profile, f, probe, info, 0.0)
