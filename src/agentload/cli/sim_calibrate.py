@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import typer
 
+from agentload.cli.options import REQUIRED, Opt, command_options
 from agentload.cli.sim import sim_app
 
 _OUT = Path("profile.yaml")
@@ -35,100 +37,61 @@ def _check_file(cmd: str, flag: str, path: str | None) -> None:
         raise _fail(cmd, f"{flag}: no such file: {path}", 2)
 
 
+SERVER = "Server"
+PROBE = "Probe"
+OUT = "Output"
+
+CALIBRATE_OPTIONS = [
+    Opt("base_url", ("--base-url",), str | None,
+        "The real server's OpenAI base URL, e.g. http://host:8000/v1.", SERVER, metavar="URL"),
+    Opt("model", ("--model",), str | None,
+        "Model name to send (as /v1/models lists it).", SERVER),
+    Opt("api_key", ("--api-key",), str | None,
+        "Bearer key for the server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
+    Opt("from_dir", ("--from",), Path | None,
+        "Fit from a finished run's results directory (calls.jsonl, server_metrics.jsonl) "
+        "instead of probing a server: no extra load.", SERVER, metavar="RESULTS_DIR"),
+    Opt("tokenizer", ("--tokenizer",), str | None,
+        "The model's tokenizer.json: probe prompts get exact lengths (recommended).",
+        PROBE, metavar="FILE"),
+    Opt("base", ("--base",), str,
+        "Built-in profile or file whose engine limits (max_num_seqs, ...) the profile keeps "
+        "where the server does not report its own.", PROBE, "tiny-cpu", metavar="PROFILE"),
+    Opt("max_num_batched_tokens", ("--max-num-batched-tokens",), int | None,
+        "The server's token budget per step (its prefill chunk); default: detected from "
+        "vllm:iteration_tokens_total, else --base's.", PROBE, metavar="N", min=1),
+    Opt("max_num_seqs", ("--max-num-seqs",), int | None,
+        "The server's sequence cap (default: --base's).", PROBE, metavar="N", min=1),
+    Opt("repeats", ("--repeats",), int, "Rounds of the probe (each pattern once per round).",
+        PROBE, 3, metavar="N", min=1),
+    Opt("quick", ("--quick",), bool, "A smaller probe (fewer prompt lengths and batch sizes, "
+        "one round): about a fifth of the time, a rougher fit.", PROBE, False),
+    Opt("wall_clock", ("--wall-clock",), bool,
+        "Against an agentload simulator, time on the wall clock instead of its model clock "
+        "(measures it as a real server would be).", PROBE, False),
+    Opt("out", ("--out", "-o"), Path, "Profile file to write (YAML).", OUT, _OUT, metavar="FILE"),
+    Opt("name", ("--name",), str | None, "Profile name (default: the file's stem).", OUT),
+    Opt("as_json", ("--json",), bool, "Print the profile as JSON on stdout.", OUT, False),
+    Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
+]  # fmt: skip
+
+
 @sim_app.command("calibrate")
-def calibrate_command(
-    base_url: str = typer.Option(
-        None, "--base-url", help="The real server's OpenAI base URL, e.g. http://host:8000/v1."
-    ),
-    model: str = typer.Option(None, "--model", help="Model name to send (as /v1/models lists it)."),
-    from_dir: Path = typer.Option(
-        None,
-        "--from",
-        help="Fit from a finished run's results directory (calls.jsonl, server_metrics.jsonl) "
-        "instead of probing a server: no extra load.",
-        metavar="RESULTS_DIR",
-    ),
-    out: Path = typer.Option(_OUT, "--out", "-o", help="Profile file to write (YAML)."),
-    name: str = typer.Option(None, "--name", help="Profile name (default: the file's stem)."),
-    tokenizer: str = typer.Option(
-        None,
-        "--tokenizer",
-        help="The model's tokenizer.json: probe prompts get exact lengths (recommended).",
-        metavar="FILE",
-    ),
-    api_key: str = typer.Option(
-        None, "--api-key", envvar="AGENTLOAD_API_KEY", help="Bearer key for the server."
-    ),
-    base: str = typer.Option(
-        "tiny-cpu",
-        "--base",
-        help="Built-in profile or file whose engine limits (max_num_seqs, ...) the profile "
-        "keeps where the server does not report its own.",
-        metavar="PROFILE",
-    ),
-    max_num_batched_tokens: int = typer.Option(
-        None,
-        "--max-num-batched-tokens",
-        min=1,
-        help="The server's token budget per step (its prefill chunk); default: --base's. "
-        "vLLM does not publish it: pass what the server was started with.",
-    ),
-    max_num_seqs: int = typer.Option(
-        None, "--max-num-seqs", min=1, help="The server's sequence cap (default: --base's)."
-    ),
-    repeats: int = typer.Option(3, "--repeats", min=1, help="Repeats of each probe pattern."),
-    quick: bool = typer.Option(
-        False,
-        "--quick",
-        help="A smaller probe (fewer prompt lengths, batch sizes and repeats): about a fifth "
-        "of the time, a rougher fit.",
-    ),
-    wall_clock: bool = typer.Option(
-        False,
-        "--wall-clock",
-        help="Against an agentload simulator, time on the wall clock instead of its model "
-        "clock (checks the probe as a real server would see it).",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
-) -> None:
+@command_options(CALIBRATE_OPTIONS)
+def calibrate_command(**a: Any) -> None:
     """Fit a simulator timing profile to a real server: probe it (prefill across prompt lengths,
     decode at several batch sizes and contexts, prefix-cache hits, prefill beside decodes) for a
     few minutes, fit the timing model of docs/simulator.md, and write the profile with its fit
     quality and the engine it came from. Use it with `agentload sim --profile FILE` or a run's
-    `sim.profile`."""
+    `--sim-profile FILE`."""
     from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
-    from agentload.sim.calibration.probe import ProbePlan
 
-    say = _say(quiet)
-    _check_file("calibrate", "--tokenizer", tokenizer)
-    prof_name = name or out.stem
-    command = "agentload sim calibrate " + shlex.join(
-        a for a in sys.argv[3:] if not a.startswith("--api-key")
-    )
+    say = _say(a["quiet"])
+    _check_file("calibrate", "--tokenizer", a["tokenizer"])
+    out: Path = a["out"]
+    command = "agentload sim calibrate " + shlex.join(_public_args(sys.argv[3:]))
     try:
-        if from_dir is not None:
-            from agentload.sim.calibration.fromrun import calibrate_from_run
-
-            result = calibrate_from_run(
-                from_dir, name=prof_name, base=base, budget=max_num_batched_tokens, say=say
-            )
-        else:
-            if not base_url or not model:
-                raise _fail("calibrate", "give --base-url and --model (or --from RESULTS_DIR)", 2)
-            result = _probe(
-                base_url,
-                model,
-                api_key,
-                prof_name,
-                base,
-                tokenizer,
-                max_num_batched_tokens,
-                max_num_seqs,
-                ProbePlan.quick() if quick else ProbePlan(repeats=repeats),
-                wall_clock,
-                say,
-            )
+        result = _calibration(a, a["name"] or out.stem, say)
     except ValueError as exc:
         raise _fail("calibrate", str(exc), 2) from None
     except _probe_errors() as exc:
@@ -139,76 +102,85 @@ def calibrate_command(
         raise _fail("calibrate", f"--out: cannot write {out}: {exc.strerror}", 2) from None
     say("\n".join(summary_lines(result)))
     say(f"calibrate: wrote {out}; use it with: agentload sim --profile {out}")
-    if as_json:
+    if a["as_json"]:
         print(json.dumps(result.profile.model_dump(), indent=2))
 
 
-def _probe_errors() -> tuple[type[Exception], ...]:
-    from agentload.sim.calibration.stream import ProbeError
+def _public_args(argv: list[str]) -> list[str]:
+    """The command line without an API key."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--api-key":
+            skip = True
+        elif not arg.startswith("--api-key="):
+            out.append(arg)
+    return out
 
-    return (ProbeError, OSError)
 
+def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:
+    if a["from_dir"] is not None:
+        from agentload.sim.calibration.fromrun import calibrate_from_run
 
-def _probe(
-    base_url: str,
-    model: str,
-    api_key: str | None,
-    name: str,
-    base: str,
-    tokenizer: str | None,
-    budget: int | None,
-    max_num_seqs: int | None,
-    plan: Any,
-    wall_clock: bool,
-    say: Any,
-) -> Any:
+        return calibrate_from_run(
+            a["from_dir"], name=name, base=a["base"], budget=a["max_num_batched_tokens"], say=say
+        )
+    if not a["base_url"] or not a["model"]:
+        raise ValueError("give --base-url and --model (or --from RESULTS_DIR)")
     from agentload.sim.calibration.calibrate import calibrate
+    from agentload.sim.calibration.probe import ProbePlan
     from agentload.sim.calibration.stream import Target
 
+    key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
     return asyncio.run(
         calibrate(
-            Target(base_url, model, api_key=api_key),
+            Target(a["base_url"], a["model"], api_key=key),
             name=name,
-            base=base,
-            tokenizer=tokenizer,
-            budget=budget,
-            max_num_seqs=max_num_seqs,
-            plan=plan,
-            wall_clock=wall_clock,
+            base=a["base"],
+            tokenizer=a["tokenizer"],
+            budget=a["max_num_batched_tokens"],
+            max_num_seqs=a["max_num_seqs"],
+            plan=ProbePlan.quick() if a["quick"] else ProbePlan(repeats=a["repeats"]),
+            wall_clock=a["wall_clock"],
             say=say,
         )
     )
 
 
+def _probe_errors() -> tuple[type[Exception], ...]:
+    """A server that failed (not the user's input): exit code 1."""
+    from agentload.sim.calibration.stream import ProbeError
+
+    return (ProbeError, OSError, RuntimeError)
+
+
+FIDELITY_OPTIONS = [
+    Opt("real", ("--real",), str, "The real server's OpenAI base URL.", SERVER, REQUIRED,
+        metavar="URL"),
+    Opt("model", ("--model",), str, "Model name on the real server.", SERVER, REQUIRED),
+    Opt("api_key", ("--api-key",), str | None,
+        "Bearer key for the real server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
+    Opt("profile", ("--profile",), str, "Profile to check: a built-in name or a file.", PROBE,
+        REQUIRED, metavar="NAME|FILE"),
+    Opt("tokenizer", ("--tokenizer",), str | None,
+        "The model's tokenizer.json, for exact prompt lengths and for the simulator's token "
+        "counts (recommended).", PROBE, metavar="FILE"),
+    Opt("workload", ("--workload", "-w"), list[str],
+        "Only these workloads (repeatable): prefill-heavy, decode-heavy, shared-prefix, "
+        "concurrent.", PROBE, [], metavar="NAME"),
+    Opt("seed", ("--seed",), int | None, "Prompt salt (default: the time).", PROBE, metavar="N"),
+    Opt("out", ("--out", "-o"), Path | None, "Also write the result as JSON here.", OUT,
+        metavar="FILE"),
+    Opt("as_json", ("--json",), bool, "Print the result as JSON on stdout.", OUT, False),
+    Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
+]  # fmt: skip
+
+
 @sim_app.command("fidelity")
-def fidelity_command(
-    real: str = typer.Option(..., "--real", help="The real server's OpenAI base URL."),
-    model: str = typer.Option(..., "--model", help="Model name on the real server."),
-    profile: str = typer.Option(
-        ..., "--profile", help="Profile to check: a built-in name or a file.", metavar="NAME|FILE"
-    ),
-    tokenizer: str = typer.Option(
-        None,
-        "--tokenizer",
-        help="The model's tokenizer.json, for exact prompt lengths and for the simulator's "
-        "token counts (recommended).",
-        metavar="FILE",
-    ),
-    api_key: str = typer.Option(
-        None, "--api-key", envvar="AGENTLOAD_API_KEY", help="Bearer key for the real server."
-    ),
-    workload: list[str] = typer.Option(
-        None,
-        "--workload",
-        "-w",
-        help="Only these workloads (repeatable): prefill-heavy, decode-heavy, shared-prefix, "
-        "concurrent.",
-    ),
-    seed: int = typer.Option(None, "--seed", help="Prompt salt (default: the time)."),
-    out: Path = typer.Option(None, "--out", "-o", help="Also write the result as JSON here."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
-) -> None:
+@command_options(FIDELITY_OPTIONS)
+def fidelity_command(**a: Any) -> None:
     """Run fixed workloads (prefill-heavy, decode-heavy, shared-prefix, concurrent) against the
     real server and against a simulator with PROFILE, and print the simulator's error on TTFT
     p50/p90, mean TPOT and ITL, output throughput and tokens per chunk. Exit code 0 when TTFT
@@ -217,36 +189,37 @@ def fidelity_command(
     from agentload.sim.calibration.stream import Target
     from agentload.sim.profiles import load_profile
 
-    say = _say(quiet)
-    _check_file("fidelity", "--tokenizer", tokenizer)
+    say = _say(a["quiet"])
+    _check_file("fidelity", "--tokenizer", a["tokenizer"])
     try:
-        prof = load_profile(profile)
+        prof = load_profile(a["profile"])
     except ValueError as exc:
         raise _fail("fidelity", f"--profile: {exc}", 2) from None
     by_name = {w.name: w for w in WORKLOADS}
-    unknown = [w for w in workload or [] if w not in by_name]
+    unknown = [w for w in a["workload"] if w not in by_name]
     if unknown:
-        raise _fail(
-            "fidelity", f"--workload: unknown {unknown[0]!r} (known: {', '.join(by_name)})", 2
-        )
+        known = ", ".join(by_name)
+        raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
     if not prof.calibrated:
         say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
-    chosen = [by_name[w] for w in workload] if workload else None
+    key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
     try:
         result = asyncio.run(
             fidelity(
-                Target(real, model, api_key=api_key),
-                profile,
-                tokenizer=tokenizer,
-                workloads=chosen,
+                Target(a["real"], a["model"], api_key=key),
+                a["profile"],
+                tokenizer=a["tokenizer"],
+                workloads=[by_name[w] for w in a["workload"]] or None,
                 say=say,
-                seed=seed,
+                seed=a["seed"],
             )
         )
     except _probe_errors() as exc:
         raise _fail("fidelity", str(exc), 1) from None
-    except RuntimeError as exc:
-        raise _fail("fidelity", str(exc), 1) from None
+    _show_fidelity(result, a["out"], a["as_json"], table)
+
+
+def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
     if out is not None:
         out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     if as_json:
