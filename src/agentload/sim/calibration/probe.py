@@ -41,7 +41,7 @@ class ProbePlan:
     prompt_lengths: list[int] = field(default_factory=lambda: [128, 512, 1024, 2048, 4096, 8192])
     repeats: int = 3
     decode_batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    decode_contexts: list[int] = field(default_factory=lambda: [256, 4096])
+    decode_contexts: list[int] = field(default_factory=lambda: [256, 2048, 6144])
     decode_tokens: int = 96
     interference_prompts: list[int] = field(default_factory=lambda: [1024, 2048])
     budget: int = 8192
