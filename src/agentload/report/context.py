@@ -53,7 +53,7 @@ def context_rows(
     sim = ctx.get("simulator")
     if sim:
         text = f"embedded, profile {sim.get('profile')}, speedup {sim.get('speedup')}"
-        note = profile_note(sim.get("profile"))
+        note = profile_note(sim.get("profile"), short=True)
         if note:
             text += f" ({note})"
         if sim.get("fault_rate"):

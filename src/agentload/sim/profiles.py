@@ -125,8 +125,9 @@ def _load_shipped() -> None:
         BUILTIN_PROFILES.setdefault(path.stem, load_profile(str(path)))
 
 
-def profile_note(profile: Profile | str | dict[str, Any] | None) -> str:
-    """A few words on where a profile's figures come from (for help texts and reports)."""
+def profile_note(profile: Profile | str | dict[str, Any] | None, short: bool = False) -> str:
+    """A few words on where a profile's figures come from (for help texts and reports);
+    `short`: one word."""
     try:
         if isinstance(profile, dict):
             p = Profile.model_validate(profile)
@@ -139,8 +140,10 @@ def profile_note(profile: Profile | str | dict[str, Any] | None) -> str:
     except ValueError:
         return ""
     if p.name == "instant":
-        return "no model time"
+        return "" if short else "no model time"
     cal = p.calibration
+    if short:
+        return "calibrated" if cal else "uncalibrated"
     if not cal:
         return "timing estimate, not calibrated"
     server = cal.get("server") or {}
