@@ -53,8 +53,10 @@ class CoalescingOutput:
 
 def coalescing(out: Output, engine: Engine, p0: float, per_seq: float, seed: int) -> Output:
     """`out` itself when the profile does not coalesce or `out` is not a plain stream."""
+    if p0 <= 0 and per_seq <= 0:
+        return out
     from agentload.sim.server import StreamOut
 
-    if (p0 <= 0 and per_seq <= 0) or not isinstance(out, StreamOut) or out.fault is not None:
+    if not isinstance(out, StreamOut) or out.fault is not None:
         return out
     return CoalescingOutput(out, engine, p0, per_seq, seed)
