@@ -14,7 +14,7 @@ from agentload.sim.calibration.fromrun import calibrate_from_run
 from agentload.sim.profiles import load_profile
 
 TRUE = dict(
-    zip(PARAMS, (0.012, 2.0e-6, 0.003, 4.0e-5, 0.0008, 3.0e-8, 9.0e-8), strict=True),
+    zip(PARAMS, (0.012, 2.0e-6, 0.003, 4.0e-5, 0.0008, 3.0e-8, 9.0e-8, 0.0), strict=True),
 )
 
 
@@ -32,7 +32,7 @@ def _write_run(d: Path) -> None:
     ):
         ttft = _t(ttft_features(p, cached, 8192))
         n = 40
-        tpot = _t(decode_features(1, p + n / 2))
+        tpot = _t(decode_features(1, p + n / 2, p + n / 2))
         start = t
         first = start + int(ttft * 1e9)
         end = first + int(tpot * (n - 1) * 1e9)

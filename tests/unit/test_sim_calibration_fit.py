@@ -26,6 +26,7 @@ TRUE = {
     "decode_seq_s": 0.0008,
     "prefill_attention_s": 3.0e-8,
     "decode_context_token_s": 9.0e-8,
+    "decode_max_context_s": 6.0e-7,
 }
 
 
@@ -41,9 +42,9 @@ def _probe_like(budget: int = 2048) -> list[Obs]:
             obs.append(Obs("ttft", f"{p}/{cached}", _y(x), x))
     for b in (1, 2, 4, 8):
         for ctx in (256, 4096):
-            x = decode_features(b, b * ctx)
+            x = decode_features(b, b * ctx, ctx)
             obs.append(Obs("decode", f"{b}/{ctx}", _y(x), x))
-    x = mixed_features(1024, 0, 1, 300)
+    x = mixed_features(1024, 0, 1, 300, 300)
     obs.append(Obs("interference", "1024", _y(x), x))
     return obs
 
@@ -84,7 +85,8 @@ def test_fit_with_noise_stays_close_on_what_matters() -> None:
 
 def test_fit_never_returns_negative_parameters() -> None:
     obs = [
-        Obs("decode", str(b), 0.004 - 0.0001 * b, decode_features(b, 100 * b)) for b in (1, 2, 4)
+        Obs("decode", str(b), 0.004 - 0.0001 * b, decode_features(b, 100 * b, 100))
+        for b in (1, 2, 4)
     ]
     obs += [Obs("ttft", str(p), 0.01 + 1e-5 * p, ttft_features(p, 0, 8192)) for p in (100, 1000)]
     f = fit(obs)

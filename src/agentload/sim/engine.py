@@ -323,6 +323,7 @@ class Engine:
         prefill_pairs = 0.0
         decode_seqs = 0
         decode_ctx = 0
+        decode_max = 0
         running = self.running
         preempted = False
         i = 0
@@ -352,6 +353,8 @@ class Engine:
             if n == 1 and before >= seq.prompt_len:
                 decode_seqs += 1
                 decode_ctx += before + 1
+                if before >= decode_max:
+                    decode_max = before + 1
             else:
                 prefill_tokens += n
                 prefill_pairs += n * before + n * (n + 1) / 2
@@ -368,6 +371,7 @@ class Engine:
                 + p.decode_seq_s * decode_seqs
                 + p.prefill_attention_s * prefill_pairs
                 + p.decode_context_token_s * decode_ctx
+                + p.decode_max_context_s * decode_max
             )
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt

@@ -25,11 +25,15 @@ class Profile(BaseModel):
     #           + decode_seq_s * decoding sequences
     #           + prefill_attention_s * (query, key) pairs attended by prefill tokens
     #           + decode_context_token_s * context tokens read by decoding sequences
+    #           + decode_max_context_s * longest context among decoding sequences
     step_overhead_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
     prefill_attention_s: float = Field(default=0.0, ge=0)
     decode_context_token_s: float = Field(default=0.0, ge=0)
+    # × the longest context among the step's decoding sequences: engines whose decode cost
+    # follows the longest sequence rather than the sum (measured on vLLM's CPU backend)
+    decode_max_context_s: float = Field(default=0.0, ge=0)
     # front end (HTTP, chat template, tokenisation) before a request reaches the queue
     request_overhead_s: float = Field(default=0.0, ge=0)
     frontend_token_s: float = Field(default=0.0, ge=0)

@@ -24,6 +24,7 @@ PARAMS = (
     "decode_seq_s",
     "prefill_attention_s",
     "decode_context_token_s",
+    "decode_max_context_s",
 )
 
 
@@ -47,17 +48,30 @@ def pairs(uncached: int, cached: int) -> float:
 def ttft_features(prompt: int, cached: int, budget: int) -> list[float]:
     """TTFT of a request on an idle engine: front end, then ceil(r / budget) prefill steps."""
     r = max(1, prompt - cached)
-    return [1.0, float(prompt), float(math.ceil(r / budget)), float(r), 0.0, pairs(r, cached), 0.0]
+    steps = float(math.ceil(r / budget))
+    return [1.0, float(prompt), steps, float(r), 0.0, pairs(r, cached), 0.0, 0.0]
 
 
-def decode_features(batch: int, context_sum: float) -> list[float]:
-    """One decode step of `batch` sequences holding `context_sum` tokens of context."""
-    return [0.0, 0.0, 1.0, 0.0, float(batch), 0.0, float(context_sum)]
+def decode_features(batch: int, context_sum: float, context_max: float) -> list[float]:
+    """One decode step of `batch` sequences holding `context_sum` tokens of context, the
+    longest `context_max`."""
+    return [0.0, 0.0, 1.0, 0.0, float(batch), 0.0, float(context_sum), float(context_max)]
 
 
-def mixed_features(prefill: int, cached: int, batch: int, context_sum: float) -> list[float]:
+def mixed_features(
+    prefill: int, cached: int, batch: int, context_sum: float, context_max: float
+) -> list[float]:
     """A step that prefills `prefill` tokens beside `batch` decoding sequences."""
-    return [0.0, 0.0, 1.0, float(prefill), float(batch), pairs(prefill, cached), context_sum]
+    return [
+        0.0,
+        0.0,
+        1.0,
+        float(prefill),
+        float(batch),
+        pairs(prefill, cached),
+        context_sum,
+        context_max,
+    ]
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:

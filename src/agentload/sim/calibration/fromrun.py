@@ -105,7 +105,7 @@ def observations(calls: list[RunCall], budget: int) -> tuple[list[Obs], dict[int
         feats = ttft_features(mid.prompt, mid.cached, budget)
         label = f"{'cached' if warm else 'cold'} {mid.prompt} (run)"
         obs.append(Obs("ttft", label, mid.ttft, feats, len(group)))
-    decode_groups: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    decode_groups: dict[int, list[tuple[float, float, float, float]]] = defaultdict(list)
     chunking: dict[int, list[float]] = defaultdict(list)
     for c in calls:
         if c.tpot is None or c.completion < 8 or c.end <= c.first:
@@ -113,17 +113,17 @@ def observations(calls: list[RunCall], budget: int) -> tuple[list[Obs], dict[int
         span = c.end - c.first
         others = sum(_overlap(c.first, c.end, o.first, o.end) for o in calls if o is not c)
         b = 1 + others / span
-        ctx = b * (c.prompt + c.completion / 2)
-        decode_groups[round(b)].append((c.tpot, b, ctx))
+        own = c.prompt + c.completion / 2
+        decode_groups[round(b)].append((c.tpot, b, b * own, own))
         if c.chunks > 1:
             chunking[round(b)].append((c.completion - 1) / (c.chunks - 1))
     for key, rows in sorted(decode_groups.items()):
         y = statistics.median(r[0] for r in rows)
         b = statistics.fmean(r[1] for r in rows)
         ctx = statistics.fmean(r[2] for r in rows)
-        obs.append(
-            Obs("decode", f"batch ~{key} (run)", y, decode_features(round(b), ctx), len(rows))
-        )
+        longest = statistics.fmean(r[3] for r in rows)
+        feats = decode_features(round(b), ctx, longest)
+        obs.append(Obs("decode", f"batch ~{key} (run)", y, feats, len(rows)))
     return obs, {b: statistics.fmean(v) for b, v in sorted(chunking.items())}
 
 

@@ -55,9 +55,9 @@ class ProbePlan:
         return cls(
             prompt_lengths=[128, 1024, 4096],
             repeats=1,
-            decode_batches=[1, 4],
+            decode_batches=[1, 2, 4],
             decode_contexts=[256, 2048],
-            decode_tokens=24,
+            decode_tokens=32,
             interference_prompts=[1024],
         )
 
@@ -216,6 +216,7 @@ class Probe:
         w0 = max(c.times[0] for c in calls)
         w1 = min(c.times[-1] for c in calls)
         ctx_sum = 0.0
+        ctx_max = 0.0
         per: list[float] = []
         for c in calls:
             idx = [i for i, t in enumerate(c.times) if w0 <= t <= w1]
@@ -223,12 +224,14 @@ class Probe:
                 return  # the streams did not decode together long enough: no sample
             a, b = idx[0], idx[-1]
             per.append((c.times[b] - c.times[a]) / (c.counts[b] - c.counts[a]))
-            ctx_sum += c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
+            own = c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
+            ctx_sum += own
+            ctx_max = max(ctx_max, own)
         self._sample(
             "decode",
             f"batch {batch} context {ctx}",
             statistics.median(per),
-            decode_features(batch, ctx_sum),
+            decode_features(batch, ctx_sum, ctx_max),
         )
 
     async def interference(self, p: int) -> None:
@@ -260,9 +263,9 @@ class Probe:
         gap, i = best
         ctx = dec.prompt_tokens + dec.counts[i]
         cached = pre.cached_tokens or 0
-        feats = mixed_features(pre.prompt_tokens - cached, cached, 1, ctx)
+        feats = mixed_features(pre.prompt_tokens - cached, cached, 1, ctx, ctx)
         extra = dec.counts[i + 1] - dec.counts[i] - 1
-        step = decode_features(1, ctx)
+        step = decode_features(1, ctx, ctx)
         return gap, [f + extra * s for f, s in zip(feats, step, strict=True)]
 
 
