@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from agentload.sim.calibration.calibrate import Calibration, ServerInfo, build_profile
-from agentload.sim.calibration.fit import Obs, decode_features, fit, ttft_features
+from agentload.sim.calibration.fit import PARAMS, Obs, decode_features, fit, ttft_features
 from agentload.sim.calibration.probe import ProbeResult
 from agentload.sim.profiles import load_profile
 
@@ -179,6 +179,12 @@ def calibrate_from_run(
     budget = budget or base_p.max_num_batched_tokens
     obs, chunking = observations(calls, budget)
     say(f"calibrate: {len(calls)} calls from {path} give {len(obs)} grouped observations")
+    if len(obs) < len(PARAMS):
+        say(
+            f"calibrate: warning: {len(obs)} observations for {len(PARAMS)} parameters: the fit "
+            "is underdetermined (the run had too few prompt lengths or batch sizes); a probe "
+            "(--base-url) pins down every term"
+        )
     f = fit(obs)
     probe = ProbeResult(obs=obs, chunking=chunking, requests=len(calls))
     info = ServerInfo(
