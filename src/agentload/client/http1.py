@@ -79,6 +79,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.lost = False
+        self.read_ns = 0
         self.waiter: asyncio.Future[None] | None = None
         self._reset(None, None)
 
@@ -104,7 +105,7 @@ class _Conn(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        now = _now_ns()
+        now = self.read_ns = _now_ns()
         self.fresh = False
         waiter = self.waiter
         if waiter is None or waiter.done():
@@ -145,7 +146,8 @@ class _Conn(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.headers_ns = _now_ns()
+        # The arrival of the read that completed them: the same clock as the body's chunks.
+        self.headers_ns = self.read_ns
         if self.stamps is not None:
             self.stamps.headers_ns = self.headers_ns
         self.got_headers = True
