@@ -38,7 +38,6 @@ from agentload.client.tokens import (
     TokenCounter,
     count_prompt_tokens,
 )
-from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
 __all__ = ["CallError", "CallResult", "ChatClient", "classify_http_error", "itl_summary"]
@@ -163,10 +162,6 @@ class _Watchdog:
             self._handle.cancel()
 
 
-def _q(sorted_vals: list[float], q: float) -> float:
-    return percentile_sorted(sorted_vals, q) or 0.0
-
-
 def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
     summary, gaps, _ = _itl(times_ns)
     return summary, gaps
@@ -175,21 +170,20 @@ def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
 def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float], list[float]]:
     """Summary, gaps in arrival order, and the same gaps sorted (shared with the histogram)."""
     gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times_ns)]
-    if not gaps:
+    n = len(gaps)
+    if not n:
         return ItlSummary(), gaps, gaps
     s = sorted(gaps)
-    return (
-        ItlSummary(
-            count=len(s),
-            mean=sum(s) / len(s),
-            p50=_q(s, 0.5),
-            p90=_q(s, 0.9),
-            p99=_q(s, 0.99),
-            max=s[-1],
-        ),
-        gaps,
-        s,
-    )
+    last = n - 1
+
+    def q(p: float) -> float:
+        # stats.percentile_sorted inlined (linear between closest ranks): once per call.
+        pos = last * p
+        lo = int(pos)
+        hi = lo + 1 if lo < last else last
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return ItlSummary(n, sum(s) / n, q(0.5), q(0.9), q(0.99), s[-1]), gaps, s
 
 
 class _Request:
