@@ -56,3 +56,43 @@ def dig(d: Any, *keys: str) -> Any:
             return None
         d = d.get(k)
     return d
+
+
+class ServedAt:
+    """The URLs of an HTTP server that agentload starts (simulator, engine, proxy).
+
+    Subclasses say where the server binds; a wildcard bind is reached on loopback, since the
+    client runs on the same machine.
+    """
+
+    def bind_address(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        host, port = self.bind_address()
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return f"{self.url}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.url}/metrics"
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """`preexec_fn` for servers agentload starts: SIGTERM when the parent dies.
+
+    PR_SET_PDEATHSIG (Linux; elsewhere a no-op), so a killed agentload leaves no simulator or
+    engine behind; an engine's leader then shuts down its own workers.
+    """
+    import ctypes
+    import signal
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -54,63 +54,87 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stop()
 
 
+# Options as annotated types, so that the command's signature stays one line per option.
+_Engine = Annotated[str, typer.Argument(help="Engine to start: " + " | ".join(ENGINES) + ".")]
+_EngineArgs = Annotated[
+    list[str] | None,
+    typer.Argument(help="Further engine arguments, after `--` (e.g. -- --max-model-len 8192)."),
+]
+_Model = Annotated[
+    str, typer.Option("--model", "-m", help="What the engine loads: a local folder or a hub id.")
+]
+_Served = Annotated[
+    str | None, typer.Option(help="Model name the engine serves (default: --model as given).")
+]
+_Name = Annotated[
+    str | None,
+    typer.Option(help="Instance name, used in file names (default: the engine's name)."),
+]
+_Host = Annotated[str, typer.Option(help="Address to bind (loopback by default).")]
+_Port = Annotated[
+    int | None,
+    typer.Option(min=1, max=65535, help="Port (default: 8000 for vLLM, 30000 for SGLang)."),
+]
+_Python = Annotated[
+    str | None,
+    typer.Option(
+        help="Python interpreter, or virtual-environment folder, that has the engine "
+        "installed (default: the one running agentload)."
+    ),
+]
+_Docker = Annotated[
+    str | None,
+    typer.Option(help="Run this container image (e.g. vllm/vllm-openai:v0.32.0) instead."),
+]
+_Gpus = Annotated[
+    str, typer.Option(help="With --docker: the --gpus value; 'none' for a CPU image.")
+]
+_DockerArg = Annotated[
+    list[str], typer.Option("--docker-arg", help="Further `docker run` argument (repeatable).")
+]
+_Env = Annotated[
+    list[str], typer.Option("--env", help="NAME=VALUE for the engine's environment (repeatable).")
+]
+_Out = Annotated[Path, typer.Option(help="Folder for the engine's log (engine-<name>.log).")]
+_CacheDir = Annotated[
+    Path | None,
+    typer.Option(help="Cache folder of this instance (default: <out>/engine-<name>-cache)."),
+]
+_Startup = Annotated[float, typer.Option(min=1, help="Seconds to wait for /health and /v1/models.")]
+_StopT = Annotated[
+    float, typer.Option(min=0, help="Seconds between SIGTERM and SIGKILL when stopping.")
+]
+_Json = Annotated[
+    bool, typer.Option("--json", help="Print one JSON line when ready (and one when stopped).")
+]
+_DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print the command line (secrets masked) and exit.")
+]
+
+
 @app.command(
     "serve",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 def serve_command(
-    engine: str = typer.Argument(..., help="Engine to start: " + " | ".join(ENGINES) + "."),
-    engine_args: list[str] = typer.Argument(
-        None, help="Further engine arguments, after `--` (e.g. -- --max-model-len 8192)."
-    ),
-    model: str = typer.Option(
-        ..., "--model", "-m", help="What the engine loads: a local folder or a hub id."
-    ),
-    served_model_name: str | None = typer.Option(
-        None, help="Model name the engine serves (default: --model as given)."
-    ),
-    name: str | None = typer.Option(
-        None, help="Instance name, used in file names (default: the engine's name)."
-    ),
-    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
-    port: int | None = typer.Option(
-        None, min=1, max=65535, help="Port (default: 8000 for vLLM, 30000 for SGLang)."
-    ),
-    python: str | None = typer.Option(
-        None,
-        help="Python interpreter, or virtual-environment folder, that has the engine "
-        "installed (default: the one running agentload).",
-    ),
-    docker: str | None = typer.Option(
-        None, help="Run this container image (e.g. vllm/vllm-openai:v0.32.0) instead."
-    ),
-    gpus: str = typer.Option(
-        "all", help="With --docker: the --gpus value; 'none' for a CPU image."
-    ),
-    docker_arg: list[str] = typer.Option(
-        [], "--docker-arg", help="Further `docker run` argument (repeatable)."
-    ),
-    env: list[str] = typer.Option(
-        [], "--env", help="NAME=VALUE for the engine's environment (repeatable)."
-    ),
-    out: Path = typer.Option(
-        Path("results/serve"), help="Folder for the engine's log (engine-<name>.log)."
-    ),
-    cache_dir: Path | None = typer.Option(
-        None, help="Cache folder of this instance (default: <out>/engine-<name>-cache)."
-    ),
-    startup_timeout: float = typer.Option(
-        900.0, min=1, help="Seconds to wait for /health and /v1/models."
-    ),
-    stop_timeout: float = typer.Option(
-        30.0, min=0, help="Seconds between SIGTERM and SIGKILL when stopping."
-    ),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print one JSON line when ready (and one when stopped)."
-    ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print the command line (secrets masked) and exit."
-    ),
+    engine: _Engine,
+    model: _Model,
+    engine_args: _EngineArgs = None,
+    served_model_name: _Served = None,
+    name: _Name = None,
+    host: _Host = "127.0.0.1",
+    port: _Port = None,
+    python: _Python = None,
+    docker: _Docker = None,
+    gpus: _Gpus = "all",
+    docker_arg: _DockerArg = [],  # noqa: B006 - typer copies defaults
+    env: _Env = [],  # noqa: B006
+    out: _Out = Path("results/serve"),
+    cache_dir: _CacheDir = None,
+    startup_timeout: _Startup = 900.0,
+    stop_timeout: _StopT = 30.0,
+    json_out: _Json = False,
+    dry_run: _DryRun = False,
 ) -> None:
     """Start a vLLM or SGLang server (subprocess or container), wait until it serves the
     model, and keep it running until Ctrl-C; then stop its whole process group."""
@@ -138,25 +162,34 @@ def serve_command(
         first = e.errors()[0]
         _err(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
         raise typer.Exit(2) from None
-    inst = name or engine
-    spec = EngineSpec(
+    spec = _spec(launch, model, name or engine, out, cache_dir)
+    if dry_run:
+        _print_command(spec, json_out)
+        raise typer.Exit(0)
+    raise typer.Exit(_serve(spec, json_out=json_out))
+
+
+def _spec(
+    launch: LaunchConfig, model: str, inst: str, out: Path, cache_dir: Path | None
+) -> EngineSpec:
+    return EngineSpec(
         name=inst,
         launch=launch,
         model=model,
-        served_model_name=served_model_name or model,
-        port=port or DEFAULT_PORTS[engine],
-        host=host,
+        served_model_name=launch.served_model_name or model,
+        port=launch.port or DEFAULT_PORTS[launch.engine],
+        host=launch.host,
         log_path=out / f"engine-{inst}.log",
         cache_dir=cache_dir or out / f"engine-{inst}-cache",
     )
-    if dry_run:
-        cmd = redact_args(spec.command())
-        if json_out:
-            typer.echo(orjson.dumps({"command": cmd, "log": str(spec.log_path)}).decode())
-        else:
-            typer.echo(shlex.join(cmd))
-        raise typer.Exit(0)
-    raise typer.Exit(_serve(spec, json_out=json_out))
+
+
+def _print_command(spec: EngineSpec, json_out: bool) -> None:
+    cmd = redact_args(spec.command())
+    if json_out:
+        typer.echo(orjson.dumps({"command": cmd, "log": str(spec.log_path)}).decode())
+    else:
+        typer.echo(shlex.join(cmd))
 
 
 def _emit(json_out: bool, event: dict[str, Any], text: str) -> None:

@@ -13,7 +13,6 @@ Plain processes, no scheduler: under Slurm or Kubernetes the same command runs i
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import secrets
@@ -34,6 +33,7 @@ from typing import Any
 import orjson
 
 from agentload.engines.config import LaunchConfig
+from agentload.util import ServedAt, die_with_parent
 
 Say = Callable[[str], None]
 
@@ -142,7 +142,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @dataclass
-class EngineSpec:
+class EngineSpec(ServedAt):
     """Everything one engine instance needs, resolved: what `EngineProcess` runs."""
 
     name: str
@@ -159,18 +159,8 @@ class EngineSpec:
     def engine(self) -> str:
         return self.launch.engine
 
-    @property
-    def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.url}/v1"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
+    def bind_address(self) -> tuple[str, int]:
+        return self.host, self.port
 
     def api_key(self) -> str | None:
         """The key the engine will demand, if any: its --api-key argument, or (vLLM) the
@@ -292,13 +282,6 @@ def engine_installed(python: str, engine: str, env: Mapping[str, str] | None = N
     return None
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # PR_SET_PDEATHSIG: the engine's leader gets SIGTERM if agentload dies without stopping
-    # it (Linux; elsewhere a no-op). The leader then shuts down its own workers.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
 def _get_json(
     url: str, timeout_s: float = 2.0, headers: Mapping[str, str] | None = None
 ) -> tuple[int, Any]:
@@ -376,7 +359,7 @@ class EngineProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stopped as one
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 env=spec.environment(),
             )
         except OSError as e:

@@ -12,6 +12,12 @@ from agentload.util import dig
 
 def replay_section(doc: Document, rp: Mapping[str, Any]) -> None:
     doc.h("Replay")
+    _overview(doc, rp)
+    _windows(doc, rp.get("windows") or {})
+    _by_turn(doc, rp.get("by_turn") or [])
+
+
+def _overview(doc: Document, rp: Mapping[str, Any]) -> None:
     terms = ", ".join(f"{k} {v}" for k, v in (rp.get("terminations") or {}).items()) or DASH
     doc.table(
         ["figure", "value"],
@@ -45,7 +51,9 @@ def replay_section(doc: Document, rp: Mapping[str, Any]) -> None:
         "Send lag: actual minus intended send time of each turn (the previous answer's end "
         "plus the recorded delay); a large lag means the client, not the server, was late."
     )
-    windows = rp.get("windows") or {}
+
+
+def _windows(doc: Document, windows: Mapping[str, Any]) -> None:
     doc.h("Windows", 3)
     doc.table(
         [
@@ -83,7 +91,9 @@ def replay_section(doc: Document, rp: Mapping[str, Any]) -> None:
             f"Early stopping (performance window, {pct(ub.get('confidence'), 0)} confidence): "
             f"TTFT p90 ≤ {secs(ub.get('p90'))}, p99 ≤ {secs(ub.get('p99'))}."
         )
-    turns = rp.get("by_turn") or []
+
+
+def _by_turn(doc: Document, turns: list[Any]) -> None:
     if turns:
         doc.h("By turn", 3)
         doc.table(

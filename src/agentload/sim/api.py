@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from aiohttp import web
 from agentload.sim.config import SimConfig
 from agentload.sim.guard import guarded_factory
 from agentload.sim.server import SimApp
-from agentload.util import gc_tuned
+from agentload.util import ServedAt, die_with_parent, gc_tuned
 
 STDIN_CONFIG_FLAG = "--stdin-config"
 """`python -m agentload.sim --stdin-config` reads its SimConfig as JSON on stdin."""
@@ -29,24 +28,14 @@ class SimBindError(OSError):
     """The simulator could not listen on its address (port in use, unknown host, ...)."""
 
 
-class _Addresses:
+class _Addresses(ServedAt):
     """URLs of a running simulator, for both the in-process and the subprocess form."""
 
     config: SimConfig
     port: int
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI base URL (``.../v1``)."""
-        return f"{self.url}/v1"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{self.url}/metrics"
+    def bind_address(self) -> tuple[str, int]:
+        return self.config.host, self.port
 
 
 class SimServer(_Addresses):
@@ -162,13 +151,6 @@ def run_blocking(config: SimConfig) -> None:
         raise SystemExit(2) from None
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    # PR_SET_PDEATHSIG: SIGTERM when the thread that started the simulator dies, so a killed
-    # parent does not leave a simulator behind (Linux; elsewhere a no-op).
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
 def _free_port(host: str) -> int:
     import socket
 
@@ -222,7 +204,7 @@ class SimProcess(_Addresses):
             stderr=subprocess.STDOUT,
             stdin=subprocess.PIPE,
             start_new_session=self.own_session,
-            preexec_fn=_die_with_parent if self.own_session else None,
+            preexec_fn=die_with_parent if self.own_session else None,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert self.proc.stdin is not None

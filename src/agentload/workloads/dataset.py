@@ -262,23 +262,43 @@ class _Builder:
         self.max_tokens: int | None = None
 
     def add(self, line: int, row: dict[str, Any]) -> None:
-        p = self.path
+        turn = self._check_turn(line, row)
+        role = self._check_role(line, row)
+        content, delay, mt = self._row_fields(line, row)
+        if self.prev_role is None:
+            self._first_row(line, row, mt)
+        elif row.get("system") is not None:
+            raise _err(
+                self.path, line, "system", "only the conversation's first user row has a system"
+            )
+        if role == "assistant":
+            self._add_answer(line, row, content, mt)
+        elif role == "user":
+            self._add_user(line, turn, row, content, delay, mt)
+        else:
+            self._add_tool(line, turn, row, delay, mt)
+        self.prev_role = role
+
+    def _check_turn(self, line: int, row: dict[str, Any]) -> int:
         turn = row.get("turn")
         if isinstance(turn, bool) or not isinstance(turn, int):
-            raise _err(p, line, "turn", f"expected an integer, got {turn!r}")
+            raise _err(self.path, line, "turn", f"expected an integer, got {turn!r}")
         if turn != self.prev_turn + 1:
             raise _err(
-                p,
+                self.path,
                 line,
                 "turn",
                 f"conversation {self.conv.id!r}: expected turn {self.prev_turn + 1}, got {turn} "
                 "(turns run 1..N in order)",
             )
         self.prev_turn = turn
-        role = row.get("role")
+        return turn
+
+    def _check_role(self, line: int, row: dict[str, Any]) -> str:
+        """The row's role, refusing transitions a client could not have sent."""
+        p, prev, role = self.path, self.prev_role, row.get("role")
         if role not in ROLES:
             raise _err(p, line, "role", f"expected user, assistant or tool, got {role!r}")
-        prev = self.prev_role
         if prev is None and role != "user":
             raise _err(p, line, "role", f"a conversation starts with a user row, not {role}")
         if role == "tool" and prev != "tool" and not (prev == "assistant" and self.open_ids):
@@ -292,6 +312,11 @@ class _Builder:
             )
         if role == "assistant" and prev == "assistant":
             raise _err(p, line, "role", "two assistant rows in a row")
+        return str(role)
+
+    def _row_fields(self, line: int, row: dict[str, Any]) -> tuple[Any, float, int | None]:
+        """(content, delay_seconds, max tokens) of a row, each checked."""
+        p = self.path
         content = row.get("content")
         if content is not None and not isinstance(content, str | list):
             raise _err(p, line, "content", f"expected a string, got {type(content).__name__}")
@@ -307,73 +332,84 @@ class _Builder:
             raise _err(p, line, "stream", "expected true or false")
         if row.get("model") is not None and not isinstance(row["model"], str):
             raise _err(p, line, "model", "expected a string")
-        if prev is None:
-            system = row.get("system")
-            if system is not None and not isinstance(system, str):
-                raise _err(p, line, "system", "expected a string")
-            self.conv.system = system
-            tools = row.get("tools")
-            if tools is not None and not isinstance(tools, list):
-                raise _err(p, line, "tools", "expected a list of tool schemas")
-            self.conv.tools = tools or None
-            self.model, self.stream, self.max_tokens = row.get("model"), row.get("stream"), mt
-        elif row.get("system") is not None:
-            raise _err(p, line, "system", "only the conversation's first user row has a system")
-        turns = self.conv.turns
-        if role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
-            if row.get("tool_calls") is not None:
-                calls = _check_tool_calls(p, line, row["tool_calls"], "tool_calls")
-                msg["tool_calls"] = calls
-                self.open_ids = {c["id"] for c in calls}
-            else:
-                self.open_ids = set()
-            if isinstance(row.get("reasoning_content"), str):
-                msg["reasoning_content"] = row["reasoning_content"]
-            t = turns[-1]
-            t.answer = msg
-            t.answer_tokens = max(1, self.counter.count(message_text(msg)))
-            if t.max_tokens is None and mt is not None:
-                t.max_tokens = mt  # a per-row limit given on the answer row
-        elif role == "user" and prev == "user":
-            # Consecutive user rows are one client turn, as consecutive user messages are.
-            t = turns[-1]
-            t.messages.append({"role": "user", "content": content})
-            t.delay_s += float(delay)
-        elif role == "user":
-            self.open_ids = set()
-            turns.append(
-                ClientTurn(
-                    index=len(turns),
-                    row=turn,
-                    line=line,
-                    messages=[{"role": "user", "content": content}],
-                    delay_s=float(delay),
-                    max_tokens=mt if mt is not None else self.max_tokens,
-                    model=row.get("model") or self.model,
-                    stream=row.get("stream") if row.get("stream") is not None else self.stream,
-                )
-            )
+        return content, float(delay), mt
+
+    def _first_row(self, line: int, row: dict[str, Any], mt: int | None) -> None:
+        """The conversation-wide fields, which only its first user row carries."""
+        system = row.get("system")
+        if system is not None and not isinstance(system, str):
+            raise _err(self.path, line, "system", "expected a string")
+        self.conv.system = system
+        tools = row.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise _err(self.path, line, "tools", "expected a list of tool schemas")
+        self.conv.tools = tools or None
+        self.model, self.stream, self.max_tokens = row.get("model"), row.get("stream"), mt
+
+    def _add_answer(self, line: int, row: dict[str, Any], content: Any, mt: int | None) -> None:
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if row.get("tool_calls") is not None:
+            calls = _check_tool_calls(self.path, line, row["tool_calls"], "tool_calls")
+            msg["tool_calls"] = calls
+            self.open_ids = {c["id"] for c in calls}
         else:
-            msgs = self._tool_messages(line, row)
-            if prev == "tool":
-                t = turns[-1]
-                t.messages.extend(msgs)
-                t.delay_s += float(delay)
-            else:
-                turns.append(
-                    ClientTurn(
-                        index=len(turns),
-                        row=turn,
-                        line=line,
-                        messages=msgs,
-                        delay_s=float(delay),
-                        max_tokens=mt if mt is not None else self.max_tokens,
-                        model=row.get("model") or self.model,
-                        stream=row.get("stream") if row.get("stream") is not None else self.stream,
-                    )
-                )
-        self.prev_role = role
+            self.open_ids = set()
+        if isinstance(row.get("reasoning_content"), str):
+            msg["reasoning_content"] = row["reasoning_content"]
+        t = self.conv.turns[-1]
+        t.answer = msg
+        t.answer_tokens = max(1, self.counter.count(message_text(msg)))
+        if t.max_tokens is None and mt is not None:
+            t.max_tokens = mt  # a per-row limit given on the answer row
+
+    def _add_user(
+        self, line: int, turn: int, row: dict[str, Any], content: Any, delay: float, mt: int | None
+    ) -> None:
+        msg = {"role": "user", "content": content}
+        if self.prev_role == "user":
+            # Consecutive user rows are one client turn, as consecutive user messages are.
+            self._extend_turn([msg], delay)
+            return
+        self.open_ids = set()
+        self._new_turn(line, turn, row, [msg], delay, mt)
+
+    def _add_tool(
+        self, line: int, turn: int, row: dict[str, Any], delay: float, mt: int | None
+    ) -> None:
+        msgs = self._tool_messages(line, row)
+        if self.prev_role == "tool":
+            self._extend_turn(msgs, delay)
+        else:
+            self._new_turn(line, turn, row, msgs, delay, mt)
+
+    def _extend_turn(self, msgs: list[dict[str, Any]], delay: float) -> None:
+        t = self.conv.turns[-1]
+        t.messages.extend(msgs)
+        t.delay_s += delay
+
+    def _new_turn(
+        self,
+        line: int,
+        turn: int,
+        row: dict[str, Any],
+        msgs: list[dict[str, Any]],
+        delay: float,
+        mt: int | None,
+    ) -> None:
+        """A client turn; model, stream and max tokens carry over from the first user row."""
+        turns = self.conv.turns
+        turns.append(
+            ClientTurn(
+                index=len(turns),
+                row=turn,
+                line=line,
+                messages=msgs,
+                delay_s=delay,
+                max_tokens=mt if mt is not None else self.max_tokens,
+                model=row.get("model") or self.model,
+                stream=row.get("stream") if row.get("stream") is not None else self.stream,
+            )
+        )
 
     def _tool_messages(self, line: int, row: dict[str, Any]) -> list[dict[str, Any]]:
         p = self.path
@@ -463,79 +499,91 @@ def conversation_from_messages(
         raise _err(path, line, "messages", "expected a non-empty list of messages")
     if tools is not None and not isinstance(tools, list):
         raise _err(path, line, "tools", "expected a list of tool schemas")
-    conv = Conversation(cid, tools=tools or None, line=line)
-    open_ids: set[str] = set()
-    prev: str | None = None
+    b = _MessagesBuilder(path, line, Conversation(cid, tools=tools or None, line=line), counter)
     for i, m in enumerate(messages):
-        f = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise _err(path, line, f, "expected a message object")
-        role = m.get("role")
-        if role == "system" and i == 0:
-            c = m.get("content")
-            conv.system = c if isinstance(c, str) else message_text(m)
-            continue
-        if role not in ROLES:
-            raise _err(path, line, f"{f}.role", f"expected user, assistant or tool, got {role!r}")
-        if role == "assistant":
-            if prev not in ("user", "tool"):
-                raise _err(
-                    path,
-                    line,
-                    f"{f}.role",
-                    "an assistant message must answer a user or tool message",
-                )
-            msg = {k: v for k, v in m.items() if k != "name"}
-            if m.get("tool_calls"):
-                msg["tool_calls"] = _check_tool_calls(
-                    path, line, m["tool_calls"], f"{f}.tool_calls"
-                )
-                open_ids = {c["id"] for c in msg["tool_calls"]}
-            else:
-                msg.pop("tool_calls", None)
-                open_ids = set()
-            t = conv.turns[-1]
-            t.answer = msg
-            t.answer_tokens = max(1, counter.count(message_text(msg)))
-        elif role == "tool":
-            if prev not in ("tool", "assistant") or (prev == "assistant" and not open_ids):
-                raise _err(
-                    path,
-                    line,
-                    f"{f}.role",
-                    "a tool message must follow an assistant message with tool_calls",
-                )
-            tid = _printable_id(path, line, f"{f}.tool_call_id", m.get("tool_call_id"))
-            if tid not in open_ids:
-                raise _err(
-                    path,
-                    line,
-                    f"{f}.tool_call_id",
-                    f"{tid!r} names no tool call of the preceding assistant message",
-                )
-            if prev == "tool":
-                conv.turns[-1].messages.append(m)
-            else:
-                conv.turns.append(ClientTurn(len(conv.turns), i, line, [m]))
-        else:
-            if prev == "assistant" and open_ids:
-                raise _err(
-                    path,
-                    line,
-                    f"{f}.role",
-                    "a user message cannot follow an assistant message with tool_calls",
-                )
-            open_ids = set()
-            if prev == "user":
-                conv.turns[-1].messages.append(m)
-            else:
-                conv.turns.append(ClientTurn(len(conv.turns), i, line, [m]))
-        prev = role
+        b.add(i, m)
+    conv = b.conv
     if not conv.turns:
         raise _err(path, line, "messages", "no user message")
     if drop_unsent_tail and conv.turns[-1].answer is None:
         conv.turns.pop()
     return conv
+
+
+class _MessagesBuilder:
+    """Checks an OpenAI message array in order (all on one dataset line) into a Conversation."""
+
+    def __init__(self, path: Path, line: int, conv: Conversation, counter: TokenCounter) -> None:
+        self.path, self.line, self.conv, self.counter = path, line, conv, counter
+        self.open_ids: set[str] = set()  # ids of the last assistant message's tool calls
+        self.prev: str | None = None
+
+    def _fail(self, field: str, message: str) -> DatasetError:
+        return _err(self.path, self.line, field, message)
+
+    def add(self, i: int, m: Any) -> None:
+        f = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise self._fail(f, "expected a message object")
+        role = m.get("role")
+        if role == "system" and i == 0:
+            c = m.get("content")
+            self.conv.system = c if isinstance(c, str) else message_text(m)
+            return
+        if role not in ROLES:
+            raise self._fail(f"{f}.role", f"expected user, assistant or tool, got {role!r}")
+        if role == "assistant":
+            self._answer(f, m)
+        elif role == "tool":
+            self._tool(i, f, m)
+        else:
+            self._user(i, f, m)
+        self.prev = role
+
+    def _answer(self, f: str, m: dict[str, Any]) -> None:
+        if self.prev not in ("user", "tool"):
+            raise self._fail(f"{f}.role", "an assistant message must answer a user or tool message")
+        msg = {k: v for k, v in m.items() if k != "name"}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = _check_tool_calls(
+                self.path, self.line, m["tool_calls"], f"{f}.tool_calls"
+            )
+            self.open_ids = {c["id"] for c in msg["tool_calls"]}
+        else:
+            msg.pop("tool_calls", None)
+            self.open_ids = set()
+        t = self.conv.turns[-1]
+        t.answer = msg
+        t.answer_tokens = max(1, self.counter.count(message_text(msg)))
+
+    def _tool(self, i: int, f: str, m: dict[str, Any]) -> None:
+        prev = self.prev
+        if prev not in ("tool", "assistant") or (prev == "assistant" and not self.open_ids):
+            raise self._fail(
+                f"{f}.role", "a tool message must follow an assistant message with tool_calls"
+            )
+        tid = _printable_id(self.path, self.line, f"{f}.tool_call_id", m.get("tool_call_id"))
+        if tid not in self.open_ids:
+            raise self._fail(
+                f"{f}.tool_call_id",
+                f"{tid!r} names no tool call of the preceding assistant message",
+            )
+        self._append(i, m, same_turn=prev == "tool")
+
+    def _user(self, i: int, f: str, m: dict[str, Any]) -> None:
+        if self.prev == "assistant" and self.open_ids:
+            raise self._fail(
+                f"{f}.role", "a user message cannot follow an assistant message with tool_calls"
+            )
+        self.open_ids = set()
+        self._append(i, m, same_turn=self.prev == "user")
+
+    def _append(self, i: int, m: dict[str, Any], *, same_turn: bool) -> None:
+        turns = self.conv.turns
+        if same_turn:
+            turns[-1].messages.append(m)
+        else:
+            turns.append(ClientTurn(len(turns), i, self.line, [m]))
 
 
 def _iter_lines_format(
