@@ -13,6 +13,7 @@ import yaml
 
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
 from agentload.report.columns import SWEEP_COLUMNS, console_columns
+from agentload.results.records import ClientBlock, Episodes, as_summary
 from agentload.runner import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -23,7 +24,6 @@ from agentload.runner import (
     results_lock,
     say_stderr,
 )
-from agentload.util import dig
 
 SWEEP_SCHEMA = "agentload.sweep/1"
 
@@ -36,34 +36,36 @@ def summary_row(
     point: float, kind: str, dirname: str, status: str | None, s: Mapping[str, Any]
 ) -> dict[str, Any]:
     """One sweep point's figures from its summary (agent calls; all calls without agents)."""
-    agent = dig(s, "calls", "by_role", "agent") or dig(s, "calls", "all") or {}
-    eps = dig(s, "episodes") or {}
-    slo = dig(s, "slo")
-    client = dig(s, "client") or {}
-    pk = dig(eps, "pass_hat_k") or {}
+    summary = as_summary(s)
+    agent = summary.agent_calls()
+    eps = summary.episodes or Episodes()
+    slo = summary.slo
+    client = summary.client or ClientBlock()
+    pk = eps.pass_hat_k
     row: dict[str, Any] = {
         kind: point,
         "dir": dirname,
         "status": status,
-        "episodes": dig(s, "counts", "sessions"),
-        "episodes_per_min": dig(eps, "episodes_per_min"),
-        "calls_per_s": dig(agent, "throughput", "calls_per_s"),
-        "output_tokens_per_s": dig(agent, "throughput", "output_tokens_per_s"),
-        "success_rate": dig(eps, "success_rate"),
+        "episodes": summary.counts.sessions if "counts" in summary.model_fields_set else None,
+        "episodes_per_min": eps.episodes_per_min,
+        "calls_per_s": agent.throughput.calls_per_s,
+        "output_tokens_per_s": agent.throughput.output_tokens_per_s,
+        "success_rate": eps.success_rate,
         "pass_hat_k": pk,
         "pass_hat_k_max": pk[max(pk, key=int)] if pk else None,
-        "error_rate": dig(s, "errors", "error_rate"),
-        "slo_met": None if not slo else bool(slo.get("all_met")),
-        "slo_call_attainment": None if not slo else slo.get("call_attainment"),
-        "slo_session_attainment": None if not slo else slo.get("session_attainment"),
-        "goodput_per_min": None if not slo else slo.get("goodput_per_min"),
-        "loop_lag_p99": dig(client, "event_loop_lag_s", "p99"),
-        "sched_delay_p99": dig(client, "sched_delay_s", "p99"),
+        "error_rate": summary.errors.error_rate,
+        "slo_met": None if not slo else slo.all_met,
+        "slo_call_attainment": None if not slo else slo.call_attainment,
+        "slo_session_attainment": None if not slo else slo.session_attainment,
+        "goodput_per_min": None if not slo else slo.goodput_per_min,
+        "loop_lag_p99": client.event_loop_lag_s.stat("p99") if client.event_loop_lag_s else None,
+        "sched_delay_p99": client.sched_delay_s.stat("p99") if client.sched_delay_s else None,
     }
+    gaps = agent.itl_s.all_gaps
     for p in ("p50", "p90", "p99"):
-        row[f"ttft_{p}"] = dig(agent, "ttft_s", p)
-        row[f"e2e_{p}"] = dig(agent, "e2e_s", p)
-        row[f"itl_{p}"] = dig(agent, "itl_s", "all_gaps", p)
+        row[f"ttft_{p}"] = agent.ttft_s.stat(p)
+        row[f"e2e_{p}"] = agent.e2e_s.stat(p)
+        row[f"itl_{p}"] = gaps.stat(p) if gaps else None
     return row
 
 
@@ -158,7 +160,7 @@ async def _execute_sweep(
         )
         row = sweep_row(point, kind, out)
         doc["points"].append(row)
-        doc.setdefault("context", dig(out.summary, "context"))
+        doc.setdefault("context", as_summary(out.summary).context)
         _finish_doc(doc)
         _write_sweep(root, doc)
         if out.exit_code != EXIT_OK:
@@ -231,7 +233,7 @@ def rebuild_sweep(root: Path, summaries: Mapping[str, Mapping[str, Any]]) -> dic
             rows.append(summary_row(float(r[kind]), kind, str(r["dir"]), status.get(r["dir"]), s))
     doc["points"] = rows
     if rows:
-        doc["context"] = dig(summaries.get(rows[0]["dir"]), "context")
+        doc["context"] = as_summary(summaries.get(rows[0]["dir"])).context
     _finish_doc(doc)
     _write_sweep(root, doc)
     return doc

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "agentload.cli.serve",
     "agentload.cli.export",
     "agentload.cli.proxy",
+    "agentload.cli.tools",
 )
 
 for _name in COMMAND_MODULES:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentload.results.context import _flat
-from agentload.util import dig
+from agentload.results.records import Describe, as_summary
 
 EXPERIMENT = "agentload"
 ARTIFACTS = (
@@ -53,29 +53,34 @@ def _mlflow(uri: str | None) -> Any:
 
 def run_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
     """Headline figures of a summary, flat and numeric (MLflow metric names)."""
-    agent = dig(summary, "calls", "by_role", "agent") or dig(summary, "calls", "all") or {}
-    allc = dig(summary, "calls", "all") or {}
+    s = as_summary(summary)
+    agent, allc = s.agent_calls(), s.calls.all
     out: dict[str, Any] = {}
     for key in ("ttft_s", "e2e_s", "tpot_s"):
+        block: Describe = getattr(agent, key)
         for p in ("p50", "p90", "p99", "mean"):
-            out[f"{key[:-2]}_{p}_s"] = dig(agent, key, p)
+            out[f"{key[:-2]}_{p}_s"] = block.stat(p)
+    gaps = agent.itl_s.all_gaps or Describe()
     for p in ("p50", "p90", "p99"):
-        out[f"itl_{p}_s"] = dig(agent, "itl_s", "all_gaps", p)
-    out["itl_mean_s"] = dig(agent, "itl_s", "mean")
-    out["calls"] = allc.get("calls")
-    out["failed_calls"] = allc.get("failed")
-    out["error_rate"] = dig(summary, "errors", "error_rate")
-    out["output_tokens_per_s"] = dig(allc, "throughput", "output_tokens_per_s")
-    out["cached_share"] = dig(allc, "tokens", "cached_share")
-    ep = summary.get("episodes") or {}
-    for key in ("episodes", "success_rate", "mean_reward", "episodes_per_min"):
-        out[key] = ep.get(key)
-    for k, v in (ep.get("pass_hat_k") or {}).items():
-        out[f"pass_hat_{k}"] = v
-    slo = summary.get("slo") or {}
-    out["slo_call_attainment"] = slo.get("call_attainment")
-    out["goodput_per_min"] = slo.get("goodput_per_min")
-    out["event_loop_lag_p99_s"] = dig(summary, "client", "event_loop_lag_s", "p99")
+        out[f"itl_{p}_s"] = gaps.stat(p)
+    out["itl_mean_s"] = agent.itl_s.mean
+    if "calls" in s.model_fields_set:
+        out["calls"] = allc.calls
+        out["failed_calls"] = allc.failed
+    out["error_rate"] = s.errors.error_rate
+    out["output_tokens_per_s"] = allc.throughput.output_tokens_per_s
+    out["cached_share"] = allc.tokens.cached_share
+    ep = s.episodes
+    if ep is not None:
+        for key in ("episodes", "success_rate", "mean_reward", "episodes_per_min"):
+            out[key] = getattr(ep, key)
+        for k, v in ep.pass_hat_k.items():
+            out[f"pass_hat_{k}"] = v
+    if s.slo is not None:
+        out["slo_call_attainment"] = s.slo.call_attainment
+        out["goodput_per_min"] = s.slo.goodput_per_min
+    lag = s.client.event_loop_lag_s if s.client else None
+    out["event_loop_lag_p99_s"] = lag.stat("p99") if lag else None
     return {k: float(v) for k, v in out.items() if isinstance(v, int | float)}
 
 
@@ -89,7 +94,7 @@ def log_run(out_dir: Path | str, summary: Mapping[str, Any], *, uri: str | None 
     out_dir = Path(out_dir)
     mlflow = _mlflow(uri)
     mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT)
-    name = str(dig(summary, "run", "run_id") or out_dir.name)
+    name = str((as_summary(summary).run or {}).get("run_id") or out_dir.name)
     with mlflow.start_run(run_name=name) as r:
         mlflow.log_params(_params(summary.get("context") or {}))
         mlflow.log_metrics(run_metrics(summary))

@@ -14,8 +14,9 @@ from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.health import client_cpu_share, client_warnings
 from agentload.report.series import Series, build_series
+from agentload.results.files import CALLS, SERVER_METRICS, SESSIONS
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
-from agentload.results.recorder import CALLS, SERVER_METRICS, SESSIONS
+from agentload.results.records import CallBlock, Describe, Episodes, Summary, as_summary
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.util import dig
 
@@ -28,51 +29,36 @@ def _status(status: Any) -> str:
     return str(status)
 
 
-def _latency_rows(block: Mapping[str, Any]) -> list[list[str]]:
+def _describe_row(label: str, d: Describe, mean: float | None = None) -> list[str]:
+    """n, the percentiles, mean, min and max of one describe() block."""
+    return [
+        label,
+        count(d.count),
+        *[secs(d.stat(p)) for p in PCTS],
+        secs(d.mean if mean is None else mean),
+        secs(d.min),
+        secs(d.max),
+    ]
+
+
+def _latency_rows(block: CallBlock) -> list[list[str]]:
     rows = []
-    for key, label in (("ttft_s", "TTFT"), ("e2e_s", "end-to-end"), ("tpot_s", "TPOT")):
-        d = block.get(key) or {}
-        if not d.get("count"):
-            continue
-        rows.append(
-            [
-                label,
-                count(d["count"]),
-                *[secs(d.get(p)) for p in PCTS],
-                secs(d.get("mean")),
-                secs(d.get("min")),
-                secs(d.get("max")),
-            ]
-        )
-    itl = block.get("itl_s") or {}
-    gaps = itl.get("all_gaps") or {}
-    if gaps.get("count"):
-        rows.append(
-            [
-                "ITL (all gaps)",
-                count(gaps["count"]),
-                *[secs(gaps.get(p)) for p in PCTS],
-                secs(itl.get("mean")),
-                DASH,
-                secs(itl.get("max")),
-            ]
-        )
-    for key, label in (
-        ("per_call_p50", "ITL (per-call p50)"),
-        ("per_call_p99", "ITL (per-call p99)"),
+    for d, label in ((block.ttft_s, "TTFT"), (block.e2e_s, "end-to-end"), (block.tpot_s, "TPOT")):
+        if d.count:
+            rows.append(_describe_row(label, d))
+    itl = block.itl_s
+    gaps = itl.all_gaps
+    if gaps and gaps.count:
+        # every gap of every call: the exact mean and the largest gap, no minimum kept
+        row = _describe_row("ITL (all gaps)", gaps, itl.mean)
+        row[-2:] = [DASH, secs(itl.max)]
+        rows.append(row)
+    for per_call, label in (
+        (itl.per_call_p50, "ITL (per-call p50)"),
+        (itl.per_call_p99, "ITL (per-call p99)"),
     ):
-        d = itl.get(key) or {}
-        if d.get("count"):
-            rows.append(
-                [
-                    label,
-                    count(d["count"]),
-                    *[secs(d.get(p)) for p in PCTS],
-                    secs(d.get("mean")),
-                    secs(d.get("min")),
-                    secs(d.get("max")),
-                ]
-            )
+        if per_call and per_call.count:
+            rows.append(_describe_row(label, per_call))
     return rows
 
 
@@ -121,60 +107,55 @@ def _status_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     return facts
 
 
-def rates_meaningful(summary: Mapping[str, Any]) -> bool:
+def rates_meaningful(summary: Summary | Mapping[str, Any]) -> bool:
     """False for a failed run, or one where no call succeeded: per-minute rates and
     throughput would describe how fast things failed, not the service."""
-    run = summary.get("run") or {}
-    status = str(run.get("status") or "")
-    ok = dig(summary, "calls", "all", "ok")
-    return not status.startswith("failed") and bool(ok)
+    s = as_summary(summary)
+    status = str((s.run or {}).get("status") or "")
+    return not status.startswith("failed") and bool(s.calls.all.ok)
 
 
-def _key_rows(summary: Mapping[str, Any]) -> list[list[str]]:
-    ep = summary.get("episodes")
-    slo = summary.get("slo")
-    allc = dig(summary, "calls", "all") or {}
-    agent = dig(summary, "calls", "by_role", "agent") or allc
-    rates = rates_meaningful(summary)
+def _key_rows(s: Summary) -> list[list[str]]:
+    ep, slo = s.episodes, s.slo
+    allc, agent = s.calls.all, s.agent_calls()
+    rates = rates_meaningful(s)
     rows: list[list[str]] = []
     if ep:
-        pk = list((ep.get("pass_hat_k") or {}).items())[:8]
+        pk = list(ep.pass_hat_k.items())[:8]
         rows += [
-            ["episodes", count(ep.get("episodes"))],
-            ["success rate", pct(ep.get("success_rate"))],
+            ["episodes", count(ep.episodes)],
+            ["success rate", pct(ep.success_rate)],
             ["pass^k", ", ".join(f"k={k}: {pct(v)}" for k, v in pk) or DASH],
         ]
         if rates:
-            rows.append(["episodes / min", num(ep.get("episodes_per_min"))])
+            rows.append(["episodes / min", num(ep.episodes_per_min)])
     if slo and rates:
-        rows.append(["calls meeting every SLO", pct(slo.get("call_attainment"))])
-        rows.append(["goodput (episodes / min meeting every SLO)", num(slo.get("goodput_per_min"))])
-    for label, key in (("TTFT", "ttft_s"), ("e2e", "e2e_s")):
-        vals = " / ".join(secs(dig(agent, key, p)) for p in ("p50", "p90", "p99"))
+        rows.append(["calls meeting every SLO", pct(slo.call_attainment)])
+        rows.append(["goodput (episodes / min meeting every SLO)", num(slo.goodput_per_min)])
+    for label, d in (("TTFT", agent.ttft_s), ("e2e", agent.e2e_s)):
+        vals = " / ".join(secs(d.stat(p)) for p in ("p50", "p90", "p99"))
         rows.append([f"agent {label} p50 / p90 / p99", vals])
-    gaps = dig(agent, "itl_s", "all_gaps") or {}
-    if gaps.get("count"):
-        vals = " / ".join(secs(gaps.get(p)) for p in ("p50", "p90", "p99"))
+    gaps = agent.itl_s.all_gaps
+    if gaps and gaps.count:
+        vals = " / ".join(secs(gaps.stat(p)) for p in ("p50", "p90", "p99"))
         rows.append(["agent ITL p50 / p90 / p99 (all tokens)", vals])
-    rows.append(["cached share of prompt tokens", pct(dig(allc, "tokens", "cached_share"))])
+    rows.append(["cached share of prompt tokens", pct(allc.tokens.cached_share)])
     if rates:
-        out_tps = num(dig(allc, "throughput", "output_tokens_per_s"), 1)
-        rows.append(["output tokens / s (all calls)", out_tps])
-    rows.append(["failed calls", f"{count(allc.get('failed'))} of {count(allc.get('calls'))}"])
+        rows.append(["output tokens / s (all calls)", num(allc.throughput.output_tokens_per_s, 1)])
+    rows.append(["failed calls", f"{count(allc.failed)} of {count(allc.calls)}"])
     return rows
 
 
-def _warnings(doc: Document, summary: Mapping[str, Any]) -> None:
-    run = summary.get("run") or {}
-    status = str(run.get("status") or "")
-    allc = dig(summary, "calls", "all") or {}
+def _warnings(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
+    status = str((s.run or {}).get("status") or "")
+    allc = s.calls.all
     if status.startswith("failed"):
         doc.warn(f"the run {status}. Figures below describe only what completed.")
     elif status == "interrupted":
         doc.warn("the run was interrupted; figures describe the episodes that finished.")
-    if allc.get("calls") and not allc.get("ok"):
+    if allc.calls and not allc.ok:
         doc.warn("no call succeeded: no latency or throughput can be given; see Errors.")
-    elif not allc.get("calls"):
+    elif not allc.calls:
         doc.warn("no calls were measured.")
     for w in client_warnings(summary):
         doc.warn(w)
@@ -184,14 +165,15 @@ def _first_screen(
     doc: Document, summary: Mapping[str, Any], ser: Series | None, pngs: Mapping[str, str]
 ) -> None:
     """Context, key figures and the main charts: what most readers want from a run."""
-    _warnings(doc, summary)
+    s = as_summary(summary)
+    _warnings(doc, summary, s)
     left, right = Document(""), Document("")
     left.h("Run context")
     left.table(["", ""], context_rows(summary.get("context") or {}, summary))
     right.h("Key figures")
-    right.table(["figure", "value"], _key_rows(summary))
+    right.table(["figure", "value"], _key_rows(s))
     doc.row(left, right)
-    if rates_meaningful(summary):
+    if rates_meaningful(s):
         doc.chart(plots.timeline(ser), pngs.get("server_timeline"))
     doc.chart(plots.latency_cdf(summary), pngs.get("latency_cdf"))
     doc.h("Run")
@@ -211,13 +193,14 @@ def _calls_section(doc: Document, summary: Mapping[str, Any]) -> None:
         ["role @ endpoint", *[c.label for c in CALL_COLUMNS]],
         [[name, *cells(CALL_COLUMNS, b)] for name, b in blocks.items()],
     )
-    est = dig(allc, "tokens", "estimated_calls")
+    tokens = as_summary(summary).calls.all.tokens
+    est = tokens.estimated_calls
     if est:
         doc.p(
             f"Token counts of {count(est)} calls are estimated with a tokenizer (the server "
             "sent no usage)."
         )
-    if dig(allc, "tokens", "calls_reporting_cached") == 0 and allc.get("calls"):
+    if "tokens" in allc and tokens.calls_reporting_cached == 0 and allc.get("calls"):
         doc.p("The server reported no cached-token counts, so the cached share is unknown.")
     doc.p(
         "ITL p50 / p99 are over every inter-token gap of every call (within 1 %); ITL mean is "
@@ -225,10 +208,8 @@ def _calls_section(doc: Document, summary: Mapping[str, Any]) -> None:
     )
 
 
-def _latency_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
-    lat_by_role = {
-        role: _latency_rows(b) for role, b in (dig(summary, "calls", "by_role") or {}).items()
-    }
+def _latency_section(doc: Document, s: Summary, ser: Series | None) -> None:
+    lat_by_role = {role: _latency_rows(b) for role, b in s.calls.by_role.items()}
     if not any(lat_by_role.values()):
         return
     doc.h("Latency percentiles")
@@ -289,11 +270,11 @@ def _errors_section(doc: Document, summary: Mapping[str, Any], ser: Series | Non
         doc.p(f"{count(errors['retried_calls'])} calls needed more than one attempt.")
 
 
-def _client_section(doc: Document, summary: Mapping[str, Any]) -> None:
-    sd = dig(summary, "scheduling", "sched_delay_s") or {}
+def _client_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
+    sd = Describe.model_validate(s.scheduling.get("sched_delay_s") or {})
     client = summary.get("client") or {}
-    lag = client.get("event_loop_lag_s") or {}
-    if not sd.get("count") and not lag.get("count"):
+    lag = (s.client.event_loop_lag_s if s.client else None) or Describe()
+    if not sd.count and not lag.count:
         return
     doc.h("Client health")
     doc.p(
@@ -303,11 +284,9 @@ def _client_section(doc: Document, summary: Mapping[str, Any]) -> None:
     )
     rows = []
     for label, d in (("scheduling delay", sd), ("event-loop lag", lag)):
-        if d.get("count"):
-            rows.append(
-                [label, count(d["count"]), *[secs(d.get(p)) for p in ("p50", "p90", "p99")]]
-            )
-            rows[-1].append(secs(d.get("max")))
+        if d.count:
+            rows.append([label, count(d.count), *[secs(d.stat(p)) for p in ("p50", "p90", "p99")]])
+            rows[-1].append(secs(d.max))
     doc.table(["", "n", "p50", "p90", "p99", "max"], rows)
     share = client_cpu_share(client)
     if share is not None:
@@ -368,65 +347,72 @@ def build_document(
     run = summary.get("run") or {}
     doc = Document(f"agentload report: {run.get('run_id') or 'run'}")
     pngs = pngs or {}
+    s = as_summary(summary)
     _first_screen(doc, summary, series, pngs)
     _calls_section(doc, summary)
-    _latency_section(doc, summary, series)
+    _latency_section(doc, s, series)
     _turns_section(doc, summary, pngs)
     # A replay's sessions are not graded: its own section replaces the episodes'.
-    if summary.get("replay"):
+    if s.replay:
         from agentload.report.replay import replay_section
 
-        replay_section(doc, summary["replay"])
-    elif summary.get("episodes"):
-        _episodes(doc, summary["episodes"], rates_meaningful(summary))
+        replay_section(doc, s.replay)
+    elif s.episodes:
+        _episodes(doc, s.episodes, rates_meaningful(s))
     if summary.get("slo"):
         _slo(doc, summary["slo"])
     _errors_section(doc, summary, series)
-    _client_section(doc, summary)
+    _client_section(doc, summary, s)
     _server_section(doc, summary, series)
     return doc
 
 
-def _episodes(doc: Document, ep: Mapping[str, Any], rates: bool = True) -> None:
+def _by_domain(doc: Document, ep: Episodes) -> None:
+    dom = ep.by_domain
+    if not dom:
+        return
+    doc.h("By domain", 3)
+    kmax = max((len(d.pass_hat_k) for d in dom.values()), default=0)
+    ks = [str(k) for k in range(1, min(kmax, 8) + 1)]
+    doc.table(
+        ["domain", "episodes", "tasks", "success rate", *[f"pass^{k}" for k in ks]],
+        [
+            [
+                name,
+                count(d.episodes),
+                count(d.tasks),
+                pct(d.success_rate),
+                *[pct(d.pass_hat_k.get(k)) for k in ks],
+            ]
+            for name, d in dom.items()
+        ],
+    )
+
+
+def _episodes(doc: Document, ep: Episodes, rates: bool = True) -> None:
     doc.h("Episodes")
+    per = ep.tokens_per_success
     doc.table(
         ["figure", "value"],
         [
-            ["episodes", count(ep.get("episodes"))],
-            ["tasks", count(ep.get("tasks"))],
-            ["successes", count(ep.get("successes"))],
-            ["success rate", pct(ep.get("success_rate"))],
-            ["mean reward", num(ep.get("mean_reward"), 3)],
-            ["episodes / min", num(ep.get("episodes_per_min")) if rates else DASH],
-            ["successes / min", num(ep.get("successes_per_min")) if rates else DASH],
-            ["episodes with an error", count(ep.get("with_error"))],
-            ["prompt tokens per success", num(dig(ep, "tokens_per_success", "prompt"), 0)],
-            ["completion tokens per success", num(dig(ep, "tokens_per_success", "completion"), 0)],
+            ["episodes", count(ep.episodes)],
+            ["tasks", count(ep.tasks)],
+            ["successes", count(ep.successes)],
+            ["success rate", pct(ep.success_rate)],
+            ["mean reward", num(ep.mean_reward, 3)],
+            ["episodes / min", num(ep.episodes_per_min) if rates else DASH],
+            ["successes / min", num(ep.successes_per_min) if rates else DASH],
+            ["episodes with an error", count(ep.with_error)],
+            ["prompt tokens per success", num(per.get("prompt"), 0)],
+            ["completion tokens per success", num(per.get("completion"), 0)],
         ],
     )
-    pk = ep.get("pass_hat_k") or {}
+    pk = ep.pass_hat_k
     if pk:
         doc.h("pass^k", 3)
         doc.table(["k", *pk.keys()], [["pass^k", *[pct(v) for v in pk.values()]]])
-    dom = ep.get("by_domain") or {}
-    if dom:
-        doc.h("By domain", 3)
-        kmax = max((len(d.get("pass_hat_k") or {}) for d in dom.values()), default=0)
-        ks = [str(k) for k in range(1, min(kmax, 8) + 1)]
-        doc.table(
-            ["domain", "episodes", "tasks", "success rate", *[f"pass^{k}" for k in ks]],
-            [
-                [
-                    name,
-                    count(d.get("episodes")),
-                    count(d.get("tasks")),
-                    pct(d.get("success_rate")),
-                    *[pct((d.get("pass_hat_k") or {}).get(k)) for k in ks],
-                ]
-                for name, d in dom.items()
-            ],
-        )
-    terms = ep.get("terminations") or {}
+    _by_domain(doc, ep)
+    terms = ep.terminations
     if terms:
         doc.h("Terminations", 3)
         n = sum(terms.values())
@@ -434,22 +420,15 @@ def _episodes(doc: Document, ep: Mapping[str, Any], rates: bool = True) -> None:
             ["termination", "episodes", "share"],
             [[k, count(v), pct(v / n if n else None)] for k, v in terms.items()],
         )
-    d = ep.get("duration_s") or {}
-    if d.get("count"):
+    d = ep.duration_s
+    if d.count:
         doc.h("Episode duration", 3)
         doc.table(
             ["n", *PCTS, "mean", "max"],
-            [
-                [
-                    count(d["count"]),
-                    *[secs(d.get(p)) for p in PCTS],
-                    secs(d.get("mean")),
-                    secs(d.get("max")),
-                ]
-            ],
+            [[count(d.count), *[secs(d.stat(p)) for p in PCTS], secs(d.mean), secs(d.max)]],
             align_left=0,
         )
-    split = ep.get("time_split") or {}
+    split = ep.time_split
     if split.get("total_s"):
         doc.h("Where episode time goes", 3)
         doc.table(

@@ -163,7 +163,7 @@ def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, d
         "n": int(counts[np.isfinite(means)].sum()),
     }
     if run.sessions:
-        succ = np.array([float((s.get("reward") or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
+        succ = np.array([float((s.reward or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
         out["success_rate"] = _mean_metric(succ, seed=5)
         # the summary's window: monotonic clock, robust to wall-clock steps
         minutes = (session_window(run.sessions)["duration_s"] or 0.0) / 60

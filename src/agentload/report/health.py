@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentload.util import dig
+from agentload.results.records import as_summary
 
 LAG_P99_S = 0.050
 CPU_SHARE = 0.80
@@ -20,8 +20,10 @@ def client_warnings(summary: Mapping[str, Any]) -> list[str]:
     """One sentence per sign that the client may have distorted the numbers."""
     client = summary.get("client") or {}
     out: list[str] = []
-    lag = dig(client, "event_loop_lag_s", "p99")
-    lag_max = dig(client, "event_loop_lag_s", "max")
+    typed = as_summary(summary).client
+    lags = typed.event_loop_lag_s if typed else None
+    lag = lags.stat("p99") if lags else None
+    lag_max = lags.max if lags else None
     if lag is not None and lag > LAG_P99_S:
         out.append(
             f"the client's event loop lagged (p99 {lag * 1e3:.0f} ms"

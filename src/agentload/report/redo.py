@@ -12,6 +12,7 @@ import orjson
 def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dict, list[Path]]:
     """summary.json and the report of one run, recomputed from its records."""
     from agentload.report.build import write_report
+    from agentload.results.records import Summary
     from agentload.results.summary import SUMMARY, summarize, write_summary
 
     summary = summarize(out_dir, slo=slo)
@@ -23,7 +24,10 @@ def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dic
         except (orjson.JSONDecodeError, OSError):
             prev = {}
         for key, value in (prev if isinstance(prev, dict) else {}).items():
-            if isinstance(value, dict):  # a damaged summary.json contributes nothing odd
+            # Only blocks the records cannot give: a recomputed block (`episodes` of an old
+            # replay summary) is not brought back.
+            added = key == "client" or key not in Summary.model_fields
+            if added and isinstance(value, dict):  # a damaged summary.json adds nothing odd
                 summary.setdefault(key, value)
     return summary, [write_summary(out_dir, summary), *write_report(out_dir, summary)]
 

@@ -2,48 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from agentload.fmt import DASH, count, duration, num, pct, secs
 from agentload.report.document import Document
-from agentload.util import dig
+from agentload.results.records import ReplayBlock, ReplayTurn, ReplayWindow
 
 
-def replay_section(doc: Document, rp: Mapping[str, Any]) -> None:
+def replay_section(doc: Document, rp: ReplayBlock) -> None:
     doc.h("Replay")
     _overview(doc, rp)
-    _windows(doc, rp.get("windows") or {})
-    _by_turn(doc, rp.get("by_turn") or [])
+    _windows(doc, rp.windows)
+    _by_turn(doc, rp.by_turn)
 
 
-def _overview(doc: Document, rp: Mapping[str, Any]) -> None:
-    terms = ", ".join(f"{k} {v}" for k, v in (rp.get("terminations") or {}).items()) or DASH
+def _overview(doc: Document, rp: ReplayBlock) -> None:
+    terms = ", ".join(f"{k} {v}" for k, v in rp.terminations.items()) or DASH
     doc.table(
         ["figure", "value"],
         [
-            ["conversations", count(rp.get("conversations"))],
-            ["history", ", ".join(rp.get("history") or []) or DASH],
+            ["conversations", count(rp.conversations)],
+            ["history", ", ".join(rp.history) or DASH],
             ["terminations", terms],
-            [
-                "turns sent / aborted",
-                f"{count(rp.get('turns_sent'))} / {count(rp.get('turns_aborted'))}",
-            ],
-            ["tool-call divergences", count(rp.get("divergences"))],
+            ["turns sent / aborted", f"{count(rp.turns_sent)} / {count(rp.turns_aborted)}"],
+            ["tool-call divergences", count(rp.divergences)],
             [
                 "conversation duration p50 / p90 / p99",
-                " / ".join(
-                    secs(dig(rp, "conversation_duration_s", k)) for k in ("p50", "p90", "p99")
-                ),
+                " / ".join(secs(rp.conversation_duration_s.stat(k)) for k in ("p50", "p90", "p99")),
             ],
             [
                 "send lag p50 / p99 / max",
-                " / ".join(secs(dig(rp, "send_lag_s", k)) for k in ("p50", "p99", "max")),
+                " / ".join(secs(rp.send_lag_s.stat(k)) for k in ("p50", "p99", "max")),
             ],
             [
                 "output tokens recorded / actual",
-                f"{count(dig(rp, 'output_tokens', 'recorded'))} / "
-                f"{count(dig(rp, 'output_tokens', 'actual'))}",
+                f"{count(rp.output_tokens.get('recorded'))} / "
+                f"{count(rp.output_tokens.get('actual'))}",
             ],
         ],
     )
@@ -53,7 +45,7 @@ def _overview(doc: Document, rp: Mapping[str, Any]) -> None:
     )
 
 
-def _windows(doc: Document, windows: Mapping[str, Any]) -> None:
+def _windows(doc: Document, windows: dict[str, ReplayWindow]) -> None:
     doc.h("Windows", 3)
     doc.table(
         [
@@ -69,13 +61,13 @@ def _windows(doc: Document, windows: Mapping[str, Any]) -> None:
         [
             [
                 name,
-                duration(w.get("duration_s")),
-                count(w.get("conversations_ended")),
-                count(w.get("calls")),
-                num(w.get("calls_per_s"), 1),
-                num(w.get("output_tokens_per_s"), 0),
-                secs(dig(w, "ttft_s", "p50")),
-                secs(dig(w, "ttft_s", "p90")),
+                duration(w.duration_s),
+                count(w.conversations_ended),
+                count(w.calls),
+                num(w.calls_per_s, 1),
+                num(w.output_tokens_per_s, 0),
+                secs(w.ttft_s.stat("p50")),
+                secs(w.ttft_s.stat("p90")),
             ]
             for name, w in windows.items()
         ],
@@ -84,30 +76,31 @@ def _windows(doc: Document, windows: Mapping[str, Any]) -> None:
         "performance: from the first start until the first slot had no next conversation "
         "(MLPerf's window); complete: until the last conversation ended."
     )
-    perf = windows.get("performance") or {}
-    ub = perf.get("ttft_s_upper_bound") or {}
-    if ub.get("p90") is not None:
+    perf = windows.get("performance")
+    ub = perf.ttft_s_upper_bound if perf else None
+    if ub is not None and ub.p90 is not None:
         doc.p(
-            f"Early stopping (performance window, {pct(ub.get('confidence'), 0)} confidence): "
-            f"TTFT p90 ≤ {secs(ub.get('p90'))}, p99 ≤ {secs(ub.get('p99'))}."
+            f"Early stopping (performance window, {pct(ub.confidence, 0)} confidence): "
+            f"TTFT p90 ≤ {secs(ub.p90)}, p99 ≤ {secs(ub.p99)}."
         )
 
 
-def _by_turn(doc: Document, turns: list[Any]) -> None:
-    if turns:
-        doc.h("By turn", 3)
-        doc.table(
-            ["turn", "calls", "failed", "diverged", "TTFT p50", "TTFT p90", "cached share"],
+def _by_turn(doc: Document, turns: list[ReplayTurn]) -> None:
+    if not turns:
+        return
+    doc.h("By turn", 3)
+    doc.table(
+        ["turn", "calls", "failed", "diverged", "TTFT p50", "TTFT p90", "cached share"],
+        [
             [
-                [
-                    str(t.get("turn")),
-                    count(t.get("calls")),
-                    count(t.get("failed")),
-                    count(t.get("diverged")),
-                    secs(dig(t, "ttft_s", "p50")),
-                    secs(dig(t, "ttft_s", "p90")),
-                    pct(t.get("cached_share")),
-                ]
-                for t in turns[:50]
-            ],
-        )
+                str(t.turn),
+                count(t.calls),
+                count(t.failed),
+                count(t.diverged),
+                secs(t.ttft_s.stat("p50")),
+                secs(t.ttft_s.stat("p90")),
+                pct(t.cached_share),
+            ]
+            for t in turns[:50]
+        ],
+    )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from agentload.client import itlhist
+from agentload.results.records import SessionRecord
 
 MAX_BINS = 600
 MAX_POINTS = 3000  # scatter points drawn per chart (an even sample of the calls)
@@ -39,10 +40,9 @@ def _end(c: Mapping[str, Any]) -> float:
     return float(c.get("started_at") or 0.0) + float(c.get("total_s") or c.get("e2e_s") or 0.0)
 
 
-def _session_span(s: Mapping[str, Any]) -> tuple[float, float]:
-    start = float(s.get("started_at") or 0.0)
-    total = (s.get("durations") or {}).get("total_s")
-    return start, start + float(total or 0.0)
+def _session_span(s: SessionRecord) -> tuple[float, float]:
+    start = s.started_at or 0.0
+    return start, start + (s.duration("total_s") or 0.0)
 
 
 def _occupancy(spans: Sequence[tuple[float, float]], edges: np.ndarray) -> list[int]:
@@ -59,7 +59,7 @@ def _occupancy(spans: Sequence[tuple[float, float]], edges: np.ndarray) -> list[
 
 def build_series(
     calls: Sequence[Mapping[str, Any]],
-    sessions: Sequence[Mapping[str, Any]],
+    sessions: Sequence[SessionRecord],
     server_samples: Sequence[Mapping[str, Any]],
     window: Mapping[str, Any],
 ) -> Series | None:
@@ -83,7 +83,7 @@ def build_series(
     ser.calls_per_s = (np.bincount(idx, weights=ok.astype(float), minlength=n) / bin_s).tolist()
     spans = [(float(c["started_at"]), e) for c, e in zip(calls, ends, strict=True)]
     ser.calls_in_flight = _occupancy(spans, edges)
-    measured = [s for s in sessions if not s.get("warmup")]
+    measured = [s for s in sessions if not s.warmup]
     ser.active_sessions = _occupancy([_session_span(s) for s in measured], edges)
 
     errs: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(n, dtype=int))

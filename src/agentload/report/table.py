@@ -12,6 +12,7 @@ from agentload.fmt import count, duration, num, pct, secs
 from agentload.report.columns import CALL_COLUMNS, console_columns
 from agentload.report.context import load_text
 from agentload.report.health import client_warnings
+from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
 from agentload.util import dig
 
 
@@ -36,48 +37,14 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
         calls.add_row(name, *[c.cell(b) for c in cols])
     parts.append(calls)
 
-    ep = summary.get("episodes")
-    slo = summary.get("slo")
-    rp = summary.get("replay")
+    typed = as_summary(summary)
+    rp = typed.replay
     if rp:
-        # Replayed conversations are not graded: no success rate or pass^k.
-        t = Table(title="agentload: replay", title_justify="left", show_header=False)
-        t.add_column("figure")
-        t.add_column("value", justify="right")
-        t.add_row("conversations", count(rp.get("conversations")))
-        t.add_row("turns sent / aborted", f"{rp.get('turns_sent')} / {rp.get('turns_aborted')}")
-        t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in rp["terminations"].items()))
-        perf = dig(rp, "windows", "performance") or {}
-        t.add_row("calls / s (performance window)", num(perf.get("calls_per_s"), 1))
-        t.add_row("send lag p99", secs(dig(rp, "send_lag_s", "p99")))
-        parts.append(t)
-        ep = None
-    if ep or slo:
-        t = Table(title="agentload: episodes", title_justify="left", show_header=False)
-        t.add_column("figure")
-        t.add_column("value", justify="right")
-        if ep:
-            t.add_row("episodes", count(ep.get("episodes")))
-            t.add_row("success rate", pct(ep.get("success_rate")))
-            pk = ep.get("pass_hat_k") or {}
-            if pk:
-                t.add_row("pass^k", "  ".join(f"{k}:{pct(v)}" for k, v in list(pk.items())[:5]))
-            t.add_row("episodes / min", num(ep.get("episodes_per_min")))
-            terms = ep.get("terminations") or {}
-            if terms:
-                t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in terms.items()))
-        if slo:
-            for k, c in (slo.get("conditions") or {}).items():
-                t.add_row(
-                    f"SLO {k} ≤ {secs(c.get('threshold'))}",
-                    f"{secs(c.get('observed'))} {'ok' if c.get('met') else 'MISSED'}",
-                )
-            t.add_row("calls meeting every SLO", pct(slo.get("call_attainment")))
-            t.add_row("goodput (episodes / min)", num(slo.get("goodput_per_min")))
-        errs = dig(summary, "errors", "by_kind") or {}
-        if errs:
-            t.add_row("errors", ", ".join(f"{k} {v}" for k, v in errs.items()))
-        parts.append(t)
+        parts.append(_replay_table(rp))
+    # Replayed conversations are not graded: no success rate or pass^k.
+    ep = None if rp else typed.episodes
+    if ep or typed.slo:
+        parts.append(_episodes_table(ep, typed.slo, typed.errors.by_kind))
     from agentload.report.errors import error_table
 
     errors = error_table(summary)
@@ -85,3 +52,42 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
         parts.append(errors)
     parts.extend(f"[yellow]warning:[/] {w}" for w in client_warnings(summary))
     return Group(*parts)
+
+
+def _replay_table(rp: ReplayBlock) -> Table:
+    t = Table(title="agentload: replay", title_justify="left", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("conversations", count(rp.conversations))
+    t.add_row("turns sent / aborted", f"{rp.turns_sent} / {rp.turns_aborted}")
+    t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in rp.terminations.items()))
+    perf = rp.windows.get("performance")
+    t.add_row("calls / s (performance window)", num(perf.calls_per_s if perf else None, 1))
+    t.add_row("send lag p99", secs(rp.send_lag_s.stat("p99")))
+    return t
+
+
+def _episodes_table(ep: Episodes | None, slo: SloBlock | None, errs: Mapping[str, int]) -> Table:
+    t = Table(title="agentload: episodes", title_justify="left", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    if ep:
+        t.add_row("episodes", count(ep.episodes))
+        t.add_row("success rate", pct(ep.success_rate))
+        pk = ep.pass_hat_k
+        if pk:
+            t.add_row("pass^k", "  ".join(f"{k}:{pct(v)}" for k, v in list(pk.items())[:5]))
+        t.add_row("episodes / min", num(ep.episodes_per_min))
+        if ep.terminations:
+            t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in ep.terminations.items()))
+    if slo:
+        for k, c in slo.conditions.items():
+            t.add_row(
+                f"SLO {k} ≤ {secs(c.threshold)}",
+                f"{secs(c.observed)} {'ok' if c.met else 'MISSED'}",
+            )
+        t.add_row("calls meeting every SLO", pct(slo.call_attainment))
+        t.add_row("goodput (episodes / min)", num(slo.goodput_per_min))
+    if errs:
+        t.add_row("errors", ", ".join(f"{k} {v}" for k, v in errs.items()))
+    return t

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import yaml
 
-from agentload.results.recorder import CONFIG, RUN
+from agentload.results.files import CONFIG, RUN
 from agentload.util import dig
 
 

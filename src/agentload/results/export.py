@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from agentload.results.files import CALLS, SESSIONS
 from agentload.results.jsonl import load_jsonl
-from agentload.results.recorder import CALLS, SESSIONS
 
 FORMATS = ("csv", "parquet")
 TABLES = ("calls", "sessions", "turns")

@@ -39,21 +39,38 @@ import yaml
 
 from agentload.client.record import CallRecord
 from agentload.redact import REDACTED, Scrubber, redact, redact_meta
+from agentload.results.files import (
+    CALLS,
+    CONFIG,
+    DROPPED_DIR,
+    RECORD_FILES,
+    RUN,
+    SERVER_METRICS,
+    SESSIONS,
+    SUMMARY,
+    TRAJECTORIES,
+)
 from agentload.results.jsonl import ResultsError, atomic_write_bytes, dumps_line, log
-from agentload.results.resume import DROPPED_DIR, prepare_resume, session_key
+from agentload.results.records import SessionRecord, TrajectoryRecord, session_line, trajectory_line
+from agentload.results.resume import prepare_resume, session_key
 
 RUN_SCHEMA = "agentload.run/1"
 
-CALLS = "calls.jsonl"
-SESSIONS = "sessions.jsonl"
-TRAJECTORIES = "trajectories.jsonl"
-SERVER_METRICS = "server_metrics.jsonl"
-CONFIG = "config.yaml"
-RUN = "run.json"
-SUMMARY = "summary.json"
-RECORD_FILES = (CALLS, SESSIONS, TRAJECTORIES, SERVER_METRICS)
-
-__all__ = ["REDACTED", "Recorder", "ResultsWriteError", "redact", "session_key"]
+__all__ = [
+    "CALLS",
+    "CONFIG",
+    "RECORD_FILES",
+    "REDACTED",
+    "RUN",
+    "SERVER_METRICS",
+    "SESSIONS",
+    "SUMMARY",
+    "TRAJECTORIES",
+    "Recorder",
+    "ResultsWriteError",
+    "redact",
+    "session_key",
+]
 
 
 class ResultsWriteError(ResultsError):
@@ -170,17 +187,23 @@ class Recorder:
             self._append(CALLS, dumps_line(dict(rec)))
 
     def record_episode(
-        self, session: Mapping[str, Any], trajectory: Mapping[str, Any] | None = None
+        self,
+        session: Mapping[str, Any] | SessionRecord,
+        trajectory: Mapping[str, Any] | TrajectoryRecord | None = None,
     ) -> None:
-        """Trajectory first, then the session line: the session line commits the episode."""
+        """Trajectory first, then the session line: the session line commits the episode.
+
+        Each line is stamped with its schema and `schema_version` and written as given (no
+        validation here; readers validate, agentload.results.records)."""
         if trajectory is not None:
-            self._append(TRAJECTORIES, dumps_line(dict(trajectory)))
-        self._append(SESSIONS, dumps_line(dict(session)))
+            self._append(TRAJECTORIES, dumps_line(trajectory_line(trajectory)))
+        line = session_line(session)
+        self._append(SESSIONS, dumps_line(line))
         with self._lock:
-            if session.get("session_id") is not None:
-                self._finished_sessions.add(str(session["session_id"]))
-            if not session.get("warmup"):
-                self._finished.add(session_key(session))
+            if line.get("session_id") is not None:
+                self._finished_sessions.add(str(line["session_id"]))
+            if not line.get("warmup"):
+                self._finished.add(session_key(line))
 
     def record_server_metrics(self, sample: Mapping[str, Any]) -> None:
         self._append(SERVER_METRICS, dumps_line(dict(sample)))

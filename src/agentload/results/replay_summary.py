@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from agentload import stats
+from agentload.results.records import SessionRecord
 
 EARLY_STOPPING_CONFIDENCE = 0.99
 
@@ -77,31 +78,30 @@ class _Clock:
     every record comes from one process (one resume attempt), else the wall clock (the
     monotonic clocks of two processes are not comparable)."""
 
-    def __init__(self, sessions: Sequence[Mapping[str, Any]]) -> None:
-        attempts = {s.get("attempt") for s in sessions}
+    def __init__(self, sessions: Sequence[SessionRecord]) -> None:
+        attempts = {s.attempt for s in sessions}
         self.mono = len(attempts) <= 1 and all(
-            isinstance(s.get("start_ns"), int) and isinstance(s.get("end_ns"), int)
-            for s in sessions
+            s.start_ns is not None and s.end_ns is not None for s in sessions
         )
         # Shown as wall-clock times: the first session's start anchors the monotonic axis.
-        first = min(sessions, key=lambda s: float(s.get("started_at") or 0.0))
-        self.anchor = float(first.get("started_at") or 0.0)
-        self.t0 = int(first.get("start_ns") or 0) if self.mono else 0
+        first = min(sessions, key=lambda s: s.started_at or 0.0)
+        self.anchor = first.started_at or 0.0
+        self.t0 = (first.start_ns or 0) if self.mono else 0
 
-    def _at(self, r: Mapping[str, Any], ns_key: str, fallback: float) -> float:
-        if self.mono and isinstance(r.get(ns_key), int):
-            return self.anchor + (int(r[ns_key]) - self.t0) / 1e9
+    def _at(self, ns: Any, fallback: float) -> float:
+        if self.mono and isinstance(ns, int):
+            return self.anchor + (ns - self.t0) / 1e9
         return fallback
 
-    def session(self, s: Mapping[str, Any]) -> tuple[float, float]:
-        wall0 = float(s.get("started_at") or 0.0)
-        wall1 = wall0 + float((s.get("durations") or {}).get("total_s") or 0.0)
-        return self._at(s, "start_ns", wall0), self._at(s, "end_ns", wall1)
+    def session(self, s: SessionRecord) -> tuple[float, float]:
+        wall0 = s.started_at or 0.0
+        wall1 = wall0 + (s.duration("total_s") or 0.0)
+        return self._at(s.start_ns, wall0), self._at(s.end_ns, wall1)
 
     def call(self, c: Mapping[str, Any]) -> tuple[float, float]:
         wall0 = float(c.get("started_at") or 0.0)
         wall1 = wall0 + float(c.get("total_s") or 0.0)
-        end = self._at(c, "end_ns", wall1)
+        end = self._at(c.get("end_ns"), wall1)
         return end - float(c.get("total_s") or 0.0), end
 
 
@@ -139,14 +139,14 @@ def _window(
 
 
 def replay_summary(
-    sessions: Sequence[Mapping[str, Any]], calls: Sequence[Mapping[str, Any]]
+    sessions: Sequence[SessionRecord], calls: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any] | None:
     """The "replay" block from the measured sessions and their calls; None when the run
     replayed nothing."""
-    conv = [s for s in sessions if s.get("kind") == "replay"]
+    conv = [s for s in sessions if s.kind == "replay"]
     if not conv:
         return None
-    ids = {str(s.get("session_id")) for s in conv}
+    ids = {str(s.session_id) for s in conv}
     rcalls = [c for c in calls if c.get("replay") and str(c.get("session_id")) in ids]
     clock = _Clock(conv)
     spans = [clock.session(s) for s in conv]
@@ -157,7 +157,7 @@ def replay_summary(
     counts: Counter[str] = Counter()
     for s in conv:
         for k in ("turns", "turns_sent", "turns_aborted", "divergences"):
-            counts[k] += int((s.get("counts") or {}).get(k) or 0)
+            counts[k] += int(s.count(k))
     by_turn: dict[int, list[Mapping[str, Any]]] = {}
     for c in rcalls:
         by_turn.setdefault(int(c.get("turn") or 0), []).append(c)
@@ -183,8 +183,8 @@ def replay_summary(
     pairs = [(r, a) for r, a in zip(recorded, actual, strict=True) if r and a is not None]
     return {
         "conversations": len(conv),
-        "history": sorted({str(s.get("history")) for s in conv}),
-        "terminations": dict(Counter(str(s.get("termination")) for s in conv).most_common()),
+        "history": sorted({str(s.history) for s in conv}),
+        "terminations": dict(Counter(str(s.termination) for s in conv).most_common()),
         "turns": counts["turns"],
         "turns_sent": counts["turns_sent"],
         "turns_aborted": counts["turns_aborted"],

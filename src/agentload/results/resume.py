@@ -21,23 +21,32 @@ from typing import Any
 
 import orjson
 
+from agentload.results.files import (
+    CALLS,
+    CONFIG,
+    DROPPED_DIR,
+    RECORD_FILES,
+    RUN,
+    SERVER_METRICS,
+    SESSIONS,
+    TRAJECTORIES,
+)
 from agentload.results.jsonl import (
     ResultsError,
     atomic_write_bytes,
     dumps_line,
     read_jsonl,
 )
+from agentload.results.records import (
+    SESSION_SCHEMA,
+    SESSION_VERSION,
+    TrajectoryRecord,
+    parse_lenient,
+    version_of,
+)
 from agentload.results.validate import Integrity, clean_sessions
 
 log = logging.getLogger("agentload.results")
-
-DROPPED_DIR = "dropped"
-CALLS = "calls.jsonl"
-SESSIONS = "sessions.jsonl"
-TRAJECTORIES = "trajectories.jsonl"
-SERVER_METRICS = "server_metrics.jsonl"
-RUN = "run.json"
-RECORD_FILES = (CALLS, SESSIONS, TRAJECTORIES, SERVER_METRICS)
 
 
 @dataclass
@@ -65,7 +74,7 @@ def session_key(session: Mapping[str, Any]) -> tuple[str, int]:
 
 def check_files(out_dir: Path) -> None:
     """Every record file that exists is a regular file (not a directory, socket, ...)."""
-    for name in (*RECORD_FILES, RUN, "config.yaml"):
+    for name in (*RECORD_FILES, RUN, CONFIG):
         p = out_dir / name
         if p.exists() and not p.is_file():
             kind = "a directory" if p.is_dir() else "not a regular file"
@@ -142,9 +151,23 @@ def _rewrite(
     return refused
 
 
+def _trajectories(out_dir: Path) -> list[TrajectoryRecord]:
+    """The readable trajectories (a newer version's lines are left out, with a warning)."""
+    read = read_jsonl(out_dir / TRAJECTORIES)
+    out: list[TrajectoryRecord] = []
+    for i, raw in enumerate(read.records):
+        try:
+            version_of(raw, TrajectoryRecord)
+        except ValueError as e:
+            log.warning("%s: not used to rebuild sessions: %s", read.where(i), e)
+            continue
+        out.append(parse_lenient(TrajectoryRecord, raw)[0])
+    return out
+
+
 def _rebuild_sessions(out_dir: Path, st: ResumeState) -> None:
     """sessions.jsonl is gone: one session line per trajectory, timed from its calls."""
-    trajs = read_jsonl(out_dir / TRAJECTORIES).records
+    trajs = _trajectories(out_dir)
     calls = read_jsonl(out_dir / CALLS).records
     with_sid = [c for c in calls if c.get("session_id") is not None]
     if not trajs and not with_sid:
@@ -161,16 +184,15 @@ def _rebuild_sessions(out_dir: Path, st: ResumeState) -> None:
     out: list[bytes] = []
     seen: set[str] = set()
     for t in trajs:
-        sid = t.get("session_id")
+        sid = t.session_id
         if sid is None or str(sid) in seen:
             continue
         seen.add(str(sid))
         own = by_sid.get(str(sid), [])
-        s: dict[str, Any] = {
-            k: t.get(k) for k in ("session_id", "domain", "task_id", "trial", "seed", "reward")
-        }
-        s["schema"] = "agentload.session/1"
-        s["termination"] = t.get("termination")
+        s: dict[str, Any] = {"schema": SESSION_SCHEMA, "schema_version": SESSION_VERSION}
+        s.update(t.model_dump(include={"session_id", "domain", "task_id", "trial", "seed"}))
+        s["reward"] = t.reward
+        s["termination"] = t.termination
         s["warmup"] = "-warmup" in str(sid)
         s["rebuilt_from"] = TRAJECTORIES
         s["counts"] = {
@@ -210,11 +232,10 @@ def prepare_resume(out_dir: Path) -> ResumeState:
     # The summary's own rules decide what is finished: a session line it would skip (another
     # schema version, no usable trial) does not finish its episode, which runs again.
     for s in clean_sessions(read_jsonl(out_dir / SESSIONS), Integrity()):
-        key = session_key(s)
-        if s.get("session_id") is not None:
-            st.finished_sessions.add(str(s["session_id"]))
-        if not s.get("warmup"):
-            st.finished.add(key)
+        if s.session_id is not None:
+            st.finished_sessions.add(str(s.session_id))
+        if not s.warmup:
+            st.finished.add(s.key)
     done = st.finished_sessions
 
     def keep(rec: Mapping[str, Any]) -> bool:

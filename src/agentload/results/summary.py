@@ -25,15 +25,21 @@ import yaml
 from agentload import __version__, stats
 from agentload.results.context import run_context
 from agentload.results.errors import top_error_messages
-from agentload.results.jsonl import atomic_write_bytes, read_jsonl
-from agentload.results.recorder import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
+from agentload.results.files import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
+from agentload.results.jsonl import read_jsonl
+from agentload.results.records import (
+    SUMMARY_SCHEMA,
+    SUMMARY_VERSION,
+    SessionRecord,
+    Summary,
+    write_summary_file,
+)
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.results.window import call_window, session_window
 from agentload.units import check_slo_key, parse_duration
 
 log = logging.getLogger("agentload.results")
 
-SUMMARY_SCHEMA = "agentload.summary/1"
 SUCCESS_REWARD = 1.0 - 1e-6  # an episode succeeds when its reward is 1 (float tolerance)
 CDF_POINTS = 101  # quantiles at 0, 1, ..., 100 % for the CDF charts
 TURN_PERCENTILES = (50, 90, 99)
@@ -271,7 +277,7 @@ def _slo_block(
     slo: Mapping[str, float],
     a: CallArrays,
     m_calls: np.ndarray,
-    sessions: list[dict[str, Any]],
+    sessions: Sequence[SessionRecord],
     success: np.ndarray,
     window_s: float | None,
 ) -> dict[str, Any]:
@@ -299,7 +305,7 @@ def _slo_block(
         }
     # Sessions: every SLO-role call of the episode must meet every per-call threshold.
     missed: set[str] = {str(s) for s in a.session_id[m & ~meet_all] if s is not None}
-    meets = np.array([str(s.get("session_id")) not in missed for s in sessions], dtype=bool)
+    meets = np.array([str(s.session_id) not in missed for s in sessions], dtype=bool)
     good = meets & success
     minutes = window_s / 60 if window_s else 0.0
     return {
@@ -318,23 +324,23 @@ def _slo_block(
 # ---- episodes -----------------------------------------------------------------------------
 
 
-def _success(session: Mapping[str, Any]) -> bool:
-    r = session.get("reward")
-    return r is not None and float(r) >= SUCCESS_REWARD
+def _success(session: SessionRecord) -> bool:
+    r = session.reward
+    return r is not None and r >= SUCCESS_REWARD
 
 
-def _pass_k(sessions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _pass_k(sessions: Sequence[SessionRecord]) -> dict[str, float]:
     by_task: dict[str, list[bool]] = defaultdict(list)
     for s in sessions:
-        by_task[str(s.get("task_id"))].append(_success(s))
+        by_task[str(s.task_id)].append(_success(s))
     return {str(k): v for k, v in stats.pass_hat_k(by_task).items()}
 
 
-def _episode_group(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _episode_group(sessions: Sequence[SessionRecord]) -> dict[str, Any]:
     n = len(sessions)
     succ = sum(_success(s) for s in sessions)
-    rewards = [float(s["reward"]) for s in sessions if s.get("reward") is not None]
-    trials = Counter(str(s.get("task_id")) for s in sessions)
+    rewards = [s.reward for s in sessions if s.reward is not None]
+    trials = Counter(str(s.task_id) for s in sessions)
     return {
         "episodes": n,
         "tasks": len(trials),
@@ -348,24 +354,24 @@ def _episode_group(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _dur(s: Mapping[str, Any], key: str) -> float:
-    v = (s.get("durations") or {}).get(key)
-    return float(v) if v is not None else NAN
+def _dur(s: SessionRecord, key: str) -> float:
+    v = s.duration(key)
+    return v if v is not None else NAN
 
 
 def _episodes(
-    sessions: list[dict[str, Any]],
+    sessions: list[SessionRecord],
     window_s: float | None,
     a: CallArrays,
     m: np.ndarray,
 ) -> dict[str, Any]:
     out = _episode_group(sessions)
-    by_domain: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_domain: dict[str, list[SessionRecord]] = defaultdict(list)
     for s in sessions:
-        by_domain[str(s.get("domain") or "none")].append(s)
+        by_domain[str(s.domain or "none")].append(s)
     out["by_domain"] = {d: _episode_group(v) for d, v in sorted(by_domain.items())}
-    out["terminations"] = dict(Counter(str(s.get("termination")) for s in sessions).most_common())
-    out["with_error"] = sum(1 for s in sessions if s.get("error"))
+    out["terminations"] = dict(Counter(str(s.termination) for s in sessions).most_common())
+    out["with_error"] = sum(1 for s in sessions if s.error)
     totals = np.array([_dur(s, "total_s") for s in sessions])
     out["duration_s"] = _desc(totals)
     split: dict[str, Any] = {}
@@ -378,7 +384,7 @@ def _episodes(
     out["time_split"] = split
     counts: defaultdict[str, int | float] = defaultdict(int)
     for s in sessions:
-        for k, v in (s.get("counts") or {}).items():
+        for k, v in (s.counts or {}).items():
             if isinstance(v, int | float):
                 counts[k] += v
     out["counts"] = dict(counts)
@@ -396,7 +402,7 @@ def _episodes(
 # ---- window -------------------------------------------------------------------------------
 
 
-def _window(sessions: list[dict[str, Any]], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+def _window(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
     """First start -> last end of the measured episodes (calls when there are none), from the
     monotonic clock (agentload.results.window)."""
     if sessions:
@@ -440,7 +446,7 @@ class MeasuredRun:
     measured: np.ndarray  # calls of finished non-warmup episodes, and episode-less calls
     warmup: np.ndarray  # calls of warmup episodes
     unfinished: np.ndarray  # calls of episodes with no session line
-    sessions: list[dict[str, Any]]  # finished non-warmup episodes
+    sessions: list[SessionRecord]  # finished non-warmup episodes
     warmup_sessions: int
     integrity: Integrity
 
@@ -450,9 +456,9 @@ def load_measured(out_dir: Path | str) -> MeasuredRun:
     integ = Integrity()
     all_sessions = clean_sessions(read_jsonl(out_dir / SESSIONS), integ)
     all_calls = clean_calls(read_jsonl(out_dir / CALLS), integ)
-    warm_ids = {str(s.get("session_id")) for s in all_sessions if s.get("warmup")}
-    sessions = [s for s in all_sessions if not s.get("warmup")]
-    done_ids = {str(s.get("session_id")) for s in sessions}
+    warm_ids = {str(s.session_id) for s in all_sessions if s.warmup}
+    sessions = [s for s in all_sessions if not s.warmup]
+    done_ids = {str(s.session_id) for s in sessions}
     a = CallArrays(all_calls)
     sid = [None if s is None else str(s) for s in a.session_id]
     no_session = np.array([s is None for s in sid], dtype=bool)
@@ -473,36 +479,26 @@ def load_measured(out_dir: Path | str) -> MeasuredRun:
     )
 
 
-def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """Read the JSONL files of `out_dir` and return the summary dict (see docs/results.md).
-
-    `slo=None` takes the thresholds from config.yaml's `slo` when present.
-    """
-    out_dir = Path(out_dir)
-    if slo is None:
-        slo = _config_slo(out_dir)
-    for key in slo:
-        check_slo_key(key)
-    run = load_measured(out_dir)
-    a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
-    in_warm, unfinished = run.warmup, run.unfinished
-
-    window = _window(sessions, a, m)
-    window_s = window["duration_s"] or None
-
-    calls: dict[str, Any] = {"all": _call_block(a, m, window_s)}
+def _calls_section(a: CallArrays, m: np.ndarray, window_s: float | None) -> dict[str, Any]:
+    """`calls`: the call block of all measured calls, per role, endpoint and both."""
     roles = sorted(set(a.role[m].tolist()))
     endpoints = sorted(set(a.endpoint[m].tolist()))
-    calls["by_role"] = {r: _call_block(a, m & (a.role == r), window_s) for r in roles}
-    calls["by_endpoint"] = {e: _call_block(a, m & (a.endpoint == e), window_s) for e in endpoints}
     combos = sorted({(r, e) for r, e in zip(a.role[m], a.endpoint[m], strict=True)})
-    calls["by_role_endpoint"] = {
-        f"{r}@{e}": _call_block(a, m & (a.role == r) & (a.endpoint == e), window_s)
-        for r, e in combos
+    return {
+        "all": _call_block(a, m, window_s),
+        "by_role": {r: _call_block(a, m & (a.role == r), window_s) for r in roles},
+        "by_endpoint": {e: _call_block(a, m & (a.endpoint == e), window_s) for e in endpoints},
+        "by_role_endpoint": {
+            f"{r}@{e}": _call_block(a, m & (a.role == r) & (a.endpoint == e), window_s)
+            for r, e in combos
+        },
     }
 
+
+def _errors(a: CallArrays, m: np.ndarray, all_calls: list[dict[str, Any]]) -> dict[str, Any]:
     failed = m & ~a.ok
-    errors = {
+    roles = sorted(set(a.role[m].tolist()))
+    return {
         "calls_failed": int(failed.sum()),
         "error_rate": _ratio(float(failed.sum()), float(m.sum())),
         "by_kind": dict(Counter(a.error_kind[failed].tolist()).most_common()),
@@ -518,22 +514,11 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         "messages": top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
     }
 
-    success = np.array([_success(s) for s in sessions], dtype=bool)
-    summary: dict[str, Any] = {
-        "schema": SUMMARY_SCHEMA,
-        "agentload_version": __version__,
-        "generated_at": time.time(),
-        "run": load_run_meta(out_dir),
-        "context": run_context(out_dir),
-        "window": window,
-        "counts": {
-            "calls": int(m.sum()),
-            "warmup_calls": int(in_warm.sum()),
-            "unfinished_calls": int(unfinished.sum()),
-            "sessions": len(sessions),
-            "warmup_sessions": run.warmup_sessions,
-        },
-        "calls": calls,
+
+def _per_role(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+    """`turns` and `distributions`: per role, latency by turn index and CDF grids."""
+    roles = sorted(set(a.role[m].tolist()))
+    return {
         "turns": {r: _by_turn(a, m & (a.role == r)) for r in roles},
         "distributions": {
             r: {
@@ -542,23 +527,57 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
             }
             for r in roles
         },
-        "episodes": _episodes(sessions, window_s, a, m) if sessions else None,
-        "slo": _slo_block(slo, a, m, sessions, success, window_s) if slo else None,
-        "errors": errors,
-        "scheduling": {
-            "sched_delay_s": _desc(
-                np.array(
-                    [
-                        NAN if s.get("sched_delay_s") is None else float(s["sched_delay_s"])
-                        for s in sessions
-                    ]
-                )
-            )
-        },
-        "server": _server(out_dir, window, run.integrity),
-        # What the readers skipped, flagged or counted once (agentload.results.validate).
-        "integrity": run.integrity.to_dict(),
     }
+
+
+def _graded(sessions: Sequence[SessionRecord]) -> bool:
+    """Whether the run's sessions are graded episodes (an `episodes` block): every kind but a
+    replay, whose conversations have no reward and get the `replay` block instead."""
+    return any(s.kind != "replay" for s in sessions)
+
+
+def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Read the JSONL files of `out_dir` and return the summary dict (see docs/results.md).
+
+    `slo=None` takes the thresholds from config.yaml's `slo` when present.
+    """
+    out_dir = Path(out_dir)
+    if slo is None:
+        slo = _config_slo(out_dir)
+    for key in slo:
+        check_slo_key(key)
+    run = load_measured(out_dir)
+    a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
+    window = _window(sessions, a, m)
+    window_s = window["duration_s"] or None
+    success = np.array([_success(s) for s in sessions], dtype=bool)
+    delays = [NAN if s.sched_delay_s is None else s.sched_delay_s for s in sessions]
+    summary: dict[str, Any] = {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_VERSION,
+        "agentload_version": __version__,
+        "generated_at": time.time(),
+        "run": load_run_meta(out_dir),
+        "context": run_context(out_dir),
+        "window": window,
+        "counts": {
+            "calls": int(m.sum()),
+            "warmup_calls": int(run.warmup.sum()),
+            "unfinished_calls": int(run.unfinished.sum()),
+            "sessions": len(sessions),
+            "warmup_sessions": run.warmup_sessions,
+        },
+        "calls": _calls_section(a, m, window_s),
+        **_per_role(a, m),
+    }
+    if _graded(sessions) or not sessions:
+        summary["episodes"] = _episodes(sessions, window_s, a, m) if sessions else None
+    summary["slo"] = _slo_block(slo, a, m, sessions, success, window_s) if slo else None
+    summary["errors"] = _errors(a, m, all_calls)
+    summary["scheduling"] = {"sched_delay_s": _desc(np.array(delays, dtype=float))}
+    summary["server"] = _server(out_dir, window, run.integrity)
+    # What the readers skipped, flagged or counted once (agentload.results.validate).
+    summary["integrity"] = run.integrity.to_dict()
     from agentload.results.replay_summary import replay_summary
 
     replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
@@ -594,11 +613,6 @@ def _server(
     return summarize_server(samples, window=(window.get("start"), window.get("end")))
 
 
-def write_summary(out_dir: Path | str, summary: Mapping[str, Any]) -> Path:
-    """summary.json (indented, atomic replace)."""
-    path = Path(out_dir) / SUMMARY
-    atomic_write_bytes(
-        path,
-        orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n",
-    )
-    return path
+def write_summary(out_dir: Path | str, summary: Summary | Mapping[str, Any]) -> Path:
+    """summary.json (indented, atomic replace), checked against the `Summary` model."""
+    return write_summary_file(Path(out_dir) / SUMMARY, summary)

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentload.results.jsonl import JsonlRead
+from agentload.results.records import SessionRecord, parse_lenient, version_of
 
 log = logging.getLogger("agentload.results")
 
 MAX_LOGGED = 5
 
 CALL_SCHEMA_PREFIX = "agentload.call/"
-SESSION_SCHEMA_PREFIX = "agentload.session/"
 SUPPORTED_MAJOR = "1"
 
 # Non-negative numbers (durations in s, token counts, monotonic ns).
@@ -280,52 +280,63 @@ def clean_calls(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
     return out
 
 
-def clean_sessions(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
+def _session_unplaceable(raw: Mapping[str, Any]) -> str | None:
+    """Why a session line cannot be counted at all (None when it can)."""
+    try:
+        version_of(raw, SessionRecord)
+    except ValueError as e:
+        return str(e)
+    trial = raw.get("trial")
+    if not _scalar_id(raw.get("session_id")):
+        return f"session_id is {_show(raw.get('session_id'))}"
+    if trial is not None and not (isinstance(trial, int) and not isinstance(trial, bool)):
+        return f"trial is {_show(trial)}"
+    if trial is not None and trial < 0:
+        return f"trial is {_show(trial)}"
+    if not _scalar_id(raw.get("task_id")):
+        return f"task_id is {_show(raw.get('task_id'))}"
+    return None
+
+
+def _check_session(raw: Mapping[str, Any]) -> tuple[SessionRecord, list[str]]:
+    """The typed session, with odd values left out and named."""
+    rec = dict(raw)
+    problems: list[str] = []
+    for key in _SESSION_NONNEG:
+        _check_num(rec, key, True, problems)
+    for key in _SESSION_NUM:
+        _check_num(rec, key, False, problems)
+    r = rec.get("reward")
+    if r is not None and not (_is_num(r) and 0 <= r <= 1):
+        problems.append(f"reward={_show(r)}")
+        rec["reward"] = None
+    _check_nested(rec, "durations", _DURATIONS, problems)
+    _check_str(rec, ("termination", "domain"), problems)
+    _check_order(rec, problems)
+    session, more = parse_lenient(SessionRecord, rec)
+    return session, problems + more
+
+
+def clean_sessions(read: JsonlRead, integ: Integrity) -> list[SessionRecord]:
+    """The sessions of sessions.jsonl as typed records (agentload.results.records)."""
     fi = integ.of(read.path.name)
     fi.bad_lines += len(read.bad)
-    out: list[dict[str, Any]] = []
+    out: list[SessionRecord] = []
     seen_ids: set[str] = set()
     seen_keys: set[tuple[str, int]] = set()
     for i, raw in enumerate(read.records):
         where = read.where(i)
-        why = _schema_ok(raw, SESSION_SCHEMA_PREFIX)
-        trial = raw.get("trial")
-        if why is None and not _scalar_id(raw.get("session_id")):
-            why = f"session_id is {_show(raw.get('session_id'))}"
-        if (
-            why is None
-            and trial is not None
-            and not (isinstance(trial, int) and not isinstance(trial, bool) and trial >= 0)
-        ):
-            why = f"trial is {_show(trial)}"
-        if why is None and not _scalar_id(raw.get("task_id")):
-            why = f"task_id is {_show(raw.get('task_id'))}"
+        why = _session_unplaceable(raw)
         if why is not None:
             fi.skipped += 1
             fi.note(where, f"record skipped: {why}")
             continue
-        rec = dict(raw)
-        problems: list[str] = []
-        for key in _SESSION_NONNEG:
-            _check_num(rec, key, True, problems)
-        for key in _SESSION_NUM:
-            _check_num(rec, key, False, problems)
-        r = rec.get("reward")
-        if r is not None and not (_is_num(r) and 0 <= r <= 1):
-            problems.append(f"reward={_show(r)}")
-            rec["reward"] = None
-        _check_nested(rec, "durations", _DURATIONS, problems)
-        c = rec.get("counts")
-        if c is not None and not isinstance(c, dict):
-            problems.append(f"counts={_show(c)}")
-            rec["counts"] = None
-        _check_str(rec, ("termination", "domain"), problems)
-        _check_order(rec, problems)
-        sid = rec.get("session_id")
-        task = rec.get("task_id") or rec.get("conversation_id") or sid
-        tkey = (str(task), int(trial or 0))
+        rec, problems = _check_session(raw)
+        sid = rec.session_id
+        task = rec.task_id or rec.conversation_id or sid
+        tkey = rec.key
         dup = (sid is not None and str(sid) in seen_ids) or (
-            not rec.get("warmup") and task is not None and tkey in seen_keys
+            not rec.warmup and task is not None and tkey in seen_keys
         )
         if dup:
             fi.duplicates += 1
@@ -335,7 +346,7 @@ def clean_sessions(read: JsonlRead, integ: Integrity) -> list[dict[str, Any]]:
             continue
         if sid is not None:
             seen_ids.add(str(sid))
-        if not rec.get("warmup") and task is not None:
+        if not rec.warmup and task is not None:
             seen_keys.add(tkey)
         if problems:
             fi.flagged += 1

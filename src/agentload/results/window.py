@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from agentload.results.records import SessionRecord
+
 log = logging.getLogger("agentload.results")
 
 # A disagreement between the clocks larger than this is reported as a wall-clock step.
@@ -120,18 +122,12 @@ def window_from(groups: Mapping[Any, list[Interval]], source: str) -> dict[str, 
     return out
 
 
-def session_window(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def session_window(sessions: Sequence[SessionRecord]) -> dict[str, Any]:
     groups: dict[Any, list[Interval]] = defaultdict(list)
     for s in sessions:
-        d = s.get("durations")
-        if not isinstance(d, Mapping):
-            d = {}
-        groups[s.get("attempt")].append(
+        groups[s.attempt].append(
             Interval(
-                _int(s.get("start_ns")),
-                _int(s.get("end_ns")),
-                _num(s.get("started_at")),
-                _num(d.get("total_s")),
+                _int(s.start_ns), _int(s.end_ns), _num(s.started_at), _num(s.duration("total_s"))
             )
         )
     return window_from(groups, "sessions")

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
+from agentload.results.records import TrajectoryRecord, version_of
 
 FORMATS = ("mlperf", "trajectories", "openai")
 ROLES = ("user", "assistant", "tool")
@@ -595,6 +596,10 @@ def _iter_lines_format(
         if obj.get("_type") == "dataset_metadata":
             continue
         if fmt == "trajectories":
+            try:
+                version_of(obj, TrajectoryRecord)
+            except ValueError as e:
+                raise _err(path, n, "schema_version", str(e)) from None
             raw_id = obj.get("session_id")
             field_name = "session_id"
             unsent = obj.get("termination") in _UNSENT_TAIL

@@ -1,0 +1,13 @@
+"""The file names of a results folder (docs/results.md), in one place for writers and readers."""
+
+from __future__ import annotations
+
+CALLS = "calls.jsonl"
+SESSIONS = "sessions.jsonl"
+TRAJECTORIES = "trajectories.jsonl"
+SERVER_METRICS = "server_metrics.jsonl"
+CONFIG = "config.yaml"
+RUN = "run.json"
+SUMMARY = "summary.json"
+DROPPED_DIR = "dropped"  # what a resume set aside, byte for byte (agentload.results.resume)
+RECORD_FILES = (CALLS, SESSIONS, TRAJECTORIES, SERVER_METRICS)
