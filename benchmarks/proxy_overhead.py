@@ -10,6 +10,11 @@ minus the direct arm's; the proxy's own figure (`proxy.overhead_s` of its summar
 printed beside it.
 
     python benchmarks/proxy_overhead.py [--rate 500] [--seconds 20] [--blocks 4]
+    python benchmarks/proxy_overhead.py --cpu-calls 2500   # CPU per proxied call only
+
+`--cpu-calls N` sends N calls through the proxy in a closed loop (16 in flight) and reports
+only the proxy's CPU per call: the figure that does not depend on how loaded the machine is,
+for comparing two versions of the proxy back to back.
 """
 
 from __future__ import annotations
@@ -85,6 +90,31 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _cpu_only(client: ChatClient, n: int, proxy_pid: int) -> dict[str, Any]:
+    await asyncio.gather(*(client.chat(MESSAGES, max_tokens=4) for _ in range(50)))
+    gate = asyncio.Semaphore(16)
+    failed = 0
+
+    async def one() -> None:
+        nonlocal failed
+        async with gate:
+            r = await client.chat(
+                MESSAGES, max_tokens=16, extra_body={"stream_options": {"include_usage": False}}
+            )
+            failed += r.record.status != "ok"
+
+    cpu0, t0 = _cpu_s(proxy_pid), time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    cpu = _cpu_s(proxy_pid) - cpu0
+    return {
+        "calls": n,
+        "errors": failed,
+        "seconds": time.perf_counter() - t0,
+        "proxy_cpu_us_per_call": cpu / n * 1e6,
+        "one_core_calls_per_s": n / cpu if cpu else None,
+    }
+
+
 def _q(v: list[float], q: float) -> float:
     return percentile_sorted(sorted(v), q) or 0.0
 
@@ -101,6 +131,9 @@ async def _main(
         "direct": {"ttft": [], "e2e": []},
         "proxy": {"ttft": [], "e2e": []},
     }
+    if a.cpu_calls:
+        async with ChatClient(endpoint(proxy_url + "/v1")) as p:
+            return await _cpu_only(p, a.cpu_calls, proxy_pid)
     async with (
         ChatClient(endpoint(sim_url + "/v1")) as d,
         ChatClient(endpoint(proxy_url + "/v1")) as p,
@@ -128,6 +161,8 @@ async def _main(
         }
     # CPU the proxy process spent per proxied call: what does not depend on machine load.
     res["proxy_cpu_us_per_call"] = proxy_cpu / max(1, sum(arms["proxy"]["sent"])) * 1e6
+    # What one core could proxy if the proxy had it to itself.
+    res["one_core_calls_per_s"] = 1e6 / max(1e-9, res["proxy_cpu_us_per_call"])
     res["added_ms"] = {
         k: res["proxy"][k] - res["direct"][k] for k in res["direct"] if k.endswith("_ms")
     }
@@ -139,6 +174,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=500.0, help="calls per second per arm")
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds per arm in all")
     ap.add_argument("--blocks", type=int, default=4, help="alternating blocks per arm")
+    ap.add_argument(
+        "--cpu-calls", type=int, default=0, help="only measure CPU per call over N proxied calls"
+    )
     a = ap.parse_args()
     sim = SimProcess(SimConfig(port=0, profile="instant", model="sim")).start()
     port = _free_port()
@@ -171,6 +209,10 @@ def main() -> None:
             rest, _ = proxy.communicate(timeout=120)
             sim.stop()
     own = json.loads(rest)
+    if a.cpu_calls:
+        res["load_average"] = os.getloadavg()
+        print(json.dumps(res, indent=2))
+        return
     res["proxy_own_overhead_ms"] = {
         k: (own["overhead_s"][k] or 0) * 1e3 for k in ("p50", "p99", "max")
     }

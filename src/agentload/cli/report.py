@@ -87,20 +87,110 @@ def compare_command(
     dir_b: Annotated[Path, typer.Argument(help="Results directory to compare with it.")],
     role: Annotated[str, typer.Option(help="Role whose calls are compared.")] = "agent",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    gateway: Annotated[
+        bool,
+        typer.Option(
+            "--gateway",
+            help="B is A's workload run through a gateway or `agentload proxy`: show the "
+            "latency it adds per role (TTFT, E2E, ITL) with 95% CIs of the difference.",
+        ),
+    ] = False,
+    max_added: Annotated[
+        str | None,
+        typer.Option(
+            "--max-added",
+            metavar="LIMIT",
+            help="With --gateway (implied): verdict against LIMIT (5% or 2ms) on --gate; exit "
+            "0 within, 1 exceeds, 3 inconclusive.",
+        ),
+    ] = None,
+    gate: Annotated[
+        str,
+        typer.Option(help="Comma-separated figures --max-added checks, e.g. ttft_p50,e2e_p99."),
+    ] = "ttft_p50,e2e_p50",
 ) -> None:
     """Compare two runs side by side with 95% bootstrap confidence intervals."""
     from agentload.report.compare import compare_dirs
 
+    gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
+    from agentload.report.added import is_sweep
+
+    if is_sweep(dir_a) or is_sweep(dir_b):
+        _compare_sweeps(dir_a, dir_b, gated, json_out)
     _check_dir(dir_a)
     _check_dir(dir_b)
+    added: dict[str, Any] | None = None
     try:
         res = compare_dirs(dir_a, dir_b, role)
+        if gated is not None:
+            from agentload.report.added import added_latency
+
+            added = added_latency(dir_a, dir_b, max_added=gated[0], gate=gated[1])
+            res["added_latency"] = added
     except ResultsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if json_out:
         typer.echo(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
-        return
+    else:
+        _print_compare(res, dir_a, dir_b, role, added)
+    if added is not None:
+        from agentload.report.added import exit_code
+
+        raise typer.Exit(exit_code(added))
+
+
+def _compare_sweeps(
+    dir_a: Path, dir_b: Path, gated: tuple[Any, tuple[str, ...]] | None, json_out: bool
+) -> None:
+    """Two sweeps (direct, then through the gateway): the added latency point by point."""
+    from agentload.cli.added import print_added
+    from agentload.report.added import added_latency_sweep, exit_code, is_sweep
+
+    if gated is None or not (is_sweep(dir_a) and is_sweep(dir_b)):
+        raise typer.BadParameter(
+            "two sweeps compare point by point with --gateway (or --max-added); "
+            "a sweep does not compare with a single run"
+        )
+    try:
+        res = added_latency_sweep(dir_a, dir_b, max_added=gated[0], gate=gated[1])
+    except ResultsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if json_out:
+        typer.echo(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+    else:
+        console = Console()
+        for point in res["points"]:
+            console.print(f"[bold]{res['kind']} {point[res['kind']]:g}[/]", highlight=False)
+            print_added(console, {**point, "gate": None})
+        if res["unmatched"]:
+            console.print(f"[yellow]warning:[/] points in one sweep only: {res['unmatched']}")
+        print_added(console, {"roles": {}, "gate": res.get("gate")})
+    raise typer.Exit(exit_code(res))
+
+
+def _gate_args(max_added: str | None, gate: str) -> tuple[Any, tuple[str, ...]]:
+    """(--max-added as a Threshold or None, --gate's figures); a usage error if malformed."""
+    from agentload.report.added import NAMES, parse_threshold
+
+    gates = tuple(g.strip() for g in gate.split(",") if g.strip())
+    unknown = [g for g in gates if g not in NAMES]
+    if unknown or not gates:
+        raise typer.BadParameter(
+            f"unknown figure {', '.join(unknown) or gate!r}; choose from {', '.join(NAMES)}",
+            param_hint="--gate",
+        )
+    try:
+        limit = parse_threshold(max_added) if max_added is not None else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--max-added") from None
+    return limit, gates
+
+
+def _print_compare(
+    res: dict[str, Any], dir_a: Path, dir_b: Path, role: str, added: dict[str, Any] | None
+) -> None:
     t = Table(
         title=f"A = {dir_a}   B = {dir_b}   ({role} calls, 95% bootstrap CI)", title_justify="left"
     )
@@ -132,3 +222,7 @@ def compare_command(
     console.print("Calls resampled by whole episode (cluster bootstrap).", highlight=False)
     for line in res["context_differences"]:
         console.print(f"[yellow]warning:[/] the runs differ in {escape(line)}", highlight=False)
+    if added is not None:
+        from agentload.cli.added import print_added
+
+        print_added(console, added)

@@ -1,9 +1,9 @@
 """The proxy server: forwards every request to the upstream and records chat completions.
 
-Stream parsing and the CallRecord accounting are the client's own (`ChatClient._read_stream`,
-`_parse_full`, `_finish`), fed with the bytes the proxy passes through, so a proxied call is
-measured exactly like a call agentload makes itself. Each upstream chunk is written to the
-caller before it is parsed: parsing never delays the caller.
+Each upstream chunk is written to the caller as it arrives, unchanged (less the usage-only
+event when the proxy asked for usage itself); on the way the proxy only notes the chunk and its
+arrival time. Parsing and the CallRecord (`agentload.proxy.meter`, with the client's metric
+definitions) happen once the caller has the whole reply, so they never delay it.
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from agentload.client.client import (
-    CallError,
-    CallResult,
-    ChatClient,
-    _Attempt,
-    _Watchdog,
-    classify_http_error,
-)
-from agentload.client.config import EndpointConfig
 from agentload.client.record import CallRecord
+from agentload.client.safety import redact
+from agentload.proxy.meter import (
+    Answer,
+    Failure,
+    finish_record,
+    http_failure,
+    parse_body,
+    parse_stream,
+)
 from agentload.proxy.sessions import ProxySession, bearer_key, session_for, split_session_path
+from agentload.proxy.upstream import Pool, Reply, UpstreamError
 from agentload.results.recorder import Recorder
 from agentload.stats import percentile_sorted
 from agentload.wire import ROLE_HEADER
@@ -59,6 +60,7 @@ _HOP = frozenset(
         "Content-Length",
     )
 )
+_DONE_TAIL = b"data: [DONE]\n\n"
 # One SSE event and the blank line that ends it.
 _EVENT = re.compile(rb"(.*?)(\r\n\r\n|\n\n|\r\r)", re.S)
 
@@ -141,53 +143,6 @@ class UsageFilter:
         return rest
 
 
-class _Tee:
-    """The upstream stream as the client's parser reads it (`resp.content.iter_any()`), writing
-    each chunk to the caller first; drops the usage-only event when the proxy asked for it."""
-
-    __slots__ = ("_filter", "_it", "_out", "max_delay_ns", "write_error")
-
-    def __init__(self, up: aiohttp.ClientResponse, out: web.StreamResponse, drop_usage: bool):
-        self._it = up.content.iter_any().__aiter__()
-        self._out = out
-        self._filter = UsageFilter() if drop_usage else None
-        self.max_delay_ns = 0
-        self.write_error: BaseException | None = None
-
-    @property
-    def content(self) -> _Tee:
-        return self
-
-    def iter_any(self) -> _Tee:
-        return self
-
-    def __aiter__(self) -> _Tee:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            raw = await self._it.__anext__()
-        except StopAsyncIteration:
-            if self._filter is not None:
-                await self._write(_now_ns(), self._filter.flush())
-            raise
-        arrived = _now_ns()
-        await self._write(arrived, raw if self._filter is None else self._filter.feed(raw))
-        return raw
-
-    async def _write(self, arrived: int, data: bytes) -> None:
-        if data and self.write_error is None:
-            try:
-                await self._out.write(data)
-            except (ConnectionError, aiohttp.ClientConnectionResetError) as e:
-                # The caller went away: stop reading upstream (closes that connection too).
-                self.write_error = e
-                raise CallError("cancelled", "the caller closed the connection") from None
-        delay = _now_ns() - arrived
-        if delay > self.max_delay_ns:
-            self.max_delay_ns = delay
-
-
 def _drop_usage_events(head: bytes) -> bytes:
     """`head` (whole SSE events) without its usage-only events."""
     if b"\r" in head:  # rare line endings: the general path
@@ -241,11 +196,11 @@ class ProxyServer:
         self.chunk_s: list[float] = []
         self.calls = 0
         self._ids = itertools.count(1)
-        # The client's parser and accounting; it never sends anything itself.
-        self._meter = ChatClient(EndpointConfig(name=config.endpoint, base_url=self.root, model=""))
+        self._prefix = urlsplit(self.root).path  # the upstream's path before /v1/...
+        self._pool: Pool | None = None
         self._recorder: Recorder | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._started_at = 0.0
 
     @property
@@ -270,15 +225,18 @@ class ProxyServer:
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
             read_bufsize=1 << 18,
         )
-        app = web.Application(client_max_size=1 << 30)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # Chat completions, the hot path, go through the proxy's own pool (proxy.upstream).
+        self._pool = Pool(self.root, limit=cfg.max_connections)
+        # aiohttp's low-level server: one handler for every path, without the application's
+        # router, middlewares and signals, which a pass-through does not use.
+        server = _Server(self._handle, access_log=None)
+        self._runner = web.ServerRunner(server, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port)
         await site.start()
-        server = site._server
-        if server is not None and self.port == 0:
-            sockets = getattr(server, "sockets", None) or []
+        listener = site._server
+        if listener is not None and self.port == 0:
+            sockets = getattr(listener, "sockets", None) or []
             self.port = sockets[0].getsockname()[1]
         return self
 
@@ -290,6 +248,9 @@ class ProxyServer:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         return self._finish_results()
 
     async def __aenter__(self) -> ProxyServer:
@@ -337,10 +298,11 @@ class ProxyServer:
 
     # -- requests -----------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         t_in = _now_ns()
         path_session, path = split_session_path(request.path)
-        url = self.root + path + (f"?{request.query_string}" if request.query_string else "")
+        query = request.query_string
+        path_qs = f"{path}?{query}" if query else path
         if request.method == "POST" and path.endswith("/chat/completions"):
             body = await request.read()
             try:
@@ -348,14 +310,16 @@ class ProxyServer:
             except orjson.JSONDecodeError:
                 obj = None
             if isinstance(obj, dict):
-                return await self._chat(request, url, obj, body, path_session, t_in)
-            return await self._forward(request, url, body)
+                return await self._chat(
+                    request, self._prefix + path_qs, obj, body, path_session, t_in
+                )
+            return await self._forward(request, self.root + path_qs, body)
         return await self._forward(
-            request, url, await request.read() if request.can_read_body else None
+            request, self.root + path_qs, await request.read() if request.can_read_body else None
         )
 
     async def _forward(
-        self, request: web.Request, url: str, body: bytes | None
+        self, request: web.BaseRequest, url: str, body: bytes | None
     ) -> web.StreamResponse:
         """Any other request: status, headers and body passed through as they come."""
         assert self._session is not None
@@ -378,35 +342,21 @@ class ProxyServer:
 
     async def _chat(
         self,
-        request: web.Request,
-        url: str,
+        request: web.BaseRequest,
+        target: str,
         obj: dict[str, Any],
         body: bytes,
         path_session: str | None,
         t_in: int,
     ) -> web.StreamResponse:
-        assert self._session is not None and self._recorder is not None
+        assert self._recorder is not None
         sid = session_for(request.headers, path_session)
         key = bearer_key(request.headers)
         if key:
             self._recorder.add_secrets(key)
+        secrets = (key,) if key else ()
         stream = obj.get("stream") is True
-        opts = obj.get("stream_options")
-        asked_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-        inject = stream and not asked_usage
-        if inject:
-            obj = dict(obj)
-            obj["stream_options"] = {
-                **(opts if isinstance(opts, dict) else {}),
-                "include_usage": True,
-            }
-            body = orjson.dumps(obj)
-        raw_messages, raw_tools = obj.get("messages"), obj.get("tools")
-        messages: list[Any] = raw_messages if isinstance(raw_messages, list) else []
-        tools: list[Any] = raw_tools if isinstance(raw_tools, list) else []
-        session = self.sessions.get(sid)
-        if session is None:
-            session = self.sessions[sid] = ProxySession(sid)
+        body, inject = _with_usage(obj, body) if stream else (body, False)
         model = obj.get("model")
         rec = CallRecord(
             call_id=f"p-{next(self._ids)}",
@@ -414,96 +364,196 @@ class ProxyServer:
             role=request.headers.get(ROLE_HEADER) or "agent",
             endpoint=self.config.endpoint,
             model=model if isinstance(model, str) else "",
-            turn=session.calls,
             stream=stream,
             started_at=time.time(),
         )
-        result = CallResult(rec)
-        acc = _Attempt((key,) if key else ())
-        err: CallError | None = None
-        hdrs = _forward_headers(request.headers, identity=True)
-        out: web.StreamResponse | None = None
-        tee: _Tee | None = None
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        t_send = _now_ns()
-        forward_ns = t_send - t_in
-        rec.start_ns = t_send
+        pass_ = _Pass(request, inject)
+        rec.start_ns = _now_ns()
+        forward_ns = rec.start_ns - t_in
+        err: Failure | None = None
         cancelled = False
         try:
-            async with self._session.post(url, data=body, headers=hdrs) as up:
-                acc.headers_ns = _now_ns()
-                out = web.StreamResponse(status=up.status, reason=up.reason)
-                out.headers.extend(_forward_headers(up.headers, identity=False))
-                if up.status != 200 or not stream:
-                    raw = await up.read()
-                    arrived = _now_ns()
-                    out.content_length = len(raw)
-                    await out.prepare(request)
-                    await out.write(raw)
-                    await out.write_eof()
-                    tee_delay = _now_ns() - arrived
-                    if up.status != 200:
-                        err = classify_http_error(up.status, raw, acc.secrets)
-                    else:
-                        try:
-                            self._meter._parse_full(raw, acc)
-                        except CallError as e:
-                            err = e
-                else:
-                    await out.prepare(request)
-                    tee = _Tee(up, out, drop_usage=inject)
-                    dog = _Watchdog(loop, task, t_send, None, None, None)
-                    try:
-                        await self._meter._read_stream(tee, acc, dog)  # type: ignore[arg-type]
-                    except CallError as e:
-                        err = e
-                        if tee.write_error is None:
-                            # Malformed for our parser, but the caller still gets every byte.
-                            async for _ in tee:
-                                pass
-                    if tee.write_error is None:
-                        await out.write_eof()
-                    tee_delay = tee.max_delay_ns
+            await self._exchange(target, body, pass_)
         except asyncio.CancelledError:
             cancelled = True
-            err = CallError("cancelled", "the caller closed the connection")
-            tee_delay = 0
-        except aiohttp.ClientConnectorError as e:
-            err = CallError("connect_error", str(e))
-            tee_delay = 0
-        except (aiohttp.ClientError, ConnectionError) as e:
-            got = acc.headers_ns is not None
-            if out is not None and out.prepared and request.transport is not None:
+            err = Failure("cancelled", "the caller closed the connection")
+        except Failure as e:
+            err = e
+        rec.end_ns = _now_ns()
+        rec.headers_ns = pass_.headers_ns
+        # Everything below runs after the caller has the whole reply.
+        self._account(rec, pass_, err, obj, secrets, sid)
+        self.forward_s.append(forward_ns / 1e9)
+        self.chunk_s.append(pass_.max_delay_ns / 1e9)
+        self.overhead_s.append((forward_ns + pass_.max_delay_ns) / 1e9)
+        if cancelled:
+            raise asyncio.CancelledError
+        if pass_.out is None:
+            return _bad_gateway(err.message if err else "no reply from the upstream")
+        return pass_.out
+
+    async def _exchange(self, target: str, body: bytes, p: _Pass) -> None:
+        """Send the request upstream and pass the reply back; raises Failure."""
+        assert self._pool is not None
+        hdrs = _forward_headers(p.request.headers, identity=True)
+        try:
+            up = await self._pool.request("POST", target, hdrs.items(), body)
+        except UpstreamError as e:
+            raise Failure(e.kind, e.message) from None
+        try:
+            p.headers_ns = _now_ns()
+            p.status = up.status
+            p.sse = up.content_type == "text/event-stream"
+            out = p.out = web.StreamResponse(status=up.status, reason=up.reason)
+            out.headers.extend(up.headers)
+            if up.status != 200 or not p.sse:
+                raw = await up.read()
+                arrived = _now_ns()
+                p.add(raw, arrived)
+                out.content_length = len(raw)
+                await out.prepare(p.request)
+                await p.write(raw, arrived, last=True)
+            else:
+                await out.prepare(p.request)
+                await self._stream(up, p)
+        except (UpstreamError, ConnectionError) as e:
+            if p.out is not None and p.out.prepared and p.request.transport is not None:
                 # The upstream broke mid-reply: break the caller's connection too, so it sees
                 # the failure instead of a reply that merely looks short.
-                request.transport.abort()
-            err = CallError(
-                "malformed_stream" if got else "connect_error", f"{type(e).__name__}: {e}"
-            )
-            tee_delay = 0
-        except CallError as e:
-            err = e
-            tee_delay = 0
-        rec.end_ns = _now_ns()
-        rec.total_s = (rec.end_ns - rec.start_ns) / 1e9
+                p.request.transport.abort()
+            raise Failure("malformed_stream", str(e) or type(e).__name__) from None
+        finally:
+            up.release()  # pooled when read to its end; closed otherwise (caller gone)
+
+    async def _stream(self, up: Reply, p: _Pass) -> None:
+        """Each upstream chunk to the caller as it arrives. The chunk that ends with `[DONE]`
+        (the last event of a stream) goes out with the end of the reply: one socket write
+        instead of two, and the whole reply in one when it arrives in one read."""
+        filt = UsageFilter() if p.inject else None
+        held, held_at = b"", 0
+        async for raw in up.chunks():
+            arrived = _now_ns()
+            p.add(raw, arrived)
+            data = raw if filt is None else filt.feed(raw)
+            if held:  # more came after [DONE]: pass on what was held first
+                await p.write(held, held_at)
+                held = b""
+            if raw.endswith(_DONE_TAIL):
+                held, held_at = data, arrived
+            else:
+                await p.write(data, arrived)
+        if filt is not None:
+            held += filt.flush()
+        await p.write(held, held_at or _now_ns(), last=True)
+
+    def _account(
+        self,
+        rec: CallRecord,
+        p: _Pass,
+        err: Failure | None,
+        obj: dict[str, Any],
+        secrets: tuple[str, ...],
+        sid: str,
+    ) -> None:
+        """Parse what passed through, complete the record and the session; never raises."""
+        assert self._recorder is not None
+        raw_messages, raw_tools = obj.get("messages"), obj.get("tools")
+        messages: list[Any] = raw_messages if isinstance(raw_messages, list) else []
+        tools: list[Any] = raw_tools if isinstance(raw_tools, list) else []
+        session = self.sessions.get(sid)
+        if session is None:
+            session = self.sessions[sid] = ProxySession(sid)
+        rec.turn = session.calls
+        ans = Answer()
         try:
-            self._meter._finish(rec, result, acc, err, messages, tools or None, False)
+            if err is None and p.status is not None and p.status != 200:
+                err = http_failure(p.status, b"".join(p.chunks), secrets)
+            elif err is None and p.sse:
+                ans, err = parse_stream(p.chunks, p.times, secrets)
+            elif err is None:
+                ans, err = parse_body(b"".join(p.chunks), p.times[-1] if p.times else 0, secrets)
+            elif p.sse and p.chunks:
+                ans, _ = parse_stream(p.chunks, p.times, secrets)  # tokens before the failure
+            finish_record(rec, ans, err, messages, tools or None)
         except Exception as e:  # never lose the record, even to a bug in the accounting
             rec.status, rec.error_kind = "error", "client_error"
             rec.error_message = f"{type(e).__name__}: {e}"
+        if rec.error_message and secrets:
+            rec.error_message = redact(rec.error_message, secrets)
         self.calls += 1
-        self.forward_s.append(forward_ns / 1e9)
-        self.chunk_s.append(tee_delay / 1e9)
-        self.overhead_s.append((forward_ns + tee_delay) / 1e9)
         self._recorder.record_call(rec)
-        session.add(rec, messages, tools, result.message() if rec.status == "ok" else None)
-        if cancelled:
-            raise asyncio.CancelledError
-        if out is None:
-            return _bad_gateway(err.message if err else "no reply from the upstream")
-        return out
+        session.add(rec, messages, tools, ans.message(rec.call_id) if rec.ok else None)
+
+
+class _Pass:
+    """One reply on its way back: the caller's response, and each upstream chunk with its
+    arrival time (kept for parsing after the reply is written, never parsed on the way)."""
+
+    __slots__ = (
+        "chunks",
+        "headers_ns",
+        "inject",
+        "max_delay_ns",
+        "out",
+        "request",
+        "sse",
+        "status",
+        "times",
+    )
+
+    def __init__(self, request: web.BaseRequest, inject: bool) -> None:
+        self.request = request
+        self.inject = inject
+        self.out: web.StreamResponse | None = None
+        self.status: int | None = None
+        self.sse = False
+        self.headers_ns: int | None = None
+        self.chunks: list[bytes] = []
+        self.times: list[int] = []
+        self.max_delay_ns = 0
+
+    def add(self, raw: bytes, arrived: int) -> None:
+        self.chunks.append(raw)
+        self.times.append(arrived)
+
+    async def write(self, data: bytes, arrived: int, *, last: bool = False) -> None:
+        """Pass `data` (which arrived at `arrived`) on; `last` ends the reply with it."""
+        assert self.out is not None
+        if data or last:
+            try:
+                await (self.out.write_eof(data) if last else self.out.write(data))
+            except (ConnectionError, aiohttp.ClientConnectionResetError):
+                # The caller went away: stop reading upstream (closes that connection too).
+                raise Failure("cancelled", "the caller closed the connection") from None
+        delay = _now_ns() - arrived
+        if delay > self.max_delay_ns:
+            self.max_delay_ns = delay
+
+
+def _with_usage(obj: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
+    """The request body asking for usage in the stream, and whether the proxy added it."""
+    opts = obj.get("stream_options")
+    if isinstance(opts, dict) and opts.get("include_usage"):
+        return body, False
+    if "stream_options" not in obj:
+        # The object was parsed from `body`, so it starts with "{" and has a key ("stream"):
+        # splice the option in rather than serialising the whole request again.
+        head = body.lstrip()
+        return b'{"stream_options":{"include_usage":true},' + head[1:], True
+    new = dict(obj)
+    new["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+    return orjson.dumps(new), True
+
+
+class _Server(web.Server):
+    """The low-level server with a request body limit fit for long agent contexts (1 GiB)."""
+
+    def _make_request(
+        self, message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+    ) -> web.BaseRequest:
+        return web.BaseRequest(
+            message, payload, protocol, writer, task, self._loop, client_max_size=1 << 30
+        )
 
 
 def _bad_gateway(message: str) -> web.Response:
