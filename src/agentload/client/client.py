@@ -16,13 +16,7 @@ import orjson
 
 from agentload.client import itlhist
 from agentload.client.config import EndpointConfig
-from agentload.client.errors import (
-    SHAPE_ERRORS,
-    CallError,
-    classify_http_error,
-    raise_error_event,
-    why,
-)
+from agentload.client.errors import SHAPE_ERRORS, CallError, classify_http_error, why
 from agentload.client.http1 import Http1Error, Http1Pool
 from agentload.client.record import CallRecord, ItlSummary
 from agentload.client.safety import (
@@ -32,7 +26,7 @@ from agentload.client.safety import (
     redact,
     split_userinfo,
 )
-from agentload.client.stream import StreamReader, _Attempt, merge_tool_calls, parse_full
+from agentload.client.stream import StreamReader, _Attempt, parse_full
 from agentload.client.tokens import (
     HeuristicCounter,
     TokenCounter,
@@ -45,11 +39,6 @@ __all__ = ["CallError", "CallResult", "ChatClient", "classify_http_error", "itl_
 _now_ns = time.perf_counter_ns
 _call_ids = itertools.count(1)
 _pid = os.getpid()
-# Names kept for code that imported these helpers from here.
-_SHAPE_ERRORS = SHAPE_ERRORS
-_why = why
-_raise_error_event = raise_error_event
-_merge_tool_calls = merge_tool_calls
 
 
 class CallResult:
@@ -554,9 +543,6 @@ class ChatClient:
             feed(raw, _now_ns())
         reader.end()
 
-    def _parse_full(self, raw: bytes, acc: _Attempt) -> None:
-        parse_full(raw, acc)
-
     def _finish(
         self,
         rec: CallRecord,
@@ -581,7 +567,7 @@ class ChatClient:
             rec.itl_s = gaps
         try:
             _collect(rec, result, acc)
-        except _SHAPE_ERRORS as e:
+        except SHAPE_ERRORS as e:
             # Pieces of the wrong type (content 123, a usage string): the reply is malformed,
             # unless the attempt already failed for a reason of its own, which stays.
             result.content, result.reasoning, result.tool_calls = "", "", []
@@ -590,7 +576,7 @@ class ChatClient:
             rec.cached_tokens = rec.reasoning_tokens = None
             acc.usage = result.usage = None
             if err is None:
-                err = CallError("malformed_stream", f"reply of the wrong shape: {_why(e)}")
+                err = CallError("malformed_stream", f"reply of the wrong shape: {why(e)}")
         if acc.usage is None and (err is None or acc.token_times):
             # No usage from the server: estimate, and say so.
             c = self._counter
