@@ -261,6 +261,22 @@ class LoadConfig(BaseModel):
         le=DAY_S,
         description="Stop the run when the endpoint has been down for this long.",
     )
+    workers: int | Literal["auto"] = Field(
+        "auto",
+        description="Worker processes that run the sessions (auto: what the load needs).",
+    )
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        ok = value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024
+        )
+        if not ok:
+            raise ValueError("workers must be auto or a whole number from 1 to 1024")
+        return value
 
     @field_validator("duration_s", "drain_timeout_s", "outage_timeout_s", mode="before")
     @classmethod
@@ -352,6 +368,30 @@ class ReplayConfig(BaseModel):
         return None if value is None else parse_duration(value)
 
 
+class RayConfig(BaseModel):
+    """Workers as Ray actors on an existing Ray cluster (docs/distributed.md)."""
+
+    model_config = _STRICT
+
+    address: str = Field(
+        min_length=1,
+        description="The cluster: host:port of its head (GCS), ray://host:port, or auto.",
+    )
+    cpus_per_worker: float = Field(
+        1.0, gt=0, le=1024, description="CPUs each worker actor asks of the cluster."
+    )
+    namespace: str = Field("agentload", min_length=1, description="Ray namespace of the actors.")
+    start_timeout_s: float = Field(
+        120.0, gt=0, le=DAY_S, description="How long a worker actor may wait to be placed."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scalar(cls, value: Any) -> Any:
+        # `ray: auto` or `ray: 10.0.0.1:6379` names the address alone.
+        return {"address": value} if isinstance(value, str) else value
+
+
 class RunConfig(BaseModel):
     """Everything one run needs; saved (redacted) as config.yaml in the results folder."""
 
@@ -373,6 +413,9 @@ class RunConfig(BaseModel):
         default_factory=dict, description="e.g. {ttft_p90: 2s, e2e_p99: 10s}."
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    ray: RayConfig | None = Field(
+        None, description="Run the workers as Ray actors on this Ray cluster (none: locally)."
+    )
     report: bool = Field(True, description="Write report.md / report.html / charts.")
     preflight: bool = Field(
         True,

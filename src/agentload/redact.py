@@ -43,6 +43,9 @@ _KEY_VALUE = re.compile(
     r"([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}&]+"
 )
 _OPENAI_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")
+# agentload's own configuration fields that look like secrets but are not: a saved
+# config.yaml must keep them, or --resume cannot load it back.
+_OWN_FIELDS = frozenset({"first_token"})  # timeouts.first_token, seconds
 # Values shorter than this are not scrubbed as known secrets: "abc" would mangle records.
 MIN_SECRET_LEN = 4
 
@@ -51,6 +54,8 @@ def is_secret_key(key: str) -> bool:
     """Whether a mapping key (config field, header, extra-body key) holds a secret."""
     k = key.strip()
     if k.lower().endswith("_env"):  # the name of an environment variable, not its value
+        return False
+    if k in _OWN_FIELDS:
         return False
     return bool(_SECRET_KEY.search(k))
 

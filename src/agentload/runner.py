@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import yaml
@@ -42,6 +42,7 @@ from agentload.scheduler import (
 )
 
 if TYPE_CHECKING:
+    from agentload.distributed.driver import Coordinator
     from agentload.results.recorder import Recorder
     from agentload.scheduler.outage import OutageGate
     from agentload.workloads.base import SessionOutcome, Workload
@@ -101,7 +102,10 @@ class RunState:
     tracker: ProgressTracker
     workers: int = 1
     """Closed loop: sessions in flight (the configured concurrency, capped at the plan)."""
-    sched: Scheduler | None = None
+    processes: tuple[int, int] = (1, 1)
+    """Worker processes to start, and the most auto may grow to; (1, 1) runs the sessions in
+    this process (agentload.distributed)."""
+    sched: Scheduler | Coordinator | None = None
     gate: OutageGate | None = None
     sim: Any = None
     interrupts: int = 0
@@ -152,6 +156,13 @@ async def execute_run(
         # the same --out works for the next try.
         checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
         cfg = cfg.model_copy(update={"endpoints": checked[0]})
+    if cfg.ray is not None:  # an unreachable cluster fails before the folder is touched
+        from agentload.integrations.ray.backend import RayUnavailable, connect
+
+        try:
+            connect(cfg.ray)
+        except RayUnavailable as e:
+            raise RunFailed(str(e)) from None
     from agentload.results.jsonl import ResultsError
     from agentload.workloads.base import make_workload
 
@@ -216,6 +227,11 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
     workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
     if note:
         opts.say(note)
+    from agentload.distributed.sizing import decide_workers
+
+    *processes, note = decide_workers(cfg, workers)
+    if note:
+        opts.say(note)
     recorder.write_config(config_to_dict(cfg))
     prev_count = prev.get("resume_count", -1)
     attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if opts.resume else 0
@@ -245,7 +261,9 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
         noun=workload.noun,
         graded=workload.graded,
     )
-    return RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker, workers)
+    run = RunState(cfg, opts, workload, recorder, plan, meta, attempt, tracker, workers)
+    run.processes = (processes[0], processes[1])
+    return run
 
 
 async def drive(run: RunState) -> SchedulerReport:
@@ -259,15 +277,21 @@ async def drive(run: RunState) -> SchedulerReport:
         if _late_preflight(run.cfg) and not run.interrupts:
             endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
             _note_endpoints(run, endpoints, detected)
-        await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
-        gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
-        stack.push_async_callback(gate.close)
-        run.tracker.outage = gate.status
-        clients = await _open_clients(run, endpoints, stack)
-        await _start_scrapers(run, endpoints, stack)
-        spec = _load_spec(run.cfg, run.workers)
-        run.sched = Scheduler(run.plan, spec, _session_runner(run, clients), gate=gate)
-        sched = run.sched
+        if run.processes != (1, 1) or run.cfg.ray is not None:
+            from agentload.distributed.driver import coordinator
+
+            sched: Any = coordinator(run, endpoints)
+            run.sched = sched
+            await _start_scrapers(run, endpoints, stack)
+        else:
+            await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
+            gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
+            stack.push_async_callback(gate.close)
+            run.tracker.outage = gate.status
+            clients = await _open_clients(run, endpoints, stack)
+            await _start_scrapers(run, endpoints, stack)
+            spec = _load_spec(run.cfg, run.workers)
+            sched = run.sched = Scheduler(run.plan, spec, _session_runner(run, clients), gate=gate)
         run.recorder.on_write_error = lambda _e: _stop_on_write_error(sched)
         run.tracker.active = lambda: sched.active
         run.tracker.lag_p99 = sched.lag.recent_p99
@@ -586,21 +610,42 @@ def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
 
     async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
         sid = session_id_for(run_id, item, attempt)
-        out = await _run_with_infra_retries(run, item, sid, clients)
-        session = out.session
-        session["run_id"] = run_id
-        session["warmup"] = item.warmup
-        session["attempt"] = attempt  # groups the monotonic clock's records
-        session["intended_start_ns"] = intended_ns
-        session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
-        recorder.record_episode(session, out.trajectory)
-        tracker.on_episode(session)
+        out = await run_with_infra_retries(run, item, sid, clients)
+        stamp_session(out.session, run_id, item, attempt, intended_ns, actual_ns)
+        recorder.record_episode(out.session, out.trajectory)
+        tracker.on_episode(out.session)
 
     return run_one
 
 
-async def _run_with_infra_retries(
-    run: RunState, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
+def stamp_session(
+    session: dict[str, Any],
+    run_id: str,
+    item: WorkItem,
+    attempt: int,
+    intended_ns: int,
+    actual_ns: int,
+) -> None:
+    """The run's fields of a session line (whichever process ran the session)."""
+    session["run_id"] = run_id
+    session["warmup"] = item.warmup
+    session["attempt"] = attempt  # groups the monotonic clock's records
+    session["intended_start_ns"] = intended_ns
+    session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
+
+
+class SessionHost(Protocol):
+    """What running a session needs of its run (a RunState, or a worker's equivalent)."""
+
+    cfg: RunConfig
+    workload: Workload
+    gate: OutageGate | None
+    sched: Any
+    """The Scheduler (stopping: issue nothing more)."""
+
+
+async def run_with_infra_retries(
+    run: SessionHost, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
 ) -> SessionOutcome:
     """One session; when it ended on infrastructure errors during an outage, it is re-queued
     (not burned): wait the outage out and run it again, up to `load.retry_infra` times."""
@@ -719,6 +764,10 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
             "cpu_s": time.process_time() - run.cpu_start_s,
             "outages": run.gate.summary() if run.gate else None,
         }
+        from agentload.distributed.driver import Coordinator, client_extra
+
+        if isinstance(run.sched, Coordinator):
+            extra.update(client_extra(run.sched, time.process_time() - run.cpu_start_s))
         block = client_block(rep, run.cfg, extra)
         block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
         summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
@@ -792,7 +841,7 @@ def _report(
         return [], verdict
 
 
-def _stop_on_write_error(sched: Scheduler | None) -> None:
+def _stop_on_write_error(sched: Scheduler | Coordinator | None) -> None:
     """Results can no longer be written: start nothing more, cancel what is in flight."""
     if sched is not None:
         sched.stop("failed")

@@ -357,3 +357,16 @@ def test_report_and_console_read_the_typed_replay_block(tmp_path: Path) -> None:
     console.print(summary_table(summary))
     text = console.export_text()
     assert "agentload: replay" in text and "agentload: episodes" not in text
+
+
+def test_warmup_sessions_keep_their_negative_trials_and_others_do_not(tmp_path: Path) -> None:
+    # Warmup episodes count their trials down from -1 so they never collide with measured
+    # (task, trial) keys; a negative trial on a measured session is a damaged line.
+    lines = [_session("w1", -1, warmup=True), _session("m1", 0), _session("bad", -2)]
+    path = _write_lines(tmp_path / "sessions.jsonl", lines)
+    integ = Integrity()
+    kept = clean_sessions(read_jsonl(path), integ)
+    assert [(s.session_id, s.trial, s.warmup) for s in kept] == [("w1", -1, True), ("m1", 0, None)]
+    fi = integ.of("sessions.jsonl")
+    assert fi.skipped == 1
+    assert "trial is -2 (only warmup episodes have negative trials)" in fi.examples[0]

@@ -384,6 +384,26 @@ LOAD_SHAPE = [
         metavar="N",
     ),
     Opt(
+        "workers",
+        ("--workers",),
+        str | None,
+        "Worker processes that run the sessions: N, or auto (more than one only for a large "
+        "concurrency on a machine with cores to spare; adds workers when one saturates).",
+        LOAD,
+        path="load.workers",
+        metavar="N",
+    ),
+    Opt(
+        "ray",
+        ("--ray",),
+        str | None,
+        "Run the workers as Ray actors on the Ray cluster at ADDRESS (host:port of its head, "
+        "or auto); needs agentload[ray] on every node. --workers then counts actors.",
+        LOAD,
+        path="ray.address",
+        metavar="ADDRESS",
+    ),
+    Opt(
         "num_episodes",
         ("--num-episodes", "-n"),
         int | None,

@@ -81,12 +81,15 @@ _OUTPUT_ONLY = {
     "outage_timeout",
     "no_preflight",
     "mlflow",
+    "ray",
 }
 # Flags --resume takes on top of the saved config: (config path, flag, value).
 _RESUME_FLAGS = {
     "drain_timeout": ("load.drain_timeout_s", "--drain-timeout"),
     "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
     "outage_timeout": ("load.outage_timeout_s", "--outage-timeout"),
+    # The cluster a run continues on may not be the one it started on.
+    "ray": ("ray.address", "--ray"),
 }
 PROGRESS_INTERVAL_MIN_S = 0.1
 
@@ -375,6 +378,10 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
+        from agentload.distributed.driver import describe_workers
+
+        if line := describe_workers(client):
+            print(line)
         html = [p for p in out.report_files if str(p).endswith(".html")]
         if html:
             print(f"report: {html[0]}")

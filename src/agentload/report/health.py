@@ -37,7 +37,29 @@ def client_warnings(summary: Mapping[str, Any]) -> list[str]:
             f"the client used {share * 100:.0f}% of a CPU core (above {CPU_SHARE * 100:.0f}%): "
             "it may have limited throughput and delayed timestamps"
         )
+    out.extend(_worker_warnings(client.get("workers")))
     return out
+
+
+def _worker_warnings(workers: Any) -> list[str]:
+    """A run over worker processes: each worker is one event loop on one core."""
+    if not isinstance(workers, list):
+        return []
+    hot = [
+        w
+        for w in workers
+        if isinstance(w, Mapping)
+        and (w.get("saturated") or (w.get("cpu_share") or 0.0) > CPU_SHARE)
+    ]
+    if not hot:
+        return []
+    names = ", ".join(
+        f"{w.get('worker')} ({(w.get('cpu_share') or 0.0) * 100:.0f}% of a core)" for w in hot
+    )
+    return [
+        f"worker process {names} saturated: its latencies include client delay; "
+        f"use more --workers (this run had {len(workers)})"
+    ]
 
 
 def client_cpu_share(client: Mapping[str, Any]) -> float | None:

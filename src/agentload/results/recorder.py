@@ -179,10 +179,13 @@ class Recorder:
             else:
                 log.error("%s", failed)
 
-    def record_call(self, rec: CallRecord | Mapping[str, Any]) -> None:
-        """Append one call to calls.jsonl (usable directly as `ChatClient(on_record=...)`)."""
+    def record_call(self, rec: CallRecord | Mapping[str, Any] | bytes) -> None:
+        """Append one call to calls.jsonl (usable directly as `ChatClient(on_record=...)`);
+        bytes are a CallRecord's JSON already made (`CallRecord.to_json()`, by a worker)."""
         if isinstance(rec, CallRecord):
             self._append(CALLS, rec.to_json() + b"\n")
+        elif isinstance(rec, bytes):
+            self._append(CALLS, rec + b"\n")
         else:
             self._append(CALLS, dumps_line(dict(rec)))
 

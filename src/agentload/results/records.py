@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentload.results.jsonl import ResultsError, atomic_write_bytes
 
@@ -130,7 +130,7 @@ class SessionRecord(Record):
     domain: str | None = None
     task_id: Id | None = None
     conversation_id: Id | None = None
-    trial: int | None = Field(None, ge=0)
+    trial: int | None = None  # >= 0; warmup episodes count down from -1
     seed: int | None = None
     warmup: bool | None = None
     attempt: int | None = None
@@ -152,6 +152,12 @@ class SessionRecord(Record):
     num_messages: int | None = None
     history: Any = None  # replay: how the conversation's history was built
     replay: ReplaySession | None = None
+
+    @model_validator(mode="after")
+    def _trial_sign(self) -> SessionRecord:
+        if self.trial is not None and self.trial < 0 and not self.warmup:
+            raise ValueError("trial: negative, but the session is not a warmup episode")
+        return self
 
     @property
     def key(self) -> tuple[str, int]:
@@ -205,7 +211,7 @@ class TrajectoryRecord(Record):
     domain: str | None = None
     task_id: Id | None = None
     conversation_id: Id | None = None
-    trial: int | None = Field(None, ge=0)
+    trial: int | None = None  # warmup episodes count down from -1
     seed: int | None = None
     db_seed: int | None = None
     messages: list[Message] = Field(default_factory=list)

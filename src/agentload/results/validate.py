@@ -291,8 +291,8 @@ def _session_unplaceable(raw: Mapping[str, Any]) -> str | None:
         return f"session_id is {_show(raw.get('session_id'))}"
     if trial is not None and not (isinstance(trial, int) and not isinstance(trial, bool)):
         return f"trial is {_show(trial)}"
-    if trial is not None and trial < 0:
-        return f"trial is {_show(trial)}"
+    if trial is not None and trial < 0 and raw.get("warmup") is not True:
+        return f"trial is {_show(trial)} (only warmup episodes have negative trials)"
     if not _scalar_id(raw.get("task_id")):
         return f"task_id is {_show(raw.get('task_id'))}"
     return None

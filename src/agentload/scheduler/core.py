@@ -196,10 +196,16 @@ class Scheduler:
         finally:
             self.active -= 1
 
-    def _next_item(self) -> WorkItem | None:
+    async def _next_item(self, elapsed_s: float | None = None) -> tuple[WorkItem | None, bool]:
+        """(the next item or None, whether it had to be waited for)."""
         if self._stop.is_set():
-            return None
-        return self.plan.next(self.elapsed_s())
+            return None, False
+        item = self.plan.next(self.elapsed_s() if elapsed_s is None else elapsed_s)
+        more = getattr(self.plan, "more", None)
+        if item is None and more is not None:
+            # A plan fed from elsewhere (a worker's grants): wait for the next item.
+            return await more(self._stop), True
+        return item, False
 
     async def _gate_open(self) -> bool:
         """Wait out an outage; False (and the run stops) when the gate gave up."""
@@ -215,9 +221,12 @@ class Scheduler:
         while True:
             if not await self._gate_open():
                 return
-            item = self._next_item()
+            item, waited = await self._next_item()
             if item is None:
                 return
+            if waited:
+                # Granted by a driver that admits sessions globally: due when it came.
+                intended = _now_ns()
             await self._run_item(item, intended)
             # Closed loop: the next episode is due the moment this one ends.
             intended = _now_ns()
@@ -268,7 +277,7 @@ class Scheduler:
                 if self._stop.is_set():
                     break
             elapsed = (t_next - self.t0_ns) / 1e9
-            item = self.plan.next(elapsed)
+            item, _ = await self._next_item(elapsed)
             if item is None:
                 break
             self._arrivals += 1

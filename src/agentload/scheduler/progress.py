@@ -14,13 +14,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from agentload.client.record import CallRecord
 from agentload.fmt import eta, secs
 from agentload.stats import percentile_sorted
 
@@ -30,6 +29,19 @@ def secs_c(v: float | None) -> str:
 
 
 _RESERVOIR = 20_000
+
+
+class CallFigures(Protocol):
+    """What progress reads of a call (a CallRecord, or a worker's brief of one)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def completion_tokens(self) -> int | None: ...
+
+    @property
+    def ttft_s(self) -> float | None: ...
 
 
 class ProgressTracker:
@@ -63,7 +75,7 @@ class ProgressTracker:
         self.lag_p99: Callable[[], float | None] = lambda: None
         self.outage: Callable[[], str | None] = lambda: None
 
-    def on_call(self, rec: CallRecord) -> None:
+    def on_call(self, rec: CallFigures) -> None:
         self.calls += 1
         if rec.status != "ok":
             self.call_errors += 1

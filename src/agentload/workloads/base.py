@@ -86,7 +86,8 @@ class Workload(ABC):
 
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:  # noqa: B027 - optional hook
         """Called once before the first session, with the endpoints by role (e.g. to warm the
-        embedded simulator up so the first measured call carries no one-off cost)."""
+        embedded simulator up so the first measured call carries no one-off cost), in every
+        process that runs sessions: the run's own, or each worker's with `--workers N`."""
 
     @abstractmethod
     async def run_session(

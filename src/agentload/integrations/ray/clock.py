@@ -1,0 +1,137 @@
+"""Clock offsets between the driver and a worker on another machine, and the correction of the
+worker's records onto the driver's clocks.
+
+Records carry two clocks (agentload.results.window): `*_ns` from `perf_counter_ns`
+(monotonic, the one every duration and the measurement window come from) and `started_at`
+(wall clock, for display and alignment). Two processes on one Linux machine share
+CLOCK_MONOTONIC; processes on two machines do not, and their wall clocks differ by whatever
+NTP leaves. So the driver measures each worker's offset the way NTP does: it reads its own
+clocks (t0), asks the worker for its clocks (r), reads its clocks again (t1). The worker's
+reading was taken somewhere between t0 and t1, so
+
+    offset = (t0 + t1) / 2 - r,   |error| <= (t1 - t0) / 2   (the bound)
+
+and of several exchanges the one with the shortest round trip gives the tightest bound. Every
+`*_ns` field and `started_at` of the worker's records is shifted by the offset, so the results
+folder holds one clock; the offsets and their bounds go into summary.json
+(`client.clock_offsets`). Measured again when the worker finishes, the difference is the
+clocks' drift over the run, reported beside the bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+ClockReading = tuple[int, int]
+"""(perf_counter_ns, time_ns) read in one process."""
+
+_CALL_NS = ("start_ns", "headers_ns", "first_token_ns", "end_ns")
+
+
+def boot_id() -> str | None:
+    """This machine's boot id (Linux): two processes that read the same one share
+    CLOCK_MONOTONIC, which `perf_counter_ns` reads, so their records need no correction."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def read_clocks() -> ClockReading:
+    """This process's two clocks, read back to back."""
+    return time.perf_counter_ns(), time.time_ns()
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One round trip: the driver's clocks before and after, the worker's in between."""
+
+    before: ClockReading
+    remote: ClockReading
+    after: ClockReading
+
+    @property
+    def rtt_ns(self) -> int:
+        return self.after[0] - self.before[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ClockOffset:
+    """Add `mono_ns` to a worker's `perf_counter_ns` (and `wall_ns` to its `time_ns`) to get
+    the driver's; each is right within `bound_ns`."""
+
+    mono_ns: int
+    wall_ns: int
+    bound_ns: int
+    samples: int
+
+    @classmethod
+    def zero(cls) -> ClockOffset:
+        return cls(0, 0, 0, 0)
+
+    @property
+    def is_zero(self) -> bool:
+        return self.mono_ns == 0 and self.wall_ns == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "offset_s": self.mono_ns / 1e9,
+            "wall_offset_s": self.wall_ns / 1e9,
+            "bound_s": self.bound_ns / 1e9,
+            "samples": self.samples,
+        }
+
+
+def estimate(exchanges: Sequence[Exchange]) -> ClockOffset:
+    """The offset from the exchange with the shortest round trip."""
+    if not exchanges:
+        raise ValueError("no clock exchange to estimate an offset from")
+    best = min(exchanges, key=lambda e: e.rtt_ns)
+    mono = (best.before[0] + best.after[0]) // 2 - best.remote[0]
+    wall = (best.before[1] + best.after[1]) // 2 - best.remote[1]
+    return ClockOffset(mono, wall, (best.rtt_ns + 1) // 2, len(exchanges))
+
+
+async def measure(ask: Callable[[], Awaitable[ClockReading]], samples: int = 8) -> ClockOffset:
+    """Exchange clocks `samples` times through `ask` (which returns the worker's reading)."""
+    exchanges = []
+    for _ in range(samples):
+        before = read_clocks()
+        remote = await ask()
+        exchanges.append(Exchange(before, tuple(remote), read_clocks()))  # type: ignore[arg-type]
+    return estimate(exchanges)
+
+
+def _shift_ns_fields(d: dict[str, Any], mono_ns: int) -> None:
+    for k, v in d.items():
+        if k.endswith("_ns") and isinstance(v, int) and not isinstance(v, bool):
+            d[k] = v + mono_ns
+        elif isinstance(v, dict):
+            _shift_ns_fields(v, mono_ns)
+
+
+def shift_record(record: dict[str, Any], off: ClockOffset) -> None:
+    """Move a call or session record onto the driver's clocks (in place): every `*_ns`
+    field, nested ones too (a replayed call's `replay.intended_send_ns`), and `started_at`.
+    Durations (`*_s`) are differences on one clock and stay as they are."""
+    if off.is_zero:
+        return
+    _shift_ns_fields(record, off.mono_ns)
+    started = record.get("started_at")
+    if isinstance(started, int | float) and not isinstance(started, bool):
+        record["started_at"] = started + off.wall_ns / 1e9
+
+
+def shift_call_line(line: bytes, off: ClockOffset) -> bytes:
+    """A calls.jsonl line (as a worker sends it) moved onto the driver's clocks."""
+    if off.is_zero:
+        return line
+    record = orjson.loads(line)
+    shift_record(record, off)
+    return orjson.dumps(record)
