@@ -55,6 +55,17 @@ def _finish_suffix(reason: str) -> bytes:
     )
 
 
+def _take_headers(writer: Any) -> bytes | None:
+    """The status line and headers aiohttp buffered but has not sent, taken over by the
+    caller (None where this aiohttp keeps no such buffer: then it sends them itself)."""
+    buf = getattr(writer, "_headers_buf", None)
+    if not buf or getattr(writer, "_headers_written", True):
+        return None
+    writer._headers_buf = None
+    writer._headers_written = True
+    return bytes(buf)
+
+
 def error_body(
     message: str, status: int, etype: str = "BadRequestError", param: str | None = None
 ) -> dict[str, Any]:
@@ -164,10 +175,14 @@ class StreamOut(_Out):
         include_usage: bool,
         created: int,
         continuous_usage: bool = False,
+        head: bytes | None = None,
     ) -> None:
         super().__init__(sim, rid, items, tool_ids, fault)
         self.continuous_usage = continuous_usage
         self.transport = transport
+        # The response's status line and headers when they go out with the first events
+        # (instant profile), not on their own.
+        self.pending_head = head
         self.chat = chat
         self.include_usage = include_usage
         model = orjson.dumps(sim.config.model)
@@ -243,7 +258,7 @@ class StreamOut(_Out):
         """_write for an event already framed as an HTTP chunk (the emission fast path)."""
         t = self.transport
         if self.held is None and self.sim.gathered is None and not t.is_closing():
-            t.write(framed)
+            self.send(framed)
         else:
             self._write(framed[framed.index(b"\r\n") + 2 : -2], seq)
 
@@ -258,11 +273,19 @@ class StreamOut(_Out):
             return
         gathered = self.sim.gathered
         if gathered is None:
-            t.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self.send(b"%x\r\n%b\r\n" % (len(data), data))
         elif self in gathered:
             gathered[self].append(data)
         else:
             gathered[self] = [data]
+
+    def send(self, framed: bytes) -> None:
+        """Write HTTP chunks to the socket (after the held headers, if any)."""
+        head = self.pending_head
+        if head is not None:
+            self.pending_head = None
+            framed = head + framed
+        self.transport.write(framed)
 
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
         ready = self.ready
@@ -519,6 +542,10 @@ class SimApp:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.profile = config.resolved_profile()
+        # A profile without model time (instant): every timing coefficient zero.
+        self.zero_time = not any(
+            v for k, v in self.profile.model_dump().items() if k.endswith("_s") and v
+        )
         self.tokenizer = make_tokenizer(config.tokenizer)
         self.metrics = SimMetrics(
             config.model,
@@ -565,7 +592,7 @@ class SimApp:
         for out, parts in (gathered or {}).items():
             if not out.transport.is_closing():
                 data = b"".join(parts)
-                out.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                out.send(b"%x\r\n%b\r\n" % (len(data), data))
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -912,10 +939,17 @@ class SimApp:
             return collect, None
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         resp.enable_chunked_encoding()
+        # With no model time the first events follow at once: hold the headers and send them
+        # in the same write (one send() per call instead of two, on both sides). Not for
+        # requests with a fault, whose timing of headers and cuts the fault tests rely on.
+        hold = self.zero_time and adm.fault is None
+        if hold:
+            resp._send_headers_immediately = False
         try:
             writer = await resp.prepare(request)
+            head = _take_headers(writer) if hold else None
             send_headers = getattr(writer, "send_headers", None)
-            if send_headers is not None:
+            if head is None and send_headers is not None:
                 send_headers()
         except ConnectionError:
             return resp  # the client left before the headers went out
@@ -934,6 +968,7 @@ class SimApp:
             include_usage=bool(opts.get("include_usage")),
             created=created,
             continuous_usage=bool(opts.get("include_usage") and opts.get("continuous_usage_stats")),
+            head=head,
         )
         return out, resp
 
