@@ -185,27 +185,20 @@ class StreamOut(_Out):
         self.pending_head = head
         self.chat = chat
         self.include_usage = include_usage
-        model = orjson.dumps(sim.config.model)
-        if chat:
-            self.head = (
-                b'data: {"id":"'
-                + rid.encode()
-                + b'","object":"chat.completion.chunk","created":'
-                + str(created).encode()
-                + b',"model":'
-                + model
-            )
-            self.prefix = self.head + b',"choices":[{"index":0,"delta":'
-        else:
-            self.head = (
-                b'data: {"id":"'
-                + rid.encode()
-                + b'","object":"text_completion","created":'
-                + str(created).encode()
-                + b',"model":'
-                + model
-            )
-            self.prefix = self.head + b',"choices":[{"index":0,"text":'
+        obj = b"chat.completion.chunk" if chat else b"text_completion"
+        self.head = (
+            b'data: {"id":"'
+            + rid.encode()
+            + b'","object":"'
+            + obj
+            + b'","created":'
+            + str(created).encode()
+            + b',"model":'
+            + orjson.dumps(sim.config.model)
+        )
+        self.prefix = self.head + (
+            b',"choices":[{"index":0,"delta":' if chat else b',"choices":[{"index":0,"text":'
+        )
         self.held: list[bytes] | None = None
         self.fault_at = -1
         if fault in ("reset", "truncate", "malformed", "stall", "error_event"):
