@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-real lint bench clean venv venv-real
+.PHONY: run test test-real test-openclaw lint bench clean venv venv-real
 
 venv: $(STAMP)
 
@@ -64,6 +64,11 @@ $(STAMP_REAL):
 
 test-real: $(STAMP) $(STAMP_REAL)
 	AGENTLOAD_REAL_PYTHON=$(abspath $(VENV_REAL))/bin/python $(BIN)/python -m pytest -q -m real --timeout 900 --durations 5 tests/real
+
+# OpenClaw (npm) as the external agent, end to end against the simulator: installs Node 24 and
+# OpenClaw with npm into ~/.cache/agentload/openclaw (AGENTLOAD_OPENCLAW_CACHE) on first use.
+test-openclaw: $(STAMP)
+	$(BIN)/python -m pytest -q -m openclaw --timeout 3600 --durations 5 tests/agents
 
 clean:
 	rm -rf $(VENV) $(VENV_REAL) .pytest_cache build dist

@@ -21,7 +21,7 @@ import time
 import orjson
 
 from agentload.client import ChatClient, EndpointConfig, RetryPolicy
-from agentload.util import new_event_loop
+from agentload.util import gc_tuned, new_event_loop
 
 
 def canned_stream() -> tuple[bytes, int]:
@@ -126,7 +126,9 @@ def _serve(port_q: mp.Queue, core: int) -> None:
         server.close()
 
 
-async def _load(base_url: str, seconds: float, concurrency: int) -> dict[str, float]:
+async def _load(
+    base_url: str, seconds: float, concurrency: int, tune_gc: bool = True
+) -> dict[str, float]:
     ep = EndpointConfig(base_url=base_url, model="bench", retry=RetryPolicy(max_attempts=1))
     msgs = [{"role": "user", "content": "hello"}]
     done = errors = chunks = 0
@@ -145,9 +147,12 @@ async def _load(base_url: str, seconds: float, concurrency: int) -> dict[str, fl
                 else:
                     errors += 1
 
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+        # As `agentload run` and `replay` drive their clients (runner.drive): collections of
+        # the young generation every 20,000 allocations, start-up objects frozen.
+        with gc_tuned(tune_gc):
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     return {
         "requests": done,
         "errors": errors,
@@ -163,6 +168,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--server-core", type=int, default=1)
+    ap.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's default GC thresholds (runs use agentload.util.gc_tuned)",
+    )
     args = ap.parse_args()
     _, n_events = canned_stream()
     q: mp.Queue = mp.Queue()
@@ -173,7 +183,12 @@ def main() -> None:
     try:
         loop = new_event_loop()
         r = loop.run_until_complete(
-            _load(f"http://127.0.0.1:{port}/v1", args.seconds, args.concurrency)
+            _load(
+                f"http://127.0.0.1:{port}/v1",
+                args.seconds,
+                args.concurrency,
+                tune_gc=not args.default_gc,
+            )
         )
         loop.close()
     finally:
@@ -181,6 +196,7 @@ def main() -> None:
     rps = r["requests"] / r["wall_s"]
     out = {
         "concurrency": args.concurrency,
+        "gc": "default" if args.default_gc else "tuned",
         "seconds": round(r["wall_s"], 2),
         "requests": r["requests"],
         "errors": r["errors"],

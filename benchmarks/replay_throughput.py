@@ -67,18 +67,34 @@ def write_dataset(path: Path, conversations: int, turns: int, answer_words: int)
     return n
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's live child processes (the simulator)."""
+    me, total = str(os.getpid()), 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me:  # ppid
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 class CpuSampler:
-    """(perf_counter_ns, process CPU s) every 0.2 s from a thread, so the client's CPU time
-    per call can be taken over the steady window only (no start-up, no summary)."""
+    """(perf_counter_ns, process CPU s, child processes' CPU s) every 0.2 s from a thread, so
+    CPU time per call can be taken over the steady window only (no start-up, no summary)."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[int, float]] = []
+        self.samples: list[tuple[int, float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(0.2):
-            self.samples.append((time.perf_counter_ns(), time.process_time()))
+            self.samples.append((time.perf_counter_ns(), time.process_time(), _children_cpu_s()))
 
     def __enter__(self) -> CpuSampler:
         self._thread.start()
@@ -88,13 +104,13 @@ class CpuSampler:
         self._stop.set()
         self._thread.join()
 
-    def cpu_between(self, t_a: int, t_b: int) -> tuple[float, float] | None:
-        """(CPU s, wall s) between the samples nearest inside [t_a, t_b]."""
+    def cpu_between(self, t_a: int, t_b: int) -> tuple[float, float, float] | None:
+        """(client CPU s, wall s, server CPU s) between the samples nearest inside [t_a, t_b]."""
         inside = [x for x in self.samples if t_a <= x[0] <= t_b]
         if len(inside) < 2:
             return None
-        (n0, c0), (n1, c1) = inside[0], inside[-1]
-        return c1 - c0, (n1 - n0) / 1e9
+        (n0, c0, s0), (n1, c1, s1) = inside[0], inside[-1]
+        return c1 - c0, (n1 - n0) / 1e9, s1 - s0
 
 
 def steady(calls: list[dict], sessions: list[dict], concurrency: int, cpu: CpuSampler) -> dict:
@@ -103,14 +119,21 @@ def steady(calls: list[dict], sessions: list[dict], concurrency: int, cpu: CpuSa
     not begun)."""
     ends = sorted(s["end_ns"] for s in sessions)
     if len(ends) <= concurrency:
-        return {"calls_per_s": None, "window_s": None, "cpu_us_per_call": None, "cpu_share": None}
+        return {
+            "calls_per_s": None,
+            "window_s": None,
+            "cpu_us_per_call": None,
+            "cpu_share": None,
+            "server_cpu_us_per_call": None,
+        }
     t_a, t_b = ends[concurrency - 1], max(s["start_ns"] for s in sessions)
     window = (t_b - t_a) / 1e9
     used = cpu.cpu_between(t_a, t_b)
-    per_call = share = None
+    per_call = share = server_per_call = None
     if used is not None:
         n_cpu = sum(1 for c in calls if t_a < c["end_ns"] <= t_a + int(used[1] * 1e9))
         per_call = round(used[0] / n_cpu * 1e6, 1) if n_cpu else None
+        server_per_call = round(used[2] / n_cpu * 1e6, 1) if n_cpu else None
         share = round(used[0] / used[1], 3) if used[1] > 0 else None
     n = sum(1 for c in calls if t_a < c["end_ns"] <= t_b)
     return {
@@ -118,6 +141,7 @@ def steady(calls: list[dict], sessions: list[dict], concurrency: int, cpu: CpuSa
         "window_s": round(window, 2),
         "cpu_us_per_call": per_call,
         "cpu_share": share,
+        "server_cpu_us_per_call": server_per_call,
     }
 
 
@@ -207,6 +231,8 @@ def main() -> None:
         "steady_window_s": st["window_s"],
         "steady_client_cpu_us_per_call": st["cpu_us_per_call"],
         "steady_client_cpu_share": st["cpu_share"],
+        # The simulator (or canned server) process: its CPU per call over the same window.
+        "steady_server_cpu_us_per_call": st["server_cpu_us_per_call"],
         "send_lag_p50_ms": round(float(np.percentile(send_lag, 50)) * 1000, 2),
         "send_lag_p99_ms": round(float(np.percentile(send_lag, 99)) * 1000, 2),
         "send_lag_max_ms": round(float(send_lag.max()) * 1000, 2),

@@ -368,6 +368,33 @@ class ReplayConfig(BaseModel):
         return None if value is None else parse_duration(value)
 
 
+class ExternalConfig(BaseModel):
+    """The `external` kind: an outside agent plays the agent role (docs/external-agents.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adapter: str = Field("command", description="command | openai-agent | openclaw.")
+    command: str | list[str] | None = Field(
+        None,
+        description="command adapter: run once per user turn; {placeholders} filled in "
+        "(default: agentload's reference agent).",
+    )
+    url: str | None = Field(None, description="openai-agent adapter: the agent's base URL.")
+    api_key_env: str | None = Field(
+        None, description="openai-agent adapter: environment variable holding the agent's key."
+    )
+    turn_timeout_s: float = Field(300.0, gt=0, description="Longest one agent turn may take.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment of the agent's commands."
+    )
+    openclaw: str = Field("openclaw", description="openclaw adapter: the executable.")
+
+    @field_validator("turn_timeout_s", mode="before")
+    @classmethod
+    def _dur(cls, value: Any) -> Any:
+        return parse_duration(value)
+
+
 class RayConfig(BaseModel):
     """Workers as Ray actors on an existing Ray cluster (docs/distributed.md)."""
 
@@ -409,6 +436,7 @@ class RunConfig(BaseModel):
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     load: LoadConfig = Field(default_factory=LoadConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    external: ExternalConfig = Field(default_factory=ExternalConfig)
     slo: dict[str, float] = Field(
         default_factory=dict, description="e.g. {ttft_p90: 2s, e2e_p99: 10s}."
     )

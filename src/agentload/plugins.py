@@ -55,6 +55,7 @@ WORKLOADS: Registry[Any] = Registry(
     {
         "episodes": "agentload.workloads.episodes:EpisodesWorkload",
         "replay": "agentload.workloads.replay:ReplayWorkload",
+        "external": "agentload.workloads.external:ExternalWorkload",
     },
 )
 """Workload kinds (`agentload.workloads` group): a Workload subclass."""

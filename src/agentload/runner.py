@@ -284,6 +284,7 @@ async def drive(run: RunState) -> SchedulerReport:
             run.sched = sched
             await _start_scrapers(run, endpoints, stack)
         else:
+            stack.push_async_callback(run.workload.close)
             await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
             gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
             stack.push_async_callback(gate.close)

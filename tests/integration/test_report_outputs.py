@@ -76,7 +76,7 @@ def test_context_says_what_was_measured(run_dir: tuple[Path, agentload.Summary])
     assert ctx["agentload_version"] == agentload.__version__ and ctx["host"]
     md = (run_dir[0] / "report.md").read_text()
     assert "| load | closed loop, concurrency 4 |" in md
-    assert "| simulator | embedded, profile tiny-cpu, speedup 50.0 |" in md
+    assert "| simulator | embedded, profile tiny-cpu, speedup 50.0 (uncalibrated) |" in md
 
 
 def test_urls_lose_userinfo_and_query() -> None:

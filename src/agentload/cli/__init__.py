@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "agentload.cli.call",
     "agentload.cli.tasks",
     "agentload.cli.sim",
+    "agentload.cli.sim_calibrate",
     "agentload.cli.run",
     "agentload.cli.replay",
     "agentload.cli.dataset",

@@ -25,6 +25,7 @@ ENDPOINT = "Endpoint"
 WORKLOAD = "Workload"
 LOAD = "Load"
 SIM = "Simulator"
+EXTERNAL_PANEL = "External agent (--workload external)"
 OUTPUT = "Output"
 
 
@@ -345,6 +346,56 @@ EPISODES = [
     ),
 ]
 
+EXTERNAL = [
+    Opt(
+        "workload_kind",
+        ("--workload",),
+        str | None,
+        "Workload kind: episodes (agentload's agents) | external (an outside agent) | …",
+        WORKLOAD,
+        path="kind",
+        metavar="KIND",
+    ),
+    Opt(
+        "agent_adapter",
+        ("--agent-adapter",),
+        str | None,
+        "How to reach the external agent: command | openai-agent | openclaw.",
+        EXTERNAL_PANEL,
+        path="external.adapter",
+        metavar="NAME",
+    ),
+    Opt(
+        "agent_command",
+        ("--agent-command",),
+        str | None,
+        "command adapter: run per user turn (message on stdin, reply on stdout); "
+        "{placeholders} such as {session}, {mcp_url} are filled in. Default: agentload's "
+        "reference agent.",
+        EXTERNAL_PANEL,
+        path="external.command",
+        metavar="CMD",
+    ),
+    Opt(
+        "agent_url",
+        ("--agent-url",),
+        str | None,
+        "openai-agent adapter: the agent's OpenAI-compatible base URL.",
+        EXTERNAL_PANEL,
+        path="external.url",
+        metavar="URL",
+    ),
+    Opt(
+        "agent_turn_timeout",
+        ("--agent-turn-timeout",),
+        str | None,
+        "Longest one agent turn may take.",
+        EXTERNAL_PANEL,
+        path="external.turn_timeout_s",
+        metavar="TIME",
+    ),
+]
+
 CONCURRENCY = Opt(
     "concurrency",
     ("--concurrency", "-c"),
@@ -576,6 +627,7 @@ RUN_OPTIONS = [
     *RESUME,
     *ENDPOINTS,
     *EPISODES,
+    *EXTERNAL,
     CONCURRENCY,
     RATE,
     *LOAD_SHAPE,
@@ -587,6 +639,7 @@ SWEEP_OPTIONS = [
     *RESUME,
     *ENDPOINTS,
     *EPISODES,
+    *EXTERNAL,
     *SWEEP_POINTS,
     *LOAD_SHAPE,
     *SIMULATOR,

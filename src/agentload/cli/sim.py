@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agentload.cli.app import app
 from agentload.cli.options import Opt, command_options
 from agentload.sim.config import FAULT_KINDS, FaultKind, SimConfig, describe_errors
-from agentload.sim.profiles import BUILTIN_PROFILES
+from agentload.sim.profiles import BUILTIN_PROFILES, profile_note
 
 SERVER = "Server"
 ENGINE = "Engine"
@@ -69,7 +69,9 @@ SIM_OPTIONS = [
         "profile",
         "--profile",
         str,
-        "Timing profile: one of " + ", ".join(BUILTIN_PROFILES) + ", or a YAML/JSON profile file.",
+        "Timing profile: one of "
+        + ", ".join(f"{n} ({profile_note(p)})" for n, p in BUILTIN_PROFILES.items())
+        + ", or a YAML/JSON profile file (`agentload sim calibrate` writes one).",
         ENGINE,
         metavar="NAME|FILE",
     ),
@@ -285,7 +287,27 @@ def sim_command(**a: Any) -> None:
     run_blocking(config)
 
 
-app.command("sim")(sim_command)
+sim_app = typer.Typer(
+    name="sim",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@sim_app.callback(invoke_without_command=True)
+@command_options(SIM_OPTIONS)
+def _sim_group(ctx: typer.Context, **a: Any) -> None:
+    """Run the embedded engine simulator: an OpenAI-compatible server with vLLM's wire format,
+    metrics and continuous-batching timing. `agentload sim calibrate` fits a timing profile to a
+    real server; `agentload sim fidelity` checks a profile against one."""
+    if ctx.invoked_subcommand is None:
+        sim_command(**a)
+
+
+app.add_typer(sim_app, name="sim")
 
 
 def standalone() -> None:

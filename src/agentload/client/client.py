@@ -3,75 +3,42 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import random
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
 from agentload.client import itlhist
 from agentload.client.config import EndpointConfig
+from agentload.client.errors import SHAPE_ERRORS, CallError, classify_http_error, why
+from agentload.client.http1 import Http1Error, Http1Pool
 from agentload.client.record import CallRecord, ItlSummary
 from agentload.client.safety import (
     RETRY_AFTER_MAX_S,
-    BadShape,
     header_secrets,
     parse_retry_after,
     redact,
     split_userinfo,
-    usage_counts,
 )
-from agentload.client.sse import SSEParser
+from agentload.client.stream import StreamReader, _Attempt, parse_full
 from agentload.client.tokens import (
     HeuristicCounter,
     TokenCounter,
     count_prompt_tokens,
 )
-from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
-_now_ns = time.perf_counter_ns
-_loads = orjson.loads
-_DONE = b"[DONE]"
+__all__ = ["CallError", "CallResult", "ChatClient", "classify_http_error", "itl_summary"]
 
-# How servers word a prompt that does not fit: vLLM ("This model's maximum context length is
-# N tokens", "longer than the maximum model length"), SGLang ("exceeds the maximum allowed
-# length", "maximum context length"), OpenAI (code context_length_exceeded), llama.cpp's
-# server ("exceeds the available context size").
-_OVERFLOW_RE = re.compile(
-    r"maximum context length|context length|context_length_exceeded|maximum model length"
-    r"|max_model_len|maximum allowed length|context window|context size|prompt is too long",
-    re.IGNORECASE,
-)
-_EXCERPT = 300
-# What a chunk or body of the wrong shape raises when the per-chunk code meets it: caught once
-# around the whole chunk instead of type checks on every field of every chunk.
-_SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError, BadShape)
+_now_ns = time.perf_counter_ns
 _call_ids = itertools.count(1)
 _pid = os.getpid()
-
-
-class CallError(Exception):
-    """Raised inside an attempt; carries the error kind of the taxonomy."""
-
-    def __init__(
-        self,
-        kind: str,
-        message: str = "",
-        http_status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message or kind)
-        self.kind = kind
-        self.message = message
-        self.http_status = http_status
-        self.retry_after = retry_after  # seconds, from a 429/503's Retry-After header
 
 
 class CallResult:
@@ -111,37 +78,6 @@ class CallResult:
         }
 
 
-class _Attempt:
-    """Accumulators of one HTTP attempt (reset between retries)."""
-
-    __slots__ = (
-        "content",
-        "counts",
-        "finish_reason",
-        "first_token_ns",
-        "headers_ns",
-        "reasoning",
-        "saw_done",
-        "secrets",
-        "token_times",
-        "tool_slots",
-        "usage",
-    )
-
-    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
-        self.secrets = secrets  # redacted from every message built from the reply
-        self.headers_ns: int | None = None
-        self.first_token_ns: int | None = None
-        self.token_times: list[int] = []
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.tool_slots: dict[int, list[Any]] = {}  # index -> [id, type, name, [arg pieces]]
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.counts: tuple[int | None, ...] = (None, None, None, None)  # checked usage
-        self.saw_done = False
-
-
 class _Watchdog:
     """One timer per attempt enforcing the first-token, idle and total deadlines.
 
@@ -170,7 +106,11 @@ class _Watchdog:
         self.last_ns: int | None = None  # None until the first token
         self.kind: str | None = None
         self._handle: asyncio.TimerHandle | None = None
-        self._arm(_now_ns())
+        # First wake-up at the earliest deadline any chunk could bring: the idle deadline is
+        # never before t0 + idle, so the first token needs no re-arming (one timer per call).
+        first_wake = [t0 + d for d in (self.total, self.first, self.idle) if d is not None]
+        if first_wake:
+            self._handle = loop.call_later(max(0, min(first_wake) - _now_ns()) / 1e9, self._check)
 
     def _next_deadline(self) -> int | None:
         deadlines = []
@@ -204,79 +144,73 @@ class _Watchdog:
         self._task.cancel()
 
     def first_token(self, now: int) -> None:
-        # The idle deadline replaces the (usually much later) first-token one: re-arm once.
-        self.last_ns = now
-        if self._handle is not None:
-            self._handle.cancel()
-        self._arm(now)
+        self.last_ns = now  # from now on the idle deadline counts (see __init__)
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
 
 
-def _q(sorted_vals: list[float], q: float) -> float:
-    return percentile_sorted(sorted_vals, q) or 0.0
-
-
 def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
+    summary, gaps, _ = _itl(times_ns)
+    return summary, gaps
+
+
+def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float], list[float]]:
+    """Summary, gaps in arrival order, and the same gaps sorted (shared with the histogram)."""
     gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times_ns)]
-    if not gaps:
-        return ItlSummary(), gaps
+    n = len(gaps)
+    if not n:
+        return ItlSummary(), gaps, gaps
     s = sorted(gaps)
-    return (
-        ItlSummary(
-            count=len(s),
-            mean=sum(s) / len(s),
-            p50=_q(s, 0.5),
-            p90=_q(s, 0.9),
-            p99=_q(s, 0.99),
-            max=s[-1],
-        ),
-        gaps,
-    )
+    last = n - 1
+
+    def q(p: float) -> float:
+        # stats.percentile_sorted inlined (linear between closest ranks): once per call.
+        pos = last * p
+        lo = int(pos)
+        hi = lo + 1 if lo < last else last
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return ItlSummary(n, sum(s) / n, q(0.5), q(0.9), q(0.99), s[-1]), gaps, s
 
 
-def _excerpt(message: str, secrets: Sequence[str], limit: int = _EXCERPT) -> str:
-    # Redact before cutting, so a key cut in half by the limit cannot leak its first part.
-    return " ".join(redact(message, secrets).split())[:limit]
+class _Request:
+    """One call's request: body, headers, secrets to redact, and the HTTP/1.1 bytes."""
+
+    __slots__ = ("headers", "payload", "secrets", "wire")
+
+    def __init__(
+        self, payload: bytes, headers: dict[str, str], secrets: tuple[str, ...], wire: bytes
+    ) -> None:
+        self.payload = payload
+        self.headers = headers
+        self.secrets = secrets
+        self.wire = wire
 
 
-def _raw_excerpt(data: bytes, secrets: Sequence[str]) -> str:
-    """A short, redacted, printable excerpt of raw reply bytes for an error message."""
-    text = redact(data[:4096].decode("utf-8", "replace"), secrets)
-    return repr(text[:120])
+# Set by the HTTP layer itself; a caller's value would make the reply unreadable.
+_OWN_HEADERS = frozenset(("content-length", "transfer-encoding", "connection"))
 
 
-def _error_text(err: Any) -> str:
-    """The message of an OpenAI-style `error` value, whatever its shape."""
-    if isinstance(err, dict):
-        msg = err.get("message") or err.get("detail") or err
-        return msg if isinstance(msg, str) else str(msg)
-    return err if isinstance(err, str) else str(err)
-
-
-def classify_http_error(status: int, body: bytes, secrets: Sequence[str] = ()) -> CallError:
-    text = body[:4096].decode("utf-8", "replace")
-    message = text
-    with contextlib.suppress(Exception):
-        obj = _loads(body)
-        err = obj.get("error", obj) if isinstance(obj, dict) else obj
-        if isinstance(err, dict):
-            message = _error_text(err) if (err.get("message") or err.get("detail")) else text
-        elif isinstance(err, str):
-            message = err
-    excerpt = _excerpt(message, secrets)
-    if status in (400, 413, 422) and _OVERFLOW_RE.search(text):
-        return CallError("context_overflow", excerpt, status)
-    return CallError(f"http_{status}", excerpt, status)
+def _encode_request(head: bytes, hdrs: dict[str, str], payload: bytes) -> bytes:
+    """The request as it goes on the wire: request line and Host (`head`), headers, body."""
+    lines = [f"{k}: {v}\r\n" for k, v in hdrs.items() if k.lower() not in _OWN_HEADERS]
+    text = "".join(lines)
+    # One CR and one LF per line, no NUL: nothing in a name or value can split the request.
+    if text.count("\n") != len(lines) or text.count("\r") != len(lines) or "\0" in text:
+        raise ValueError("a request header contains a line break or NUL")
+    if "host" in (k.lower() for k in hdrs):
+        head = head[: head.index(b"\r\n") + 2]  # the caller's Host header replaces ours
+    return b"%b%bContent-Length: %d\r\n\r\n%b" % (head, text.encode(), len(payload), payload)
 
 
 class ChatClient:
     """Sends chat completions to one endpoint and measures them.
 
     Use as an async context manager (or call :meth:`close`). Safe to share between many
-    concurrent tasks: it holds one pooled aiohttp session.
+    concurrent tasks. Plain-HTTP endpoints go through agentload's lean HTTP/1.1 pool
+    (client.http1); HTTPS, or a caller's own aiohttp session, through aiohttp.
     """
 
     def __init__(
@@ -299,9 +233,17 @@ class ChatClient:
         # API key, added per call).
         self._url_secrets = url_secrets + header_secrets(endpoint.headers)
         self._base_headers = {"Content-Type": "application/json", **endpoint.headers}
+        self._pool: Http1Pool | None = None
+        self._head = b""
+        url = urlsplit(self._url)
+        if session is None and url.scheme == "http" and url.hostname:
+            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            self._head = f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\n".encode()
+            self._host_port = (url.hostname, url.port or 80)
 
     async def __aenter__(self) -> ChatClient:
-        self._ensure_session()
+        if not self._head:
+            self._ensure_session()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -321,7 +263,17 @@ class ChatClient:
             )
         return self._session
 
+    def _ensure_pool(self) -> Http1Pool:
+        if self._pool is None:
+            host, port = self._host_port
+            ep = self.endpoint
+            self._pool = Http1Pool(host, port, ep.max_connections, ep.timeouts.connect)
+        return self._pool
+
     async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None and self._own_session:
             await self._session.close()
         self._session = None
@@ -398,12 +350,6 @@ class ChatClient:
             stream=stream,
         )
         is_stream = bool(body.get("stream"))
-        payload = orjson.dumps(body)
-        hdrs = dict(self._base_headers)
-        if headers:
-            hdrs.update(headers)
-        if session_id is not None:
-            hdrs.setdefault(SESSION_HEADER, session_id)
         rec = CallRecord(
             call_id=call_id or f"c{_pid}-{next(_call_ids)}",
             session_id=session_id,
@@ -415,33 +361,66 @@ class ChatClient:
             started_at=time.time(),
         )
         result = CallResult(rec)
+        payload = orjson.dumps(body)
         try:
-            key = ep.api_key()
-        except KeyError as e:
-            rec.status, rec.error_kind, rec.error_message = "error", "config_error", str(e.args[0])
+            request = self._request(payload, headers, session_id)
+        except (KeyError, ValueError) as e:
+            # An unset api_key_env, or a header value that would split the request.
+            msg = str(e.args[0]) if isinstance(e, KeyError) else str(e)
+            rec.status, rec.error_kind, rec.error_message = "error", "config_error", msg
             rec.start_ns = rec.end_ns = _now_ns()
             self._emit(rec)
             return result
+        acc, err, cancelled = await self._attempts(rec, request, is_stream)
+        try:
+            self._finish(rec, result, acc, err, messages, tools, keep_itl)
+        except Exception as e:  # never lose the record, even to a bug in the accounting
+            rec.status, rec.error_kind = "error", "client_error"
+            rec.error_message = f"{type(e).__name__}: {e}"
+        if rec.error_message and request.secrets:
+            rec.error_message = redact(rec.error_message, request.secrets)
+        self._emit(rec)
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
+
+    def _request(
+        self, payload: bytes, headers: Mapping[str, str] | None, session_id: str | None
+    ) -> _Request:
+        """The call's bytes and headers, built once for all its attempts."""
+        key = self.endpoint.api_key()
+        hdrs = dict(self._base_headers)
+        if headers:
+            hdrs.update(headers)
+        if session_id is not None:
+            hdrs.setdefault(SESSION_HEADER, session_id)
         secrets = self._url_secrets
         if key:
             hdrs["Authorization"] = f"Bearer {key}"
             secrets = (key, *secrets)
         elif self._url_auth is not None and not any(k.lower() == "authorization" for k in hdrs):
             hdrs["Authorization"] = self._url_auth  # an explicit header wins over the URL
+        wire = _encode_request(self._head, hdrs, payload) if self._head else b""
+        return _Request(payload, hdrs, secrets, wire)
 
-        policy = ep.retry
+    async def _attempts(
+        self, rec: CallRecord, request: _Request, is_stream: bool
+    ) -> tuple[_Attempt, CallError | None, bool]:
+        """Attempts with backoff until one succeeds, fails for good, or the caller cancels."""
+        policy = self.endpoint.retry
         t_first = _now_ns()
         attempt = 0
-        acc = _Attempt(secrets)
         err: CallError | None = None
         cancelled = False
         while True:
             attempt += 1
-            acc = _Attempt(secrets)
-            t0 = _now_ns()
-            rec.start_ns = t0
+            acc = _Attempt(request.secrets)
+            t0 = rec.start_ns = _now_ns()
             try:
-                await self._attempt(payload, hdrs, is_stream, acc, t0)
+                if request.wire:
+                    await self._attempt_http1(request.wire, is_stream, acc, t0)
+                else:
+                    await self._attempt(request.payload, request.headers, is_stream, acc, t0)
                 err = None
             except CallError as e:
                 err = e
@@ -470,34 +449,51 @@ class ChatClient:
                 cancelled = True
                 err = CallError("cancelled", "cancelled by the caller")
                 break
-
         rec.attempts = attempt
         rec.total_s = (rec.end_ns - t_first) / 1e9
-        try:
-            self._finish(rec, result, acc, err, messages, tools, keep_itl)
-        except Exception as e:  # never lose the record, even to a bug in the accounting
-            rec.status, rec.error_kind = "error", "client_error"
-            rec.error_message = f"{type(e).__name__}: {e}"
-        if rec.error_message and secrets:
-            rec.error_message = redact(rec.error_message, secrets)
-        self._emit(rec)
-        if cancelled:
-            raise asyncio.CancelledError
-        return result
+        return acc, err, cancelled
 
     def _emit(self, rec: CallRecord) -> None:
         if self.on_record is not None:
             self.on_record(rec)
 
+    def _watchdog(self, is_stream: bool, t0: int) -> _Watchdog:
+        t = self.endpoint.timeouts
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        return _Watchdog(loop, task, t0, t.first_token, t.idle if is_stream else None, t.total)
+
+    async def _attempt_http1(self, wire: bytes, is_stream: bool, acc: _Attempt, t0: int) -> None:
+        dog = self._watchdog(is_stream, t0)
+        reader = StreamReader(acc, dog) if is_stream else None
+        try:
+            reply = await self._ensure_pool().request(wire, acc, reader)
+        except asyncio.CancelledError:
+            if dog.kind is None:
+                raise
+            # Our own deadline: swallow this cancellation and report the timeout instead.
+            dog._task.uncancel()
+            raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
+        except Http1Error as e:
+            raise CallError(e.kind, e.message) from None
+        finally:
+            dog.stop()
+        if reply.status != 200:
+            err = classify_http_error(reply.status, reply.body, acc.secrets)
+            if reply.status in (429, 503):
+                err.retry_after = parse_retry_after(reply.header("Retry-After"))
+            raise err
+        if reader is not None:
+            reader.end()
+        else:
+            parse_full(reply.body, acc)
+
     async def _attempt(
         self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, t0: int
     ) -> None:
         session = self._ensure_session()
-        t = self.endpoint.timeouts
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        dog = _Watchdog(loop, task, t0, t.first_token, t.idle if is_stream else None, t.total)
+        dog = self._watchdog(is_stream, t0)
         got_headers = False
         try:
             async with session.post(self._url, data=payload, headers=hdrs) as resp:
@@ -511,12 +507,11 @@ class ChatClient:
                 if is_stream:
                     await self._read_stream(resp, acc, dog)
                 else:
-                    self._parse_full(await resp.read(), acc)
+                    parse_full(await resp.read(), acc)
         except asyncio.CancelledError:
             if dog.kind is None:
                 raise
-            # Our own deadline: swallow this cancellation and report the timeout instead.
-            task.uncancel()
+            dog._task.uncancel()
             raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
         except CallError:
             raise
@@ -541,134 +536,12 @@ class ChatClient:
     async def _read_stream(
         self, resp: aiohttp.ClientResponse, acc: _Attempt, dog: _Watchdog
     ) -> None:
-        parser = SSEParser()
-        feed = parser.feed
-        times = acc.token_times
-        content = acc.content
-        reasoning = acc.reasoning
-        slots = acc.tool_slots
+        """A streamed aiohttp response into `acc`, read by read."""
+        reader = StreamReader(acc, dog)
+        feed = reader.http_body
         async for raw in resp.content.iter_any():
-            now = _now_ns()
-            if dog.last_ns is not None:
-                dog.last_ns = now
-            for data in feed(raw):
-                if data == _DONE:
-                    acc.saw_done = True
-                    continue
-                try:
-                    obj = _loads(data)
-                except orjson.JSONDecodeError:
-                    raise CallError(
-                        "malformed_stream", f"bad JSON in stream: {_raw_excerpt(data, acc.secrets)}"
-                    ) from None
-                # Any chunk of the wrong shape (a number for a string, null for an object, a
-                # list for a dict) fails inside this block with one of _SHAPE_ERRORS; content
-                # and reasoning pieces of the wrong type are caught when joined (_collect).
-                try:
-                    choices = obj.get("choices")
-                    if choices:
-                        ch = choices[0]
-                        delta = ch.get("delta")
-                        if delta:
-                            c = delta.get("content")
-                            if c:
-                                content.append(c)
-                            tok = bool(c)
-                            # Most events carry only "content": skip the other look-ups then.
-                            if len(delta) > 1 or not c:
-                                if c is not None and c.__class__ is not str:
-                                    raise BadShape("delta.content is not a string")
-                                r = delta.get("reasoning_content") or delta.get("reasoning")
-                                if r:
-                                    reasoning.append(r)
-                                    tok = True
-                                tcs = delta.get("tool_calls")
-                                if tcs:
-                                    _merge_tool_calls(slots, tcs)
-                                    tok = True
-                                elif tcs is not None and tcs.__class__ is not list:
-                                    raise BadShape("delta.tool_calls is not a list")
-                            if tok:
-                                times.append(now)
-                                if acc.first_token_ns is None:
-                                    acc.first_token_ns = now
-                                    dog.first_token(now)
-                        elif delta is None:
-                            # Choices without a delta occur (content-filter notes); a full
-                            # `message` where the delta belongs would lose the answer.
-                            if "message" in ch:
-                                raise BadShape("a non-streamed message inside a stream")
-                        elif delta.__class__ is not dict:
-                            raise BadShape("delta is not an object")
-                        fr = ch.get("finish_reason")
-                        if fr:
-                            if fr.__class__ is not str:
-                                raise BadShape("finish_reason is not a string")
-                            acc.finish_reason = fr
-                    elif choices is not None and choices.__class__ is not list:
-                        raise BadShape("choices is not a list")
-                    elif "error" in obj:
-                        _raise_error_event(obj["error"], acc.secrets)
-                    u = obj.get("usage")
-                    if u is not None:
-                        # Checked on arrival: a later good chunk must not hide a bad one.
-                        acc.counts = usage_counts(u)
-                        acc.usage = u
-                except _SHAPE_ERRORS as e:
-                    raise CallError(
-                        "malformed_stream",
-                        f"chunk of the wrong shape ({_why(e)}): {_raw_excerpt(data, acc.secrets)}",
-                    ) from None
-        for data in parser.flush():
-            if data == _DONE:
-                acc.saw_done = True
-        if not acc.saw_done:
-            raise CallError("malformed_stream", "stream ended without [DONE]")
-
-    def _parse_full(self, raw: bytes, acc: _Attempt) -> None:
-        try:
-            obj = _loads(raw)
-        except orjson.JSONDecodeError:
-            raise CallError(
-                "malformed_stream", f"bad JSON response: {_raw_excerpt(raw, acc.secrets)}"
-            ) from None
-        if isinstance(obj, dict) and not obj.get("choices") and "error" in obj:
-            _raise_error_event(obj["error"], acc.secrets)
-        try:
-            choices = obj["choices"]
-            if choices.__class__ is not list or not choices:
-                raise BadShape("no choices")
-            ch = choices[0]
-            msg = ch["message"]
-            if msg.__class__ is not dict:
-                raise BadShape("message is not an object")
-            c = msg.get("content")
-            if c:
-                acc.content.append(c)
-            elif c is not None and c.__class__ is not str:
-                raise BadShape("message.content is not a string")
-            r = msg.get("reasoning_content") or msg.get("reasoning")
-            if r:
-                acc.reasoning.append(r)
-            tcs = msg.get("tool_calls")
-            if tcs:
-                _merge_tool_calls(acc.tool_slots, tcs)
-            elif tcs is not None and tcs.__class__ is not list:
-                raise BadShape("message.tool_calls is not a list")
-            fr = ch.get("finish_reason")
-            if fr is not None and fr.__class__ is not str:
-                raise BadShape("finish_reason is not a string")
-            acc.finish_reason = fr
-            u = obj.get("usage")
-            if u is not None:
-                acc.counts = usage_counts(u)
-                acc.usage = u
-        except _SHAPE_ERRORS as e:
-            raise CallError(
-                "malformed_stream",
-                f"response of the wrong shape ({_why(e)}): {_raw_excerpt(raw, acc.secrets)}",
-            ) from None
-        acc.saw_done = True
+            feed(raw, _now_ns())
+        reader.end()
 
     def _finish(
         self,
@@ -686,15 +559,15 @@ class ChatClient:
         if acc.first_token_ns is not None:
             rec.ttft_s = (acc.first_token_ns - rec.start_ns) / 1e9
         rec.token_chunks = len(acc.token_times)
-        summary, gaps = itl_summary(acc.token_times)
+        summary, gaps, ordered = _itl(acc.token_times)
         rec.itl = summary
         if gaps:
-            rec.itl_hist = itlhist.encode(gaps)
+            rec.itl_hist = itlhist.encode_sorted(ordered)
         if keep_itl:
             rec.itl_s = gaps
         try:
             _collect(rec, result, acc)
-        except _SHAPE_ERRORS as e:
+        except SHAPE_ERRORS as e:
             # Pieces of the wrong type (content 123, a usage string): the reply is malformed,
             # unless the attempt already failed for a reason of its own, which stays.
             result.content, result.reasoning, result.tool_calls = "", "", []
@@ -703,7 +576,7 @@ class ChatClient:
             rec.cached_tokens = rec.reasoning_tokens = None
             acc.usage = result.usage = None
             if err is None:
-                err = CallError("malformed_stream", f"reply of the wrong shape: {_why(e)}")
+                err = CallError("malformed_stream", f"reply of the wrong shape: {why(e)}")
         if acc.usage is None and (err is None or acc.token_times):
             # No usage from the server: estimate, and say so.
             c = self._counter
@@ -748,55 +621,3 @@ def _collect(rec: CallRecord, result: CallResult, acc: _Attempt) -> None:
     else:
         acc.usage = None  # `usage: {}` says nothing: estimate as if absent
     result.usage = acc.usage
-
-
-def _why(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, BadShape) else f"{type(exc).__name__}: {exc}"[:120]
-
-
-def _raise_error_event(err: Any, secrets: Sequence[str]) -> None:
-    """Raise the CallError of an `{"error": ...}` object sent instead of a reply."""
-    msg = _error_text(err)
-    code = err.get("code") if isinstance(err, dict) else None
-    kind = "context_overflow" if _OVERFLOW_RE.search(msg) else "stream_error"
-    raise CallError(
-        kind, _excerpt(msg, secrets), code if code.__class__ is int and 100 <= code < 600 else None
-    )
-
-
-def _merge_tool_calls(slots: dict[int, list[Any]], fragments: list[dict[str, Any]]) -> None:
-    # Called only for events that carry tool calls, so these type checks cost nothing on the
-    # content path; a wrong type here would otherwise surface later, in the caller's code.
-    for tc in fragments:
-        idx = tc.get("index")
-        tc_id = tc.get("id")
-        if tc_id is not None and tc_id.__class__ is not str:
-            raise BadShape("tool_calls[].id is not a string")
-        if idx is None:
-            # Servers that omit the index: a new id starts a new call, otherwise continue.
-            last = max(slots) if slots else -1
-            idx = last + 1 if last < 0 or (tc_id and tc_id != slots[last][0]) else last
-        elif idx.__class__ is not int or not 0 <= idx < 1 << 16:
-            raise BadShape(f"tool_calls[].index is not a small integer: {str(idx)[:40]!r}")
-        slot = slots.get(idx)
-        if slot is None:
-            slot = slots[idx] = [None, None, "", []]
-        if tc_id and not slot[0]:
-            slot[0] = tc_id
-        typ = tc.get("type")
-        if typ is not None and typ.__class__ is not str:
-            raise BadShape("tool_calls[].type is not a string")
-        if typ and not slot[1]:
-            slot[1] = typ
-        fn = tc.get("function")
-        if fn:
-            name = fn.get("name")
-            if name is not None and name.__class__ is not str:
-                raise BadShape("tool_calls[].function.name is not a string")
-            if name and not slot[2]:
-                slot[2] = name
-            args = fn.get("arguments")
-            if args:
-                slot[3].append(args if isinstance(args, str) else orjson.dumps(args).decode())
-        elif fn is not None and fn.__class__ is not dict:
-            raise BadShape("tool_calls[].function is not an object")

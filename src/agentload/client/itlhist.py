@@ -29,10 +29,18 @@ def encode(gaps_s: Sequence[float]) -> list[int]:
         k = np.ceil(np.log(np.maximum(np.asarray(gaps_s), BASE_S) / BASE_S) * _INV_LOG)
         ids, counts = np.unique(k.astype(np.int64), return_counts=True)
         return np.column_stack([ids, counts]).ravel().tolist()
-    log, ceil, inv, scale = math.log, math.ceil, _INV_LOG, 1.0 / BASE_S
+    return encode_sorted(sorted(gaps_s))
+
+
+def encode_sorted(gaps_s: Sequence[float]) -> list[int]:
+    """encode() for gaps already in increasing order (their bucket ids then are too)."""
+    if len(gaps_s) > _NUMPY_FROM:
+        return encode(gaps_s)
+    log, ceil, inv, scale, base = math.log, math.ceil, _INV_LOG, 1.0 / BASE_S, BASE_S
     out: list[int] = []
     prev, n = -1, 0
-    for k in sorted(ceil(log(g * scale) * inv) if g > BASE_S else 0 for g in gaps_s):
+    for g in gaps_s:
+        k = ceil(log(g * scale) * inv) if g > base else 0
         if k == prev:
             n += 1
         else:

@@ -225,6 +225,7 @@ async def _setup(
 
     cfg = spec.cfg
     workload = make_workload(cfg)
+    stack.push_async_callback(workload.close)
     await workload.prepare(spec.endpoints, embedded=cfg.embedded)
     gate = make_gate(cfg, spec.endpoints, None, _say_for(spec.index))
     stack.push_async_callback(gate.close)

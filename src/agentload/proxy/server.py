@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -63,6 +63,15 @@ _HOP = frozenset(
 _DONE_TAIL = b"data: [DONE]\n\n"
 # One SSE event and the blank line that ends it.
 _EVENT = re.compile(rb"(.*?)(\r\n\r\n|\n\n|\r\r)", re.S)
+
+
+class CallSink(Protocol):
+    """Where proxied calls go instead of the proxy's own results folder (the `external`
+    workload hands them to its run's recorder)."""
+
+    def record_call(self, rec: CallRecord) -> None: ...
+
+    def add_secrets(self, secrets: Any) -> None: ...
 
 
 @dataclass
@@ -185,8 +194,10 @@ class ProxyServer:
     """`async with ProxyServer(cfg) as proxy:` serves on `proxy.url` until the block ends, then
     writes the session records, trajectories, summary.json and the report into `cfg.out`."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, sink: CallSink | None = None) -> None:
+        """With a `sink`, calls go to it as they end and `config.out` is not written."""
         self.config = config
+        self._sink = sink
         self.root = _upstream_root(config.upstream)
         self.run_id = f"proxy-{uuid.uuid4().hex[:8]}"
         self.port = config.port
@@ -198,7 +209,7 @@ class ProxyServer:
         self._ids = itertools.count(1)
         self._prefix = urlsplit(self.root).path  # the upstream's path before /v1/...
         self._pool: Pool | None = None
-        self._recorder: Recorder | None = None
+        self._recorder: CallSink | None = None
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
         self._started_at = 0.0
@@ -213,10 +224,11 @@ class ProxyServer:
 
     async def start(self) -> ProxyServer:
         cfg = self.config
-        self._recorder = Recorder(cfg.out, overwrite=cfg.overwrite)
-        self._recorder.write_config(
-            {"proxy": {"upstream": self.root, "host": cfg.host, "port": cfg.port}}
-        )
+        if self._sink is not None:
+            self._recorder = self._sink
+        else:
+            own = self._recorder = Recorder(cfg.out, overwrite=cfg.overwrite)
+            own.write_config({"proxy": {"upstream": self.root, "host": cfg.host, "port": cfg.port}})
         self._started_at = time.time()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=cfg.max_connections, ttl_dns_cache=300),
@@ -269,9 +281,9 @@ class ProxyServer:
 
     def _finish_results(self) -> dict[str, Any]:
         rec = self._recorder
-        if rec is None:
-            return {}
         self._recorder = None
+        if not isinstance(rec, Recorder):  # none, or a sink that keeps its own records
+            return {}
         from agentload.report.build import write_report
         from agentload.results.summary import summarize, write_summary
 

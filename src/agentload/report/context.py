@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentload.fmt import DASH, duration
+from agentload.sim.profiles import profile_note
 
 
 def _join(v: Any) -> str:
@@ -52,6 +53,9 @@ def context_rows(
     sim = ctx.get("simulator")
     if sim:
         text = f"embedded, profile {sim.get('profile')}, speedup {sim.get('speedup')}"
+        note = profile_note(sim.get("profile"), short=True)
+        if note:
+            text += f" ({note})"
         if sim.get("fault_rate"):
             text += f", fault rate {sim['fault_rate']}"
         rows.append(["simulator", text])

@@ -119,12 +119,16 @@ class MetricsScraper:
         self._emit(sample)
         return sample
 
-    async def run(self) -> None:
-        """Scrape until `stop()`."""
+    async def run(self, baseline_taken: bool = False) -> None:
+        """Scrape until `stop()` (the first scrape one interval from now if a baseline sample
+        was just taken)."""
         loop = asyncio.get_running_loop()
         next_t = loop.time()
         while not self._stopping.is_set():
-            await self.scrape_once()
+            if baseline_taken:
+                baseline_taken = False
+            else:
+                await self.scrape_once()
             next_t += self.interval_s
             now = loop.time()
             if next_t < now:  # fell behind: skip missed ticks rather than bursting
@@ -132,9 +136,11 @@ class MetricsScraper:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), next_t - now)
 
-    def start(self) -> asyncio.Task[None]:
+    def start(self, baseline_taken: bool = False) -> asyncio.Task[None]:
         self._stopping.clear()
-        self._task = asyncio.create_task(self.run(), name=f"metrics-scraper-{self.endpoint}")
+        self._task = asyncio.create_task(
+            self.run(baseline_taken), name=f"metrics-scraper-{self.endpoint}"
+        )
         return self._task
 
     async def stop(self, *, final_sample: bool = True) -> None:
@@ -149,7 +155,11 @@ class MetricsScraper:
             self._session = None
 
     async def __aenter__(self) -> MetricsScraper:
-        self.start()
+        # The baseline sample before the caller's first request, not in a task that may run
+        # after it: counters differenced over a run then cover every call of it, however fast
+        # the first calls finish.
+        await self.scrape_once()
+        self.start(baseline_taken=True)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -66,6 +66,8 @@ class Seq:
         "ignore_eos",
         "last_token_t",
         "max_tokens",
+        "model_added",
+        "model_times",
         "num_computed",
         "num_output",
         "num_registered",
@@ -117,6 +119,10 @@ class Seq:
         self.scheduled_t = 0.0
         self.first_token_t = 0.0
         self.last_token_t = 0.0
+        # Model-clock times (see Engine.model_now), recorded only when asked for: calibration
+        # reads them instead of wall times, which carry the machine's scheduling noise.
+        self.model_added = 0.0
+        self.model_times: list[float] | None = None
 
 
 def _nothing() -> None:
@@ -234,6 +240,16 @@ class Engine:
         self._carry: tuple[list[tuple[Seq, int]], float] | None = None
         """Seconds the simulator needs to write one token (moving average)."""
         self.log_interval_s = log_interval_s
+        # The model clock: seconds of model time, advanced by exactly each step's duration
+        # while busy, and running at `speedup` times the wall clock while idle.
+        self.model_clock = 0.0
+        self._model_anchor = time.monotonic()
+        self._wake_model: float | None = None
+        self._step_end_model = 0.0
+
+    def model_now(self) -> float:
+        """The model clock now (between steps it runs with the wall clock, times speedup)."""
+        return self.model_clock + (time.monotonic() - self._model_anchor) * self.speedup
 
     # -- submission ------------------------------------------------------------------------
     def capacity_tokens(self) -> int:
@@ -241,6 +257,15 @@ class Engine:
 
     def add(self, seq: Seq) -> None:
         seq.queued_t = time.monotonic()
+        if seq.model_times is not None or self._wake_model is None:
+            now = self.model_now()
+            if self.running or self.waiting:
+                # a late host must not push arrivals past the step in progress
+                now = min(now, self._step_end_model)
+            elif self._wake_model is None:
+                # an idle engine's next step starts, in model time, when this request came
+                self._wake_model = now
+            seq.model_added = now
         self.waiting.append(seq)
         self.metrics.num_waiting = len(self.waiting)
         self._wake.set()
@@ -298,6 +323,7 @@ class Engine:
         prefill_pairs = 0.0
         decode_seqs = 0
         decode_ctx = 0
+        decode_max = 0
         running = self.running
         preempted = False
         i = 0
@@ -327,6 +353,8 @@ class Engine:
             if n == 1 and before >= seq.prompt_len:
                 decode_seqs += 1
                 decode_ctx += before + 1
+                if before >= decode_max:
+                    decode_max = before + 1
             else:
                 prefill_tokens += n
                 prefill_pairs += n * before + n * (n + 1) / 2
@@ -343,6 +371,7 @@ class Engine:
                 + p.decode_seq_s * decode_seqs
                 + p.prefill_attention_s * prefill_pairs
                 + p.decode_context_token_s * decode_ctx
+                + p.decode_max_context_s * decode_max
             )
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
@@ -436,6 +465,8 @@ class Engine:
             if seq.num_computed < seq.total_len:
                 continue
             # a forward over the sequence's last token: one new token
+            if seq.model_times is not None:
+                seq.model_times.append(self.model_clock)
             seq.num_output += 1
             seq.total_len += 1
             idx = seq.num_output - 1
@@ -582,6 +613,16 @@ class Engine:
                 await asyncio.sleep(0)
                 continue
             deadline = t0 + dt / self.speedup
+            # In model time a busy engine's steps follow each other exactly, however late
+            # the host runs them; an idle one starts when the request that woke it came.
+            if busy:
+                model_t0 = self.model_clock
+            elif self._wake_model is not None:
+                model_t0 = self._wake_model
+            else:
+                model_t0 = self.model_now()
+            self._wake_model = None
+            self._step_end_model = model_t0 + dt
             # Writing a step's tokens takes time; start early by half of it, so that tokens
             # leave spread around the deadline rather than all after it.
             emitting = sum(1 for seq, n in scheduled if seq.num_computed + n >= seq.total_len)
@@ -599,6 +640,8 @@ class Engine:
                 await asyncio.sleep(0)
             if self._stopped:
                 break
+            self.model_clock = model_t0 + dt
+            self._model_anchor = deadline
             self.complete(scheduled, deadline)
             prev_end = deadline
             busy = True

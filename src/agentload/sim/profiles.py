@@ -25,20 +25,35 @@ class Profile(BaseModel):
     #           + decode_seq_s * decoding sequences
     #           + prefill_attention_s * (query, key) pairs attended by prefill tokens
     #           + decode_context_token_s * context tokens read by decoding sequences
+    #           + decode_max_context_s * longest context among decoding sequences
     step_overhead_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
     prefill_attention_s: float = Field(default=0.0, ge=0)
     decode_context_token_s: float = Field(default=0.0, ge=0)
+    # × the longest context among the step's decoding sequences: engines whose decode cost
+    # follows the longest sequence rather than the sum (measured on vLLM's CPU backend)
+    decode_max_context_s: float = Field(default=0.0, ge=0)
     # front end (HTTP, chat template, tokenisation) before a request reaches the queue
     request_overhead_s: float = Field(default=0.0, ge=0)
     frontend_token_s: float = Field(default=0.0, ge=0)
+    # output coalescing: chance that a token's event waits and leaves with the next one
+    # (see agentload.sim.coalesce); grows with the number of running sequences
+    coalesce_p: float = Field(default=0.0, ge=0, le=0.95)
+    coalesce_per_seq: float = Field(default=0.0, ge=0, le=0.95)
     # engine defaults (CLI flags override them)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)
     kv_blocks: int = Field(default=16384, ge=1)
     block_size: int = Field(default=16, ge=1)
     max_model_len: int = Field(default=32768, ge=16)
+    # Where the figures come from: `agentload sim calibrate` writes the engine, its version,
+    # the probe, the fit's quality and the load of the machine; None for an estimate.
+    calibration: dict[str, Any] | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.calibration is not None
 
 
 BUILTIN_PROFILES: dict[str, Profile] = {
@@ -105,6 +120,42 @@ BUILTIN_PROFILES: dict[str, Profile] = {
 }
 
 
+# Calibrated profiles shipped with agentload (written by `agentload sim calibrate`).
+PROFILE_DIR = Path(__file__).parent / "profile_data"
+
+
+def _load_shipped() -> None:
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        BUILTIN_PROFILES.setdefault(path.stem, load_profile(str(path)))
+
+
+def profile_note(profile: Profile | str | dict[str, Any] | None, short: bool = False) -> str:
+    """A few words on where a profile's figures come from (for help texts and reports);
+    `short`: one word."""
+    try:
+        if isinstance(profile, dict):
+            p = Profile.model_validate(profile)
+        elif isinstance(profile, str):
+            p = load_profile(profile)
+        elif profile is None:
+            return ""
+        else:
+            p = profile
+    except ValueError:
+        return ""
+    if p.name == "instant":
+        return "" if short else "no model time"
+    cal = p.calibration
+    if short:
+        return "calibrated" if cal else "uncalibrated"
+    if not cal:
+        return "timing estimate, not calibrated"
+    server = cal.get("server") or {}
+    what = " ".join(str(x) for x in (server.get("engine"), server.get("version")) if x)
+    when = str(cal.get("created", ""))[:10]
+    return f"calibrated against {what or 'a server'}" + (f" on {when}" if when else "")
+
+
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name, or a profile read from a YAML or JSON file.
 
@@ -139,3 +190,6 @@ def load_profile(name_or_path: str) -> Profile:
             f"{'.'.join(str(p) for p in e['loc']) or 'profile'}: {e['msg']}" for e in exc.errors()
         )
         raise ValueError(f"{path}: invalid profile: {fields}") from None
+
+
+_load_shipped()

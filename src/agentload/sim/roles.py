@@ -616,6 +616,11 @@ class SkilledAgent:
             return self.generic.respond(request)
         mode = text_mode(request)
         messages = from_text_actions(request.messages) if mode else request.messages
+        # MCP clients often offer a server's tools under prefixed names (`airline__get_x`,
+        # `mcp__airline__get_x`): the plan speaks of the domain's names.
+        offered = {_bare(name): name for t in request.tools_allowed() if (name := _tool_name(t))}
+        if any(bare != name for bare, name in offered.items()):
+            messages = _bare_calls(messages)
         view = read_agent_view(messages)
         rng = stable_rng(
             "agent-call",
@@ -631,13 +636,13 @@ class SkilledAgent:
             out.reasoning = _reasoning(step, plan, rng)
         if mode:
             return self._text_action(step, plan, rng, mode, out)
-        allowed = {name for t in request.tools_allowed() if (name := _tool_name(t))}
-        calls = [a for a in step.calls if a.name in allowed]
+        calls = [a for a in step.calls if a.name in offered]
         if step.calls and calls:
             if not request.parallel_tool_calls:
                 calls = calls[:1]
             out.tool_calls = [
-                ToolCallPlan(a.name, json.dumps(a.arguments, ensure_ascii=False)) for a in calls
+                ToolCallPlan(offered[a.name], json.dumps(a.arguments, ensure_ascii=False))
+                for a in calls
             ]
             if rng.random() < PREFACE_RATE:  # models often say a word before calling tools
                 writes = any(plan.is_write(a.name) for a in calls)
@@ -735,6 +740,26 @@ def from_text_actions(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str
             )
         else:
             out.append(msg)
+    return out
+
+
+def _bare(name: str) -> str:
+    """A tool name without the server prefix an MCP client may add (`server__tool`)."""
+    return name.rpartition("__")[2] or name
+
+
+def _bare_calls(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`messages` with the prefixes taken off the names of the tool calls they hold."""
+    out: list[Mapping[str, Any]] = []
+    for msg in messages:
+        calls = msg.get("tool_calls") if msg.get("role") == "assistant" else None
+        if calls:
+            bare = []
+            for tc in calls:
+                fn = tc.get("function") or {}
+                bare.append({**tc, "function": {**fn, "name": _bare(str(fn.get("name")))}})
+            msg = {**msg, "tool_calls": bare}
+        out.append(msg)
     return out
 
 

@@ -17,11 +17,13 @@ from aiohttp import web
 
 from agentload import __version__
 from agentload.sim.behaviour import BehaviourSet, RequestView, ResponsePlan
+from agentload.sim.coalesce import coalescing
 from agentload.sim.config import SimConfig
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
 from agentload.sim.guard import guard_middleware
 from agentload.sim.metrics import SimMetrics
+from agentload.sim.modeltime import MODEL_TIMES_HEADER, ModelTimes
 from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
 from agentload.wire import ROLE_HEADER
 
@@ -51,6 +53,17 @@ def _finish_suffix(reason: str) -> bytes:
         + reason.encode()
         + b'","stop_reason":null,"token_ids":null}]}\n\n'
     )
+
+
+def _take_headers(writer: Any) -> bytes | None:
+    """The status line and headers aiohttp buffered but has not sent, taken over by the
+    caller (None where this aiohttp keeps no such buffer: then it sends them itself)."""
+    buf = getattr(writer, "_headers_buf", None)
+    if not buf or getattr(writer, "_headers_written", True):
+        return None
+    writer._headers_buf = None
+    writer._headers_written = True
+    return bytes(buf)
 
 
 def error_body(
@@ -162,33 +175,30 @@ class StreamOut(_Out):
         include_usage: bool,
         created: int,
         continuous_usage: bool = False,
+        head: bytes | None = None,
     ) -> None:
         super().__init__(sim, rid, items, tool_ids, fault)
         self.continuous_usage = continuous_usage
         self.transport = transport
+        # The response's status line and headers when they go out with the first events
+        # (instant profile), not on their own.
+        self.pending_head = head
         self.chat = chat
         self.include_usage = include_usage
-        model = orjson.dumps(sim.config.model)
-        if chat:
-            self.head = (
-                b'data: {"id":"'
-                + rid.encode()
-                + b'","object":"chat.completion.chunk","created":'
-                + str(created).encode()
-                + b',"model":'
-                + model
-            )
-            self.prefix = self.head + b',"choices":[{"index":0,"delta":'
-        else:
-            self.head = (
-                b'data: {"id":"'
-                + rid.encode()
-                + b'","object":"text_completion","created":'
-                + str(created).encode()
-                + b',"model":'
-                + model
-            )
-            self.prefix = self.head + b',"choices":[{"index":0,"text":'
+        obj = b"chat.completion.chunk" if chat else b"text_completion"
+        self.head = (
+            b'data: {"id":"'
+            + rid.encode()
+            + b'","object":"'
+            + obj
+            + b'","created":'
+            + str(created).encode()
+            + b',"model":'
+            + orjson.dumps(sim.config.model)
+        )
+        self.prefix = self.head + (
+            b',"choices":[{"index":0,"delta":' if chat else b',"choices":[{"index":0,"text":'
+        )
         self.held: list[bytes] | None = None
         self.fault_at = -1
         if fault in ("reset", "truncate", "malformed", "stall", "error_event"):
@@ -241,7 +251,7 @@ class StreamOut(_Out):
         """_write for an event already framed as an HTTP chunk (the emission fast path)."""
         t = self.transport
         if self.held is None and self.sim.gathered is None and not t.is_closing():
-            t.write(framed)
+            self.send(framed)
         else:
             self._write(framed[framed.index(b"\r\n") + 2 : -2], seq)
 
@@ -256,11 +266,19 @@ class StreamOut(_Out):
             return
         gathered = self.sim.gathered
         if gathered is None:
-            t.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self.send(b"%x\r\n%b\r\n" % (len(data), data))
         elif self in gathered:
             gathered[self].append(data)
         else:
             gathered[self] = [data]
+
+    def send(self, framed: bytes) -> None:
+        """Write HTTP chunks to the socket (after the held headers, if any)."""
+        head = self.pending_head
+        if head is not None:
+            self.pending_head = None
+            framed = head + framed
+        self.transport.write(framed)
 
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
         ready = self.ready
@@ -377,6 +395,10 @@ class StreamOut(_Out):
             self._resolve("reset")
         else:
             self._resolve("truncate")
+
+    def release_held(self, seq: Seq) -> None:
+        """Write the events held back (a stall, coalesced tokens) as one chunk."""
+        self._release(seq)
 
     def _release(self, seq: Seq) -> None:
         held, self.held = self.held or [], None
@@ -513,6 +535,10 @@ class SimApp:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.profile = config.resolved_profile()
+        # A profile without model time (instant): every timing coefficient zero.
+        self.zero_time = not any(
+            v for k, v in self.profile.model_dump().items() if k.endswith("_s") and v
+        )
         self.tokenizer = make_tokenizer(config.tokenizer)
         self.metrics = SimMetrics(
             config.model,
@@ -540,6 +566,8 @@ class SimApp:
         self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/metrics", self.metrics_handler)
         self.app.router.add_get("/sim/stats", self.stats_handler)
+        self.model_times = ModelTimes()
+        self.app.router.add_get("/sim/model-times/{rid}", self.model_times.handler)
         self._engine_task: asyncio.Task[None] | None = None
         self.active: set[_Out] = set()
         # While not None, streams append their chunks here instead of writing at once.
@@ -557,7 +585,7 @@ class SimApp:
         for out, parts in (gathered or {}).items():
             if not out.transport.is_closing():
                 data = b"".join(parts)
-                out.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                out.send(b"%x\r\n%b\r\n" % (len(data), data))
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -764,7 +792,8 @@ class SimApp:
         if isinstance(opened, web.StreamResponse):
             return opened
         out, resp = opened
-        outcome = await self._run_engine(admitted, items, out, arrival)
+        record = request.headers.get(MODEL_TIMES_HEADER) == "1"
+        outcome = await self._run_engine(admitted, items, out, arrival, record=record)
         m.count_http(handler, 200)
         if resp is not None:
             if outcome in ("done", "truncate", "aborted"):
@@ -903,10 +932,17 @@ class SimApp:
             return collect, None
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         resp.enable_chunked_encoding()
+        # With no model time the first events follow at once: hold the headers and send them
+        # in the same write (one send() per call instead of two, on both sides). Not for
+        # requests with a fault, whose timing of headers and cuts the fault tests rely on.
+        hold = self.zero_time and adm.fault is None
+        if hold:
+            resp._send_headers_immediately = False
         try:
             writer = await resp.prepare(request)
+            head = _take_headers(writer) if hold else None
             send_headers = getattr(writer, "send_headers", None)
-            if send_headers is not None:
+            if head is None and send_headers is not None:
                 send_headers()
         except ConnectionError:
             return resp  # the client left before the headers went out
@@ -925,26 +961,35 @@ class SimApp:
             include_usage=bool(opts.get("include_usage")),
             created=created,
             continuous_usage=bool(opts.get("include_usage") and opts.get("continuous_usage_stats")),
+            head=head,
         )
         return out, resp
 
     async def _run_engine(
-        self, adm: _Admitted, items: list[Item], out: StreamOut | CollectOut, arrival: float
+        self,
+        adm: _Admitted,
+        items: list[Item],
+        out: StreamOut | CollectOut,
+        arrival: float,
+        *,
+        record: bool = False,
     ) -> str:
         """Queue the sequence after the front end's delay; the outcome once it is over."""
+        p = self.profile
         seq = Seq(
             out.rid,
             adm.prompt_len,
             adm.hashes,
             adm.max_tokens,
             len(items),
-            out,
+            coalescing(out, self.engine, p.coalesce_p, p.coalesce_per_seq, adm.counter),
             ignore_eos=bool(adm.body.get("ignore_eos")),
             arrival_t=arrival,
         )
-        delay = (
-            self.profile.request_overhead_s + self.profile.frontend_token_s * adm.prompt_len
-        ) / self.config.speedup
+        if record:
+            seq.model_times = []
+        frontend = p.request_overhead_s + p.frontend_token_s * adm.prompt_len
+        delay = frontend / self.config.speedup
         if delay > 0:
             await asyncio.sleep(delay)
         self.active.add(out)
@@ -953,6 +998,8 @@ class SimApp:
             return await out.future
         finally:
             self.active.discard(out)
+            if record:
+                self.model_times.add(out.rid, seq, frontend)
 
     async def _full_reply(
         self, request: web.Request, out: CollectOut, fault: str | None, outcome: str

@@ -89,6 +89,10 @@ class Workload(ABC):
         embedded simulator up so the first measured call carries no one-off cost), in every
         process that runs sessions: the run's own, or each worker's with `--workers N`."""
 
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Called once after the last session (also when the run fails or is interrupted),
+        to stop what `prepare` started."""
+
     @abstractmethod
     async def run_session(
         self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]

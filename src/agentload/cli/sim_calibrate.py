@@ -1,0 +1,235 @@
+"""`agentload sim calibrate` and `agentload sim fidelity`: fit a simulator profile to a real
+server, and measure how closely a profile reproduces one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentload.cli.options import REQUIRED, Opt, command_options
+from agentload.cli.sim import sim_app
+
+_OUT = Path("profile.yaml")
+
+
+def _say(quiet: bool) -> Any:
+    def say(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
+def _fail(cmd: str, msg: str, code: int) -> typer.Exit:
+    print(f"agentload sim {cmd}: {msg}", file=sys.stderr, flush=True)
+    return typer.Exit(code)
+
+
+def _check_file(cmd: str, flag: str, path: str | None) -> None:
+    if path is not None and not Path(path).is_file():
+        raise _fail(cmd, f"{flag}: no such file: {path}", 2)
+
+
+SERVER = "Server"
+PROBE = "Probe"
+OUT = "Output"
+
+CALIBRATE_OPTIONS = [
+    Opt("base_url", ("--base-url",), str | None,
+        "The real server's OpenAI base URL, e.g. http://host:8000/v1.", SERVER, metavar="URL"),
+    Opt("model", ("--model",), str | None,
+        "Model name to send (as /v1/models lists it).", SERVER),
+    Opt("api_key", ("--api-key",), str | None,
+        "Bearer key for the server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
+    Opt("from_dir", ("--from",), Path | None,
+        "Fit from a finished run's results directory (calls.jsonl, server_metrics.jsonl) "
+        "instead of probing a server: no extra load.", SERVER, metavar="RESULTS_DIR"),
+    Opt("tokenizer", ("--tokenizer",), str | None,
+        "The model's tokenizer.json: probe prompts get exact lengths (recommended).",
+        PROBE, metavar="FILE"),
+    Opt("base", ("--base",), str,
+        "Built-in profile or file whose engine limits (max_num_seqs, ...) the profile keeps "
+        "where the server does not report its own.", PROBE, "tiny-cpu", metavar="PROFILE"),
+    Opt("max_num_batched_tokens", ("--max-num-batched-tokens",), int | None,
+        "The server's token budget per step (its prefill chunk); default: detected from "
+        "vllm:iteration_tokens_total, else --base's.", PROBE, metavar="N", min=1),
+    Opt("max_num_seqs", ("--max-num-seqs",), int | None,
+        "The server's sequence cap (default: --base's).", PROBE, metavar="N", min=1),
+    Opt("repeats", ("--repeats",), int, "Rounds of the probe (each pattern once per round).",
+        PROBE, 3, metavar="N", min=1),
+    Opt("quick", ("--quick",), bool, "A smaller probe (fewer prompt lengths and batch sizes, "
+        "one round): about a fifth of the time, a rougher fit.", PROBE, False),
+    Opt("wall_clock", ("--wall-clock",), bool,
+        "Against an agentload simulator, time on the wall clock instead of its model clock "
+        "(measures it as a real server would be).", PROBE, False),
+    Opt("out", ("--out", "-o"), Path, "Profile file to write (YAML).", OUT, _OUT, metavar="FILE"),
+    Opt("name", ("--name",), str | None, "Profile name (default: the file's stem).", OUT),
+    Opt("as_json", ("--json",), bool, "Print the profile as JSON on stdout.", OUT, False),
+    Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
+]  # fmt: skip
+
+
+@sim_app.command("calibrate")
+@command_options(CALIBRATE_OPTIONS)
+def calibrate_command(**a: Any) -> None:
+    """Fit a simulator timing profile to a real server: probe it (prefill across prompt lengths,
+    decode at several batch sizes and contexts, prefix-cache hits, prefill beside decodes) for a
+    few minutes, fit the timing model of docs/simulator.md, and write the profile with its fit
+    quality and the engine it came from. Use it with `agentload sim --profile FILE` or a run's
+    `--sim-profile FILE`."""
+    from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
+
+    say = _say(a["quiet"])
+    _check_file("calibrate", "--tokenizer", a["tokenizer"])
+    out: Path = a["out"]
+    command = "agentload sim calibrate " + shlex.join(_public_args(sys.argv[3:]))
+    try:
+        result = _calibration(a, a["name"] or out.stem, say)
+    except ValueError as exc:
+        raise _fail("calibrate", str(exc), 2) from None
+    except _probe_errors() as exc:
+        raise _fail("calibrate", str(exc), 1) from None
+    try:
+        out.write_text(profile_yaml(result.profile, command), encoding="utf-8")
+    except OSError as exc:
+        raise _fail("calibrate", f"--out: cannot write {out}: {exc.strerror}", 2) from None
+    say("\n".join(summary_lines(result)))
+    say(f"calibrate: wrote {out}; use it with: agentload sim --profile {out}")
+    if a["as_json"]:
+        print(json.dumps(result.profile.model_dump(), indent=2))
+
+
+def _public_args(argv: list[str]) -> list[str]:
+    """The command line without an API key."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--api-key":
+            skip = True
+        elif not arg.startswith("--api-key="):
+            out.append(arg)
+    return out
+
+
+def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:
+    if a["from_dir"] is not None:
+        from agentload.sim.calibration.fromrun import calibrate_from_run
+
+        return calibrate_from_run(
+            a["from_dir"], name=name, base=a["base"], budget=a["max_num_batched_tokens"], say=say
+        )
+    if not a["base_url"] or not a["model"]:
+        raise ValueError("give --base-url and --model (or --from RESULTS_DIR)")
+    from agentload.sim.calibration.calibrate import calibrate
+    from agentload.sim.calibration.probe import ProbePlan
+    from agentload.sim.calibration.stream import Target
+
+    key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
+    return asyncio.run(
+        calibrate(
+            Target(a["base_url"], a["model"], api_key=key),
+            name=name,
+            base=a["base"],
+            tokenizer=a["tokenizer"],
+            budget=a["max_num_batched_tokens"],
+            max_num_seqs=a["max_num_seqs"],
+            plan=ProbePlan.quick() if a["quick"] else ProbePlan(repeats=a["repeats"]),
+            wall_clock=a["wall_clock"],
+            say=say,
+        )
+    )
+
+
+def _probe_errors() -> tuple[type[Exception], ...]:
+    """A server that failed (not the user's input): exit code 1."""
+    from agentload.sim.calibration.stream import ProbeError
+
+    return (ProbeError, OSError, RuntimeError)
+
+
+FIDELITY_OPTIONS = [
+    Opt("real", ("--real",), str, "The real server's OpenAI base URL.", SERVER, REQUIRED,
+        metavar="URL"),
+    Opt("model", ("--model",), str, "Model name on the real server.", SERVER, REQUIRED),
+    Opt("api_key", ("--api-key",), str | None,
+        "Bearer key for the real server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
+    Opt("profile", ("--profile",), str, "Profile to check: a built-in name or a file.", PROBE,
+        REQUIRED, metavar="NAME|FILE"),
+    Opt("tokenizer", ("--tokenizer",), str | None,
+        "The model's tokenizer.json, for exact prompt lengths and for the simulator's token "
+        "counts (recommended).", PROBE, metavar="FILE"),
+    Opt("workload", ("--workload", "-w"), list[str],
+        "Only these workloads (repeatable): prefill-heavy, decode-heavy, shared-prefix, "
+        "concurrent.", PROBE, [], metavar="NAME"),
+    Opt("seed", ("--seed",), int | None, "Prompt salt (default: the time).", PROBE, metavar="N"),
+    Opt("out", ("--out", "-o"), Path | None, "Also write the result as JSON here.", OUT,
+        metavar="FILE"),
+    Opt("as_json", ("--json",), bool, "Print the result as JSON on stdout.", OUT, False),
+    Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
+]  # fmt: skip
+
+
+@sim_app.command("fidelity")
+@command_options(FIDELITY_OPTIONS)
+def fidelity_command(**a: Any) -> None:
+    """Run fixed workloads (prefill-heavy, decode-heavy, shared-prefix, concurrent) against the
+    real server and against a simulator with PROFILE, and print the simulator's error on TTFT
+    p50/p90, mean TPOT and ITL, output throughput and tokens per chunk. Exit code 0 when TTFT
+    and TPOT are within 10 % on every workload, 3 when not."""
+    from agentload.sim.calibration.fidelity import WORKLOADS, fidelity, table
+    from agentload.sim.calibration.stream import Target
+    from agentload.sim.profiles import load_profile
+
+    say = _say(a["quiet"])
+    _check_file("fidelity", "--tokenizer", a["tokenizer"])
+    try:
+        prof = load_profile(a["profile"])
+    except ValueError as exc:
+        raise _fail("fidelity", f"--profile: {exc}", 2) from None
+    by_name = {w.name: w for w in WORKLOADS}
+    unknown = [w for w in a["workload"] if w not in by_name]
+    if unknown:
+        known = ", ".join(by_name)
+        raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
+    if not prof.calibrated:
+        say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
+    key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
+    try:
+        result = asyncio.run(
+            fidelity(
+                Target(a["real"], a["model"], api_key=key),
+                a["profile"],
+                tokenizer=a["tokenizer"],
+                workloads=[by_name[w] for w in a["workload"]] or None,
+                say=say,
+                seed=a["seed"],
+            )
+        )
+    except _probe_errors() as exc:
+        raise _fail("fidelity", str(exc), 1) from None
+    _show_fidelity(result, a["out"], a["as_json"], table)
+
+
+def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
+    if out is not None:
+        out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(table(result["rows"]))
+        lb, la = result["load_before"], result["load_after"]
+        print(
+            f"\nload average (1 min) {lb['load_avg_1m']} before, {la['load_avg_1m']} after; "
+            f"prompt salt {result['salt']}"
+        )
+    if not result["within_goal"]:
+        raise typer.Exit(3)

@@ -1,0 +1,291 @@
+"""A lean HTTP/1.1 client for the chat hot path: pooled keep-alive connections, httptools.
+
+Why not aiohttp on this path: profiled against a canned stream, aiohttp's request and response
+machinery (ClientRequest/ClientResponse objects, header multidicts, the StreamReader and one
+task wake-up per read) took more than half of the ~146 µs of client CPU a streamed call cost
+(benchmarks/README.md, "Client"). This module does only what a POST to an OpenAI-compatible
+endpoint over plain HTTP needs: the request goes out as one pre-encoded write, the reply is
+parsed by llhttp (through httptools, the parser uvicorn uses), and each read's body bytes are
+handed to the caller inside `data_received`, so no task wakes per read. HTTPS, and a caller's
+own aiohttp session, still go through aiohttp. It is tested against the embedded simulator,
+the scripted test server (aiohttp) and real vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections import deque
+from typing import Protocol
+
+import httptools
+
+_now_ns = time.perf_counter_ns
+
+
+class Http1Error(Exception):
+    """A transport failure; `kind` is the client's error kind."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class StreamSink(Protocol):
+    """Takes a 200 reply's body as it arrives (may raise to end the request)."""
+
+    def http_body(self, data: bytes, now: int) -> None: ...
+
+
+class Stamps(Protocol):
+    """Where the arrival time of the reply's headers is written."""
+
+    headers_ns: int | None
+
+
+class Reply:
+    """Status, headers and (unless streamed to a sink) body of one response."""
+
+    __slots__ = ("body", "headers", "headers_ns", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, hns: int):
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.headers_ns = hns
+
+    def header(self, name: str) -> str | None:
+        key = name.lower().encode()
+        for k, v in self.headers:
+            if k.lower() == key:
+                return v.decode("latin-1")
+        return None
+
+
+def check_header(name: str, value: str) -> None:
+    """Refuse header text that would split the request (CR, LF or NUL in it)."""
+    for s in (name, value):
+        if "\r" in s or "\n" in s or "\0" in s:
+            raise ValueError(f"header {name!r} contains a line break or NUL")
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; handles one request at a time."""
+
+    def __init__(self, pool: Http1Pool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.lost = False
+        self.read_ns = 0
+        self.waiter: asyncio.Future[None] | None = None
+        self._reset(None, None)
+
+    def _reset(self, stamps: Stamps | None, sink: StreamSink | None) -> None:
+        self.stamps = stamps
+        self.sink = sink
+        self.use_sink = False
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.pieces: list[bytes] = []
+        self.headers_ns = 0
+        self.got_headers = False
+        self.complete = False
+        self.needs_eof = False
+        self.reusable = False
+        self.fresh = True  # no byte of the reply yet
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        now = self.read_ns = _now_ns()
+        self.fresh = False
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            # Bytes nobody asked for (a server talking out of turn): never reuse this one.
+            self.reusable = False
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._fail(self._lost_error(f"bad HTTP reply: {e}"))
+            return
+        pieces = self.pieces
+        if pieces and self.use_sink:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            try:
+                self.sink.http_body(body, now)  # type: ignore[union-attr]
+            except BaseException as e:
+                self._fail(e)
+                return
+        if self.complete:
+            waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.pool._forget(self)
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        if self.got_headers and self.needs_eof:
+            waiter.set_result(None)  # a body delimited by the end of the connection
+        else:
+            self._fail(self._lost_error(f"connection lost: {exc or 'closed by the server'}"))
+
+    # -- httptools callbacks ---------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        # The arrival of the read that completed them: the same clock as the body's chunks.
+        self.headers_ns = self.read_ns
+        if self.stamps is not None:
+            self.stamps.headers_ns = self.headers_ns
+        self.got_headers = True
+        self.status = self.parser.get_status_code()
+        self.use_sink = self.sink is not None and self.status == 200
+        if not self.parser.should_keep_alive():
+            names = {k.lower() for k, _ in self.headers}
+            self.needs_eof = b"content-length" not in names and b"transfer-encoding" not in names
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.reusable = self.parser.should_keep_alive()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _lost_error(self, message: str) -> Http1Error:
+        if self.got_headers:
+            return Http1Error("malformed_stream", f"connection lost mid-stream: {message}")
+        return Http1Error("connect_error", message)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.reusable = False
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+
+class Http1Pool:
+    """Keep-alive connections to one host:port; at most `limit` open (0 = no limit)."""
+
+    def __init__(self, host: str, port: int, limit: int, connect_timeout: float | None) -> None:
+        self.host = host
+        self.port = port
+        self.limit = limit
+        self.connect_timeout = connect_timeout
+        self._idle: list[_Conn] = []
+        self._open: set[_Conn] = set()
+        self._connecting = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def request(self, data: bytes, stamps: Stamps, sink: StreamSink | None) -> Reply:
+        """Send one pre-encoded request; a 200 reply's body goes to `sink` when given."""
+        conn, reused = await self._acquire()
+        try:
+            await self._exchange(conn, data, stamps, sink)
+        except Http1Error:
+            if not (reused and conn.fresh):
+                raise
+            # A kept-alive connection the server closed while idle (its close not seen yet):
+            # nothing of the reply arrived, so send again once on a new connection.
+            conn, _ = await self._acquire(new=True)
+            await self._exchange(conn, data, stamps, sink)
+        pieces = conn.pieces
+        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        reply = Reply(conn.status, conn.headers, body, conn.headers_ns)
+        self._release(conn)
+        return reply
+
+    async def _exchange(
+        self, conn: _Conn, data: bytes, stamps: Stamps, sink: StreamSink | None
+    ) -> None:
+        conn._reset(stamps, sink)
+        waiter = conn.waiter = asyncio.get_running_loop().create_future()
+        conn.transport.write(data)  # type: ignore[union-attr]
+        try:
+            await waiter
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            conn.waiter = None
+
+    async def _acquire(self, new: bool = False) -> tuple[_Conn, bool]:
+        """A connection, and whether it served a request before."""
+        idle = self._idle
+        while idle and not new:
+            conn = idle.pop()
+            if not conn.lost:
+                return conn, True
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                while self.limit and len(self._open) + self._connecting >= self.limit:
+                    w = loop.create_future()
+                    self._waiters.append(w)
+                    try:
+                        await w
+                    finally:
+                        if w in self._waiters:
+                            self._waiters.remove(w)
+                    while idle and not new:
+                        conn = idle.pop()
+                        if not conn.lost:
+                            return conn, True
+                self._connecting += 1
+                try:
+                    _, conn = await loop.create_connection(
+                        lambda: _Conn(self), self.host, self.port
+                    )
+                finally:
+                    self._connecting -= 1
+        except TimeoutError:
+            raise Http1Error("timeout_connect", "connect timed out") from None
+        except OSError as e:
+            raise Http1Error(
+                "connect_error", f"Cannot connect to host {self.host}:{self.port} [{e}]"
+            ) from None
+        self._open.add(conn)
+        return conn, False
+
+    def _release(self, conn: _Conn) -> None:
+        if conn.reusable and not conn.lost:
+            self._idle.append(conn)
+        else:
+            conn.close()
+            self._forget(conn)
+        self._wake()
+
+    def _forget(self, conn: _Conn) -> None:
+        if conn in self._open:
+            self._open.discard(conn)
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    def close(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._idle.clear()

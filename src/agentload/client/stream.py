@@ -1,0 +1,286 @@
+"""A reply's bytes -> the accumulators of one attempt: streamed events and full bodies.
+
+The streamed path runs once per socket read, inside the HTTP layer's `data_received` (or from
+an aiohttp read loop): the read's events are split by the SSE parser and decoded by ONE
+`orjson.loads` call (the events joined as a JSON array), then each chunk object is folded into
+the accumulators with a handful of dict look-ups. Every token-bearing chunk stamps the read's
+arrival time; nothing else is kept per chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import orjson
+
+from agentload.client.errors import (
+    SHAPE_ERRORS,
+    CallError,
+    raise_error_event,
+    raw_excerpt,
+    why,
+)
+from agentload.client.safety import BadShape, usage_counts
+from agentload.client.sse import SSEParser
+
+_loads = orjson.loads
+_DONE = b"[DONE]"
+
+
+class Deadlines(Protocol):
+    """What the reader tells the attempt's watchdog (see client._Watchdog)."""
+
+    last_ns: int | None
+
+    def first_token(self, now: int) -> None: ...
+
+
+class _Attempt:
+    """Accumulators of one HTTP attempt (reset between retries)."""
+
+    __slots__ = (
+        "content",
+        "counts",
+        "finish_reason",
+        "first_token_ns",
+        "headers_ns",
+        "reasoning",
+        "saw_done",
+        "secrets",
+        "token_times",
+        "tool_slots",
+        "usage",
+    )
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = secrets  # redacted from every message built from the reply
+        self.headers_ns: int | None = None
+        self.first_token_ns: int | None = None
+        self.token_times: list[int] = []
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tool_slots: dict[int, list[Any]] = {}  # index -> [id, type, name, [arg pieces]]
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.counts: tuple[int | None, ...] = (None, None, None, None)  # checked usage
+        self.saw_done = False
+
+
+class StreamReader:
+    """Folds a streamed reply into an _Attempt, one read at a time (`http_body`)."""
+
+    __slots__ = ("acc", "dog", "parser")
+
+    def __init__(self, acc: _Attempt, dog: Deadlines) -> None:
+        self.acc = acc
+        self.dog = dog
+        self.parser = SSEParser()
+
+    def http_body(self, raw: bytes, now: int) -> None:
+        dog = self.dog
+        if dog.last_ns is not None:
+            dog.last_ns = now
+        events = self.parser.feed(raw)
+        if events:
+            self._events(events, now)
+
+    def end(self) -> None:
+        """The reply ended: check it was complete."""
+        for data in self.parser.flush():
+            if data == _DONE:
+                self.acc.saw_done = True
+        if not self.acc.saw_done:
+            raise CallError("malformed_stream", "stream ended without [DONE]")
+
+    def _events(self, events: list[bytes], now: int) -> None:
+        acc = self.acc
+        if _DONE in events:
+            acc.saw_done = True
+            events = [e for e in events if e != _DONE]
+            if not events:
+                return
+        secrets = acc.secrets
+        objs: Any
+        if len(events) == 1:
+            objs = (_load_one(events[0], secrets),)
+        else:
+            objs = _decode_all(events) or _decode_each(events, secrets)
+        add_content = acc.content.append
+        add_time = acc.token_times.append
+        for data, obj in zip(events, objs, strict=True):
+            # Any chunk of the wrong shape (a number for a string, null for an object, a
+            # list for a dict) fails inside this block with one of SHAPE_ERRORS; content and
+            # reasoning pieces of the wrong type are caught when joined (client._collect).
+            try:
+                choices = obj.get("choices")
+                if choices:
+                    ch = choices[0]
+                    delta = ch.get("delta")
+                    if delta:
+                        c = delta.get("content")
+                        if c:
+                            add_content(c)
+                        tok = bool(c)
+                        # Most events carry only "content": skip the other look-ups then.
+                        if len(delta) > 1 or not c:
+                            tok = _rest_of_delta(acc, delta, c) or tok
+                        if tok:
+                            add_time(now)
+                            if acc.first_token_ns is None:
+                                acc.first_token_ns = now
+                                self.dog.first_token(now)
+                    elif delta is None:
+                        # Choices without a delta occur (content-filter notes); a full
+                        # `message` where the delta belongs would lose the answer.
+                        if "message" in ch:
+                            raise BadShape("a non-streamed message inside a stream")
+                    elif delta.__class__ is not dict:
+                        raise BadShape("delta is not an object")
+                    fr = ch.get("finish_reason")
+                    if fr:
+                        if fr.__class__ is not str:
+                            raise BadShape("finish_reason is not a string")
+                        acc.finish_reason = fr
+                elif choices is not None and choices.__class__ is not list:
+                    raise BadShape("choices is not a list")
+                elif "error" in obj:
+                    raise_error_event(obj["error"], secrets)
+                u = obj.get("usage")
+                if u is not None:
+                    # Checked on arrival: a later good chunk must not hide a bad one.
+                    acc.counts = usage_counts(u)
+                    acc.usage = u
+            except SHAPE_ERRORS as e:
+                raise CallError(
+                    "malformed_stream",
+                    f"chunk of the wrong shape ({why(e)}): {raw_excerpt(data, secrets)}",
+                ) from None
+
+
+def _load_one(data: bytes, secrets: tuple[str, ...]) -> Any:
+    try:
+        return _loads(data)
+    except orjson.JSONDecodeError:
+        raise CallError(
+            "malformed_stream", f"bad JSON in stream: {raw_excerpt(data, secrets)}"
+        ) from None
+
+
+def _decode_each(events: list[bytes], secrets: tuple[str, ...]) -> Iterator[Any]:
+    """Event by event, so that the chunks before a bad one are still taken."""
+    for data in events:
+        yield _load_one(data, secrets)
+
+
+def _decode_all(events: list[bytes]) -> list[Any] | None:
+    """A read's events decoded by one orjson call, or None if any is not one JSON value."""
+    try:
+        objs = _loads(b"[" + b",".join(events) + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    # An event holding a bare list of values ("1,2") would add elements: count them.
+    return objs if len(objs) == len(events) else None
+
+
+def _rest_of_delta(acc: _Attempt, delta: dict[str, Any], c: Any) -> bool:
+    """Reasoning and tool-call pieces of a delta; True if it carried a token."""
+    if c is not None and c.__class__ is not str:
+        raise BadShape("delta.content is not a string")
+    tok = False
+    r = delta.get("reasoning_content") or delta.get("reasoning")
+    if r:
+        acc.reasoning.append(r)
+        tok = True
+    tcs = delta.get("tool_calls")
+    if tcs:
+        merge_tool_calls(acc.tool_slots, tcs)
+        tok = True
+    elif tcs is not None and tcs.__class__ is not list:
+        raise BadShape("delta.tool_calls is not a list")
+    return tok
+
+
+def parse_full(raw: bytes, acc: _Attempt) -> None:
+    """A non-streamed reply's body into the accumulators."""
+    try:
+        obj = _loads(raw)
+    except orjson.JSONDecodeError:
+        raise CallError(
+            "malformed_stream", f"bad JSON response: {raw_excerpt(raw, acc.secrets)}"
+        ) from None
+    if isinstance(obj, dict) and not obj.get("choices") and "error" in obj:
+        raise_error_event(obj["error"], acc.secrets)
+    try:
+        choices = obj["choices"]
+        if choices.__class__ is not list or not choices:
+            raise BadShape("no choices")
+        ch = choices[0]
+        msg = ch["message"]
+        if msg.__class__ is not dict:
+            raise BadShape("message is not an object")
+        c = msg.get("content")
+        if c:
+            acc.content.append(c)
+        elif c is not None and c.__class__ is not str:
+            raise BadShape("message.content is not a string")
+        r = msg.get("reasoning_content") or msg.get("reasoning")
+        if r:
+            acc.reasoning.append(r)
+        tcs = msg.get("tool_calls")
+        if tcs:
+            merge_tool_calls(acc.tool_slots, tcs)
+        elif tcs is not None and tcs.__class__ is not list:
+            raise BadShape("message.tool_calls is not a list")
+        fr = ch.get("finish_reason")
+        if fr is not None and fr.__class__ is not str:
+            raise BadShape("finish_reason is not a string")
+        acc.finish_reason = fr
+        u = obj.get("usage")
+        if u is not None:
+            acc.counts = usage_counts(u)
+            acc.usage = u
+    except SHAPE_ERRORS as e:
+        raise CallError(
+            "malformed_stream",
+            f"response of the wrong shape ({why(e)}): {raw_excerpt(raw, acc.secrets)}",
+        ) from None
+    acc.saw_done = True
+
+
+def merge_tool_calls(slots: dict[int, list[Any]], fragments: list[dict[str, Any]]) -> None:
+    # Called only for events that carry tool calls, so these type checks cost nothing on the
+    # content path; a wrong type here would otherwise surface later, in the caller's code.
+    for tc in fragments:
+        idx = tc.get("index")
+        tc_id = tc.get("id")
+        if tc_id is not None and tc_id.__class__ is not str:
+            raise BadShape("tool_calls[].id is not a string")
+        if idx is None:
+            # Servers that omit the index: a new id starts a new call, otherwise continue.
+            last = max(slots) if slots else -1
+            idx = last + 1 if last < 0 or (tc_id and tc_id != slots[last][0]) else last
+        elif idx.__class__ is not int or not 0 <= idx < 1 << 16:
+            raise BadShape(f"tool_calls[].index is not a small integer: {str(idx)[:40]!r}")
+        slot = slots.get(idx)
+        if slot is None:
+            slot = slots[idx] = [None, None, "", []]
+        if tc_id and not slot[0]:
+            slot[0] = tc_id
+        typ = tc.get("type")
+        if typ is not None and typ.__class__ is not str:
+            raise BadShape("tool_calls[].type is not a string")
+        if typ and not slot[1]:
+            slot[1] = typ
+        fn = tc.get("function")
+        if fn:
+            name = fn.get("name")
+            if name is not None and name.__class__ is not str:
+                raise BadShape("tool_calls[].function.name is not a string")
+            if name and not slot[2]:
+                slot[2] = name
+            args = fn.get("arguments")
+            if args:
+                slot[3].append(args if isinstance(args, str) else orjson.dumps(args).decode())
+        elif fn is not None and fn.__class__ is not dict:
+            raise BadShape("tool_calls[].function is not an object")

@@ -1,0 +1,312 @@
+"""`agentload sim calibrate`: probe a server, fit the timing model, write a profile."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing
+from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
+from agentload.sim.calibration.prompts import PromptMaker
+from agentload.sim.calibration.stream import (
+    ProbeError,
+    Target,
+    get_json,
+    get_text,
+    stream_call,
+)
+from agentload.sim.profiles import Profile, load_profile
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class ServerInfo:
+    engine: str
+    version: str | None
+    model: str
+    max_model_len: int | None
+    block_size: int | None
+    kv_blocks: int | None
+    is_sim: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size,
+            "kv_blocks": self.kv_blocks,
+        }
+
+
+def _cache_config(text: str | None) -> tuple[int | None, int | None]:
+    if not text:
+        return None, None
+    try:
+        for fam in text_string_to_metric_families(text):
+            if fam.name == "vllm:cache_config_info":
+                for s in fam.samples:
+                    bs, nb = s.labels.get("block_size"), s.labels.get("num_gpu_blocks")
+                    return (
+                        int(bs) if bs and bs.isdigit() else None,
+                        int(nb) if nb and nb.isdigit() else None,
+                    )
+    except ValueError:
+        return None, None
+    return None, None
+
+
+async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo:
+    """What the server says about itself: engine and version, the model, its KV cache."""
+    version = await get_json(http, f"{target.root}/version", target) or {}
+    models = await get_json(http, f"{target.base_url.rstrip('/')}/models", target)
+    if models is None:
+        raise ProbeError(
+            f"{target.base_url}/models did not answer: is an OpenAI-compatible server there?"
+        )
+    entries = [m for m in models.get("data", []) if isinstance(m, dict)]
+    names = [str(m.get("id")) for m in entries]
+    if target.model not in names:
+        served = ", ".join(names) or "nothing"
+        raise ValueError(
+            f"model {target.model!r} is not served at {target.base_url} (it serves: {served})"
+        )
+    entry = entries[names.index(target.model)]
+    is_sim = version.get("server") == "agentload-sim"
+    bs, nb = _cache_config(await get_text(http, f"{target.root}/metrics", target))
+    mml = entry.get("max_model_len")
+    return ServerInfo(
+        engine="agentload-sim" if is_sim else str(entry.get("owned_by") or "unknown"),
+        version=str(version["version"]) if version.get("version") else None,
+        model=target.model,
+        max_model_len=int(mml) if isinstance(mml, int) else None,
+        block_size=bs,
+        kv_blocks=nb,
+        is_sim=is_sim,
+    )
+
+
+def _iteration_hist(text: str | None) -> dict[float, float]:
+    """Cumulative bucket counts of vllm:iteration_tokens_total (tokens per engine step)."""
+    out: dict[float, float] = {}
+    if not text:
+        return out
+    try:
+        for fam in text_string_to_metric_families(text):
+            if fam.name == "vllm:iteration_tokens_total":
+                for s in fam.samples:
+                    if s.name.endswith("_bucket"):
+                        le = float(s.labels["le"])
+                        out[le] = out.get(le, 0.0) + float(s.value)
+    except (ValueError, KeyError):
+        return {}
+    return out
+
+
+async def detect_budget(
+    http: aiohttp.ClientSession, target: Target, prompts: PromptMaker, max_len: int
+) -> int | None:
+    """The engine's prefill chunk (max_num_batched_tokens), from the steps one long cold
+    prompt takes in vllm:iteration_tokens_total (the model length when one step took it
+    whole); None when the server does not publish the histogram."""
+    url = f"{target.root}/metrics"
+    before = _iteration_hist(await get_text(http, url, target))
+    p = min(8192, max_len - 16)
+    call = await stream_call(http, target, prompts.text(p), 1)
+    after = _iteration_hist(await get_text(http, url, target))
+    if not before or not after:
+        return None
+    steps = after.get(math.inf, 0) - before.get(math.inf, 0)
+    grown = [le for le in sorted(after) if after[le] - before.get(le, 0) > 0]
+    if not grown:
+        return None
+    if steps < 2:
+        # one step took the whole prompt: the budget is at least that (vLLM's CPU backend
+        # and small models often allow the whole context)
+        return max(max_len, call.prompt_tokens)
+    chunk = math.ceil(call.prompt_tokens / steps / 16) * 16
+    return int(min(chunk, grown[-1])) if math.isfinite(grown[-1]) else chunk
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+@dataclass
+class Calibration:
+    profile: Profile
+    fit: Fit
+    probe: ProbeResult
+    info: ServerInfo
+    seconds: float
+
+
+def build_profile(
+    name: str,
+    base: Profile,
+    f: Fit,
+    probe: ProbeResult,
+    info: ServerInfo,
+    extra: dict[str, Any],
+) -> Profile:
+    p0, p1 = fit_coalescing(list(probe.chunking.items()))
+    fields = base.model_dump()
+    fields.update({k: _round(v) for k, v in f.params.items()})
+    fields.update(
+        name=name,
+        description=f"Calibrated against {info.engine} {info.version or ''} serving {info.model}"
+        f" ({dt.date.today().isoformat()}).".replace("  ", " "),
+        coalesce_p=p0,
+        coalesce_per_seq=p1,
+        calibration={
+            "server": info.as_dict(),
+            **extra,
+            "fit": f.quality(),
+            "chunking": {str(b): round(m, 3) for b, m in probe.chunking.items()},
+            "observations": f.table(),
+        },
+    )
+    for key, value in (
+        ("block_size", info.block_size),
+        ("kv_blocks", info.kv_blocks),
+        ("max_model_len", info.max_model_len),
+    ):
+        if value:
+            fields[key] = value
+    return Profile.model_validate(fields)
+
+
+async def calibrate(
+    target: Target,
+    *,
+    name: str,
+    base: str = "tiny-cpu",
+    tokenizer: str | None = None,
+    budget: int | None = None,
+    max_num_seqs: int | None = None,
+    plan: ProbePlan | None = None,
+    wall_clock: bool = False,
+    say: Say = lambda s: None,
+    seed: int | None = None,
+) -> Calibration:
+    """Probe the server at `target`, fit, and return the profile (nothing written)."""
+    t_start = time.monotonic()
+    base_p = load_profile(base)
+    # A fresh salt by default: a real server's prefix cache may hold an earlier probe's prompts.
+    prompts = PromptMaker(tokenizer, seed if seed is not None else time.time_ns())
+    load_before = os.getloadavg()
+    async with aiohttp.ClientSession() as http:
+        info = await server_info(http, target)
+        target.model_times = info.is_sim and not wall_clock
+        say(
+            f"calibrate: {info.engine} {info.version or '?'} at {target.base_url}, model "
+            f"{info.model}; timing on the {'model' if target.model_times else 'wall'} clock"
+        )
+        plan = plan or ProbePlan()
+        if budget is None:
+            budget = await detect_budget(
+                http, target, prompts, info.max_model_len or base_p.max_model_len
+            )
+            if budget:
+                say(
+                    f"calibrate: the engine prefills {budget} tokens per step (from "
+                    "vllm:iteration_tokens_total; --max-num-batched-tokens overrides)"
+                )
+        plan.budget = budget or base_p.max_num_batched_tokens
+        plan.block_size = info.block_size or base_p.block_size
+        plan.max_model_len = info.max_model_len or base_p.max_model_len
+        plan = plan.fitted()
+        probe = Probe(http, target, plan, prompts, progress=_progress(say))
+        pilot = await probe.pilot()
+        steps = probe.estimate(pilot)
+        est = sum(e for _, e, _ in steps)
+        say(
+            f"calibrate: pilot TTFT {1e3 * pilot.ttft_s:.0f} ms for {pilot.prompt_tokens} "
+            f"tokens, {1e3 * pilot.tpot_s:.1f} ms per token; the probe takes about "
+            f"{_dur(est)} ({len(steps)} steps)"
+        )
+        await probe.run(steps)
+    f = fit(probe.result.obs)
+    load_after = os.getloadavg()
+    extra = {
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "clock": "model" if target.model_times else "wall",
+        "probe": {
+            "requests": probe.result.requests,
+            "seconds": round(time.monotonic() - t_start, 1),
+            "max_num_batched_tokens": plan.budget,
+            "prompt_lengths": plan.prompt_lengths,
+            "decode_batches": plan.decode_batches,
+            "decode_contexts": plan.decode_contexts,
+            "repeats": plan.repeats,
+            "tokenizer": Path(tokenizer).name if tokenizer else None,
+        },
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "load_avg_1m_before": round(load_before[0], 2),
+            "load_avg_1m_after": round(load_after[0], 2),
+        },
+    }
+    profile = build_profile(name, base_p, f, probe.result, info, extra)
+    if max_num_seqs:
+        profile = profile.model_copy(update={"max_num_seqs": max_num_seqs})
+    profile = profile.model_copy(update={"max_num_batched_tokens": plan.budget})
+    return Calibration(profile, f, probe.result, info, time.monotonic() - t_start)
+
+
+def _dur(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _progress(say: Say) -> Callable[[str, float, float, float], None]:
+    def report(phase: str, elapsed: float, done: float, total: float) -> None:
+        if phase == "done":
+            say(f"calibrate: probe done in {_dur(elapsed)}")
+            return
+        rate = elapsed / done if done > 0 else 1.0
+        left = max(0.0, (total - done) * rate)
+        pct = 100 * done / total if total else 100
+        say(f"calibrate: [{pct:3.0f}%] {phase}; {_dur(elapsed)} elapsed, about {_dur(left)} left")
+
+    return report
+
+
+def profile_yaml(profile: Profile, command: str | None = None) -> str:
+    """The profile as YAML, with a header saying where it came from."""
+    data = profile.model_dump(exclude_none=True)
+    head = [f"# agentload simulator profile: {profile.name}", f"# {profile.description}"]
+    if command:
+        head.append(f"# reproduce: {command}")
+    body = yaml.safe_dump(data, sort_keys=False, width=100)
+    return "\n".join(head) + "\n" + body
+
+
+def summary_lines(c: Calibration) -> list[str]:
+    p = c.profile
+    lines = [f"{'parameter':<24} {'value':>12}"]
+    for k in PARAMS:
+        lines.append(f"{k:<24} {getattr(p, k):>12.4g}")
+    lines.append(f"{'coalesce_p':<24} {p.coalesce_p:>12.4g}")
+    lines.append(f"{'coalesce_per_seq':<24} {p.coalesce_per_seq:>12.4g}")
+    q = c.fit.quality()
+    for kind, v in q.items():
+        med, worst = 100 * (v["median_abs_error"] or 0), 100 * (v["max_abs_error"] or 0)
+        lines.append(
+            f"fit {kind:<12} {v['observations']:>3} observations, median error "
+            f"{med:.1f} %, worst {worst:.1f} %"
+        )
+    return lines

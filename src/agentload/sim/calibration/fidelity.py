@@ -1,0 +1,217 @@
+"""`agentload sim fidelity`: the same fixed workloads against a real server and against the
+simulator with a profile, and the simulator's error on each metric.
+
+The workloads are those the simulator was first measured on: random prompts of 2,000 and 6,000
+tokens, a shared 1,800-token prefix, concurrency 1 and 4, 32-64 output tokens with
+``ignore_eos``. Both sides get the same prompts (a fresh random salt per run, so a real server's
+prefix cache holds nothing from an earlier run) and are measured by the same client code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from agentload.sim.calibration.prompts import PromptMaker
+from agentload.sim.calibration.stream import Call, Target, stream_call
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompt: int
+    out: int
+    concurrency: int
+    requests: int
+    prefix: int = 0
+    """Tokens of a prefix every prompt shares (warmed into the cache before measuring)."""
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("prefill-heavy", prompt=6000, out=32, concurrency=1, requests=6),
+    Workload("decode-heavy", prompt=2000, out=64, concurrency=1, requests=6),
+    Workload("shared-prefix", prompt=2000, out=32, concurrency=1, requests=8, prefix=1800),
+    Workload("concurrent", prompt=2000, out=64, concurrency=4, requests=16),
+)
+METRICS = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_mean_s",
+    "itl_mean_s",
+    "output_tok_s",
+    "tokens_per_chunk",
+)
+# Within this relative error a metric counts as matched (the goal for TTFT and TPOT).
+GOAL = 0.10
+GOAL_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s")
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarise(calls: list[Call], wall_s: float) -> dict[str, float]:
+    ttfts = [c.ttft for c in calls]
+    tpots = [t for c in calls if (t := c.tpot()) is not None]
+    gaps = [g for c in calls for g in c.gaps()]
+    chunks = [n for c in calls for n in c.chunk_tokens]
+    return {
+        "ttft_p50_s": _quantile(ttfts, 0.5),
+        "ttft_p90_s": _quantile(ttfts, 0.9),
+        "tpot_mean_s": statistics.fmean(tpots) if tpots else float("nan"),
+        "itl_mean_s": statistics.fmean(gaps) if gaps else float("nan"),
+        "output_tok_s": sum(c.tokens for c in calls) / wall_s if wall_s > 0 else float("nan"),
+        "tokens_per_chunk": statistics.fmean(chunks) if chunks else 1.0,
+    }
+
+
+async def run_workload(
+    http: aiohttp.ClientSession, target: Target, w: Workload, prompts: list[str], warm: str | None
+) -> dict[str, float]:
+    if warm:
+        await stream_call(http, target, warm, 1)
+    queue = list(prompts)
+    calls: list[Call] = []
+
+    async def worker() -> None:
+        while queue:
+            p = queue.pop(0)
+            calls.append(await stream_call(http, target, p, w.out))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(w.concurrency)))
+    return summarise(calls, time.perf_counter() - t0)
+
+
+def workload_prompts(w: Workload, maker: PromptMaker) -> tuple[list[str], str | None]:
+    if not w.prefix:
+        return [maker.prompt(w.prompt) for _ in range(w.requests)], None
+    prefix = maker.text(w.prefix)
+    return [maker.prompt(w.prompt, prefix) for _ in range(w.requests)], prefix
+
+
+async def measure(
+    target: Target,
+    workloads: list[Workload],
+    plans: dict[str, tuple[list[str], str | None]],
+    say: Callable[[str], None],
+    side: str,
+) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    async with aiohttp.ClientSession() as http:
+        for w in workloads:
+            t0 = time.monotonic()
+            prompts, warm = plans[w.name]
+            out[w.name] = await run_workload(http, target, w, prompts, warm)
+            say(f"fidelity: {side} {w.name} done in {time.monotonic() - t0:.1f} s")
+    return out
+
+
+def compare(
+    real: dict[str, dict[str, float]], sim: dict[str, dict[str, float]]
+) -> list[dict[str, Any]]:
+    rows = []
+    for name, r in real.items():
+        s = sim[name]
+        errors = {m: (s[m] / r[m] - 1) if r[m] else float("nan") for m in METRICS}
+        rows.append(
+            {
+                "workload": name,
+                "real": r,
+                "sim": s,
+                "error": errors,
+                "within_goal": all(abs(errors[m]) <= GOAL for m in GOAL_METRICS),
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table: real value, sim value and error for the main metrics."""
+    head = (
+        "| workload | TTFT p50 real / sim | TTFT p90 real / sim | TPOT mean real / sim | "
+        "ITL mean real / sim | output tok/s real / sim | tokens/chunk real / sim |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|"]
+
+    def ms(r: dict[str, Any], m: str) -> str:
+        return (
+            f"{1e3 * r['real'][m]:.1f} / {1e3 * r['sim'][m]:.1f} ms ({100 * r['error'][m]:+.0f} %)"
+        )
+
+    def plain(r: dict[str, Any], m: str, fmt: str) -> str:
+        return f"{r['real'][m]:{fmt}} / {r['sim'][m]:{fmt}} ({100 * r['error'][m]:+.0f} %)"
+
+    for r in rows:
+        lines.append(
+            f"| {r['workload']} | {ms(r, 'ttft_p50_s')} | {ms(r, 'ttft_p90_s')} | "
+            f"{ms(r, 'tpot_mean_s')} | {ms(r, 'itl_mean_s')} | {plain(r, 'output_tok_s', '.0f')} "
+            f"| {plain(r, 'tokens_per_chunk', '.2f')} |"
+        )
+    return "\n".join(lines)
+
+
+def load_note() -> dict[str, float]:
+    one, five, _ = os.getloadavg()
+    return {"load_avg_1m": round(one, 2), "load_avg_5m": round(five, 2)}
+
+
+async def fidelity(
+    real: Target,
+    profile: str,
+    *,
+    tokenizer: str | None = None,
+    workloads: list[Workload] | None = None,
+    say: Callable[[str], None] = lambda s: None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Run the workloads on the real server, then on a simulator (its own process) with
+    `profile`; the comparison, the load average and the salt that made the prompts."""
+    from agentload.sim.api import SimProcess
+    from agentload.sim.config import SimConfig
+
+    chosen = workloads or list(WORKLOADS)
+    salt = seed if seed is not None else int(time.time())
+    maker = PromptMaker(tokenizer, salt)
+    plans = {w.name: workload_prompts(w, maker) for w in chosen}
+    load_before = load_note()
+    config = SimConfig(
+        port=0, profile=profile, model=real.model, tokenizer=tokenizer, log_interval_s=0
+    )
+    sim = SimProcess(config)
+    await asyncio.to_thread(sim.start)
+    real_m: dict[str, dict[str, float]] = {}
+    sim_m: dict[str, dict[str, float]] = {}
+    try:
+        sim_t = Target(sim.base_url, real.model)
+        # Each workload on the real server, then at once on the simulator: a change in the
+        # machine's load between workloads does not fall on one side only.
+        for w in chosen:
+            real_m.update(await measure(real, [w], plans, say, "real"))
+            sim_m.update(await measure(sim_t, [w], plans, say, "sim"))
+    finally:
+        await asyncio.to_thread(sim.stop)
+    rows = compare(real_m, sim_m)
+    return {
+        "real_url": real.base_url,
+        "profile": profile,
+        "salt": salt,
+        "load_before": load_before,
+        "load_after": load_note(),
+        "workloads": [w.__dict__ for w in chosen],
+        "rows": rows,
+        "within_goal": all(r["within_goal"] for r in rows),
+    }

@@ -1,0 +1,189 @@
+"""Fit a profile's timing parameters to measured latencies (weighted non-negative least squares).
+
+Every observation is a latency the timing model of docs/simulator.md writes as a linear
+combination of the profile's parameters: the features below are the coefficients (how many
+steps, prefill tokens, attention pairs, decoding sequences, context tokens the latency holds),
+so the fit is a linear least-squares problem. Rows are weighted by 1 / measured value: the fit
+minimises relative errors, so a 20 ms TTFT counts as much as a 2 s one; Huber weights then
+let an observation far from the others (a load spike on the machine) count less.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PARAMS = (
+    "request_overhead_s",
+    "frontend_token_s",
+    "step_overhead_s",
+    "prefill_token_s",
+    "decode_seq_s",
+    "prefill_attention_s",
+    "decode_context_token_s",
+    "decode_max_context_s",
+)
+
+
+@dataclass
+class Obs:
+    """One measured latency and its features (coefficients of PARAMS)."""
+
+    kind: str  # ttft | decode | interference
+    label: str
+    y: float
+    x: list[float]
+    n: int = 1
+    """Measurements behind y (it is their median)."""
+
+
+def pairs(uncached: int, cached: int) -> float:
+    """(query, key) pairs a prefill of `uncached` tokens after `cached` ones attends."""
+    return uncached * cached + uncached * (uncached + 1) / 2
+
+
+def ttft_features(prompt: int, cached: int, budget: int) -> list[float]:
+    """TTFT of a request on an idle engine: front end, then ceil(r / budget) prefill steps."""
+    r = max(1, prompt - cached)
+    steps = float(math.ceil(r / budget))
+    return [1.0, float(prompt), steps, float(r), 0.0, pairs(r, cached), 0.0, 0.0]
+
+
+def decode_features(batch: int, context_sum: float, context_max: float) -> list[float]:
+    """One decode step of `batch` sequences holding `context_sum` tokens of context, the
+    longest `context_max`."""
+    return [0.0, 0.0, 1.0, 0.0, float(batch), 0.0, float(context_sum), float(context_max)]
+
+
+def mixed_features(
+    prefill: int, cached: int, batch: int, context_sum: float, context_max: float
+) -> list[float]:
+    """A step that prefills `prefill` tokens beside `batch` decoding sequences."""
+    return [
+        0.0,
+        0.0,
+        1.0,
+        float(prefill),
+        float(batch),
+        pairs(prefill, cached),
+        context_sum,
+        context_max,
+    ]
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by elimination: solve, drop the most negative column,
+    repeat (a handful of columns, so this is exact enough and needs only numpy)."""
+    active = list(range(a.shape[1]))
+    coef = np.zeros(a.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (sol >= 0).all():
+            coef[:] = 0
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+@dataclass
+class Fit:
+    params: dict[str, float]
+    obs: list[Obs]
+    predicted: list[float] = field(default_factory=list)
+
+    def errors(self) -> list[float]:
+        return [p / o.y - 1 for p, o in zip(self.predicted, self.obs, strict=True)]
+
+    def quality(self) -> dict[str, Any]:
+        """Median and worst relative error per kind of observation, and overall."""
+        errs = self.errors()
+        out: dict[str, Any] = {}
+        for kind in sorted({o.kind for o in self.obs}):
+            e = [abs(x) for x, o in zip(errs, self.obs, strict=True) if o.kind == kind]
+            out[kind] = {
+                "observations": len(e),
+                "median_abs_error": round(float(np.median(e)), 4),
+                "max_abs_error": round(max(e), 4),
+            }
+        a = [abs(x) for x in errs]
+        out["all"] = {
+            "observations": len(a),
+            "median_abs_error": round(float(np.median(a)), 4) if a else None,
+            "max_abs_error": round(max(a), 4) if a else None,
+        }
+        return out
+
+    def table(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "kind": o.kind,
+                "label": o.label,
+                "measured_s": round(o.y, 6),
+                "model_s": round(p, 6),
+                "error": round(p / o.y - 1, 4),
+            }
+            for o, p in zip(self.obs, self.predicted, strict=True)
+        ]
+
+
+def _robust(a: np.ndarray, b: np.ndarray, rounds: int = 8) -> np.ndarray:
+    """NNLS with Huber weights (iteratively reweighted): an observation a busy machine spoiled
+    counts less than the ones that agree with each other."""
+    # Columns differ by orders of magnitude (1 vs P² pairs): scale them to unit norm.
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    a = a / norms
+    h = np.ones(len(b))
+    coef = nnls(a, b)
+    for _ in range(rounds):
+        r = a @ coef - b
+        scale = 1.4826 * float(np.median(np.abs(r)))
+        if scale <= 1e-9:
+            break
+        k = 1.5 * scale
+        h = np.where(np.abs(r) <= k, 1.0, k / np.maximum(np.abs(r), 1e-300))
+        coef = nnls(a * np.sqrt(h)[:, None], b * np.sqrt(h))
+    return coef / norms
+
+
+def fit(obs: list[Obs], fixed: dict[str, float] | None = None) -> Fit:
+    """The parameters that best explain `obs`; `fixed` ones are held at the given value."""
+    fixed = fixed or {}
+    usable = [o for o in obs if o.y > 0 and math.isfinite(o.y)]
+    if len(usable) < 3:
+        raise ValueError(f"too few usable observations to fit ({len(usable)})")
+    x = np.array([o.x for o in usable], dtype=float)
+    y = np.array([o.y for o in usable], dtype=float)
+    w = 1.0 / y
+    free = [i for i, name in enumerate(PARAMS) if name not in fixed]
+    offset = np.zeros(len(usable))
+    for i, name in enumerate(PARAMS):
+        if name in fixed:
+            offset += x[:, i] * fixed[name]
+    coef = _robust(x[:, free] * w[:, None], (y - offset) * w)
+    params = dict.fromkeys(PARAMS, 0.0)
+    params.update(fixed)
+    for i, c in zip(free, coef, strict=True):
+        params[PARAMS[i]] = float(c)
+    theta = np.array([params[p] for p in PARAMS])
+    return Fit(params=params, obs=usable, predicted=[float(v) for v in x @ theta])
+
+
+def fit_coalescing(batches: list[tuple[int, float]]) -> tuple[float, float]:
+    """`coalesce_p`, `coalesce_per_seq` from (batch size, mean tokens per chunk) pairs.
+
+    A token is held with probability p = p0 + p1 (batch − 1); tokens per chunk are then
+    geometric with mean 1 / (1 − p), so p = 1 − 1 / mean, fitted linearly in the batch."""
+    pts = [(b, min(0.95, max(0.0, 1 - 1 / m))) for b, m in batches if m > 0]
+    if not pts:
+        return 0.0, 0.0
+    if len({b for b, _ in pts}) < 2:
+        return round(float(np.mean([p for _, p in pts])), 4), 0.0
+    xb = np.array([[1.0, b - 1.0] for b, _ in pts])
+    yp = np.array([p for _, p in pts])
+    p0, p1 = nnls(xb, yp)
+    return round(min(0.95, float(p0)), 4), round(min(0.95, float(p1)), 4)

@@ -1,0 +1,272 @@
+"""The calibration probe: a fixed set of request patterns whose latencies pin down each term
+of the timing model.
+
+* **prefill**: cold prompts across lengths (the linear and the quadratic prefill terms), each
+  sent again at once (a prefix-cache hit: the front end and the per-token front-end cost);
+* **decode**: batches of 1-8 streams over a short and a long shared context (per-step,
+  per-sequence and per-context-token decode costs), measured while every stream decodes;
+* **interference**: a cold prefill arriving while a stream decodes (the longest gap of that
+  stream is one mixed step).
+
+Every pattern is repeated and summarised by its median, which keeps a loaded machine's
+outliers out of the fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import aiohttp
+
+from agentload.sim.calibration.fit import (
+    Obs,
+    decode_features,
+    mixed_features,
+    ttft_features,
+)
+from agentload.sim.calibration.prompts import PromptMaker
+from agentload.sim.calibration.stream import Call, ProbeError, Target, model_clock, stream_call
+
+Progress = Callable[[str, float, float, float], None]
+"""(phase, elapsed s, estimated s done, estimated s in all)."""
+
+
+@dataclass
+class ProbePlan:
+    prompt_lengths: list[int] = field(default_factory=lambda: [128, 512, 1024, 2048, 4096, 8192])
+    repeats: int = 3
+    decode_batches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    decode_contexts: list[int] = field(default_factory=lambda: [256, 2048, 6144])
+    decode_tokens: int = 96
+    interference_prompts: list[int] = field(default_factory=lambda: [1024, 2048])
+    budget: int = 8192
+    """The engine's max_num_batched_tokens (prefill chunk size)."""
+    block_size: int = 16
+    max_model_len: int = 32768
+
+    @classmethod
+    def quick(cls) -> ProbePlan:
+        """A smaller probe: every term still has the observations that pin it down."""
+        return cls(
+            prompt_lengths=[128, 1024, 4096],
+            repeats=1,
+            decode_batches=[1, 2, 4],
+            decode_contexts=[256, 2048],
+            decode_tokens=32,
+            interference_prompts=[1024],
+        )
+
+    def fitted(self) -> ProbePlan:
+        """This plan with lengths the server accepts."""
+        top = self.max_model_len - max(self.decode_tokens, 160) - 8
+        return ProbePlan(
+            prompt_lengths=[p for p in self.prompt_lengths if p <= top] or [min(256, top)],
+            repeats=self.repeats,
+            decode_batches=self.decode_batches,
+            decode_contexts=[min(c, top) for c in self.decode_contexts],
+            decode_tokens=self.decode_tokens,
+            interference_prompts=[min(p, self.budget // 2, top) for p in self.interference_prompts],
+            budget=self.budget,
+            block_size=self.block_size,
+            max_model_len=self.max_model_len,
+        )
+
+
+@dataclass
+class Pilot:
+    """One cold request's figures, to size the probe before it runs."""
+
+    ttft_s: float
+    prompt_tokens: int
+    tpot_s: float
+
+    def ttft(self, p: int) -> float:
+        return self.ttft_s * max(0.05, (p / max(self.prompt_tokens, 1)) ** 1.3)
+
+    def step(self, batch: int) -> float:
+        return self.tpot_s * (1 + 0.3 * (batch - 1))
+
+
+@dataclass
+class ProbeResult:
+    obs: list[Obs] = field(default_factory=list)
+    chunking: dict[int, float] = field(default_factory=dict)
+    """Mean tokens per chunk (after the first) by decode batch size, on the wire."""
+    requests: int = 0
+
+
+class Probe:
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        target: Target,
+        plan: ProbePlan,
+        prompts: PromptMaker,
+        progress: Progress | None = None,
+    ) -> None:
+        self.http = http
+        self.t = target
+        self.plan = plan
+        self.prompts = prompts
+        self.progress = progress
+        self.result = ProbeResult()
+        self._chunks: dict[int, list[int]] = {}
+        self._samples: dict[tuple[str, str], list[tuple[float, list[float]]]] = {}
+        self._prefixes: dict[int, str] = {}
+
+    async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
+        c = await stream_call(self.http, self.t, prompt, max_tokens, into)
+        self.result.requests += 1
+        return c
+
+    async def clocked(self, calls: list[Call]) -> list[Call]:
+        """The calls on the clock the fit uses (the simulator's model clock if it has one)."""
+        if not self.t.model_times:
+            return calls
+        return [await model_clock(self.http, self.t, c) for c in calls]
+
+    async def pilot(self) -> Pilot:
+        c = await self.call(self.prompts.text(1024), 17)
+        (c,) = await self.clocked([c])
+        return Pilot(c.ttft, c.prompt_tokens, c.tpot() or 0.01)
+
+    def estimate(self, pilot: Pilot) -> list[tuple[str, float, Callable[[], Awaitable[None]]]]:
+        """One round of the probe (each pattern once) with estimated durations; the probe
+        runs `repeats` rounds, so each pattern's repeats spread over the whole probe and a
+        change in the machine's load shifts every pattern alike."""
+        pl = self.plan
+        steps: list[tuple[str, float, Callable[[], Awaitable[None]]]] = []
+        for p in pl.prompt_lengths:
+            est = pilot.ttft(p) + pilot.ttft(pl.block_size) + 0.05
+            steps.append((f"prefill {p}", est, partial(self.prefill, p)))
+        for ctx in pl.decode_contexts:
+            for b in pl.decode_batches:
+                est = pilot.ttft(32 * b) + pl.decode_tokens * pilot.step(b) + 0.05
+                steps.append((f"decode b={b} ctx={ctx}", est, partial(self.decode, ctx, b)))
+        for p in pl.interference_prompts:
+            est = 160 * pilot.step(1) + pilot.ttft(p) + 0.1
+            steps.append((f"interference {p}", est, partial(self.interference, p)))
+        return steps
+
+    async def run(self, steps: list[tuple[str, float, Callable[[], Awaitable[None]]]]) -> None:
+        rounds = self.plan.repeats
+        total = rounds * sum(e for _, e, _ in steps)
+        done = 0.0
+        t0 = time.monotonic()
+        for r in range(rounds):
+            for name, est, fn in steps:
+                if self.progress:
+                    self.progress(
+                        f"round {r + 1}/{rounds}: {name}", time.monotonic() - t0, done, total
+                    )
+                await fn()
+                done += est
+        if self.progress:
+            self.progress("done", time.monotonic() - t0, total, total)
+        self._finish()
+
+    def _finish(self) -> None:
+        """Each pattern's median sample becomes one observation."""
+        for (kind, label), samples in self._samples.items():
+            y, feats = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
+            if kind == "decode":
+                # the median step, with the mean context of the samples
+                y = statistics.median(s[0] for s in samples)
+                feats = [statistics.fmean(s[1][i] for s in samples) for i in range(len(feats))]
+            self.result.obs.append(Obs(kind, label, y, feats, len(samples)))
+        self.result.chunking = {
+            b: statistics.fmean(v) for b, v in sorted(self._chunks.items()) if v
+        }
+
+    def _sample(self, kind: str, label: str, y: float, feats: list[float]) -> None:
+        self._samples.setdefault((kind, label), []).append((y, feats))
+
+    # -- the phases (one repetition each) ----------------------------------------------------
+    def _cached(self, c: Call, warm: bool) -> int:
+        if c.cached_tokens is not None:
+            return c.cached_tokens
+        bs = self.plan.block_size
+        return (c.prompt_tokens - 1) // bs * bs if warm else 0
+
+    async def prefill(self, p: int) -> None:
+        prompt = self.prompts.text(p)
+        (cold,) = await self.clocked([await self.call(prompt, 2)])
+        (warm,) = await self.clocked([await self.call(prompt, 2)])
+        budget = self.plan.budget
+        for c, label, is_warm in ((cold, "cold", False), (warm, "cached", True)):
+            feats = ttft_features(c.prompt_tokens, self._cached(c, is_warm), budget)
+            self._sample("ttft", f"{label} {p}", c.ttft, feats)
+
+    async def decode(self, ctx: int, batch: int) -> None:
+        pm = self.prompts
+        if ctx not in self._prefixes:
+            self._prefixes[ctx] = pm.text(max(1, ctx - 32))
+        prefix = self._prefixes[ctx]
+        await self.call(prefix, 1)  # (re)caches the shared prefix
+        prompts = [pm.prompt(ctx, prefix) for _ in range(batch)]
+        wire = await asyncio.gather(*(self.call(q, self.plan.decode_tokens) for q in prompts))
+        for c in wire:
+            self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
+        calls = await self.clocked(list(wire))
+        w0 = max(c.times[0] for c in calls)
+        w1 = min(c.times[-1] for c in calls)
+        ctx_sum = 0.0
+        ctx_max = 0.0
+        per: list[float] = []
+        for c in calls:
+            idx = [i for i, t in enumerate(c.times) if w0 <= t <= w1]
+            if len(idx) < 2 or c.counts[idx[-1]] - c.counts[idx[0]] < 4:
+                return  # the streams did not decode together long enough: no sample
+            a, b = idx[0], idx[-1]
+            per.append((c.times[b] - c.times[a]) / (c.counts[b] - c.counts[a]))
+            own = c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
+            ctx_sum += own
+            ctx_max = max(ctx_max, own)
+        self._sample(
+            "decode",
+            f"batch {batch} context {ctx}",
+            statistics.median(per),
+            decode_features(batch, ctx_sum, ctx_max),
+        )
+
+    async def interference(self, p: int) -> None:
+        dec = Call(start=0.0)
+        task = asyncio.ensure_future(self.call(self.prompts.text(256), 160, dec))
+        try:
+            # the stream's chunks are appended by its reader: poll them
+            while (not dec.counts or dec.counts[-1] < 16) and not task.done():  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+            pre = await self.call(self.prompts.text(p), 1)
+        finally:
+            await task
+        dec_c, pre_c = await self.clocked([task.result(), pre])
+        found = self._mixed_gap(dec_c, pre_c)
+        if found is not None:
+            self._sample("interference", f"prefill {p}", *found)
+
+    def _mixed_gap(self, dec: Call, pre: Call) -> tuple[float, list[float]] | None:
+        """The decoding stream's longest gap after the prefill arrived, and its features."""
+        best: tuple[float, int] | None = None
+        for i in range(len(dec.times) - 1):
+            if dec.times[i + 1] <= pre.start:
+                continue
+            gap = dec.times[i + 1] - dec.times[i]
+            if best is None or gap > best[0]:
+                best = (gap, i)
+        if best is None:
+            return None
+        gap, i = best
+        ctx = dec.prompt_tokens + dec.counts[i]
+        cached = pre.cached_tokens or 0
+        feats = mixed_features(pre.prompt_tokens - cached, cached, 1, ctx, ctx)
+        extra = dec.counts[i + 1] - dec.counts[i] - 1
+        step = decode_features(1, ctx, ctx)
+        return gap, [f + extra * s for f, s in zip(feats, step, strict=True)]
+
+
+__all__ = ["Pilot", "Probe", "ProbeError", "ProbePlan", "ProbeResult"]

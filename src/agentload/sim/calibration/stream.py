@@ -1,0 +1,227 @@
+"""One streamed completion as a calibration sees it: when each chunk came, with how many tokens.
+
+Requests go to ``/v1/completions`` with a plain prompt (no chat template, so the real server and
+the simulator count the same tokens), ``ignore_eos`` and ``continuous_usage_stats`` (every
+event carries the running ``completion_tokens``, so a chunk that holds several tokens shows it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from agentload.sim.modeltime import MODEL_TIMES_HEADER
+
+
+class ProbeError(Exception):
+    """The server refused or broke a probe request (one line, shown to the user)."""
+
+
+@dataclass
+class Call:
+    """One request: its start and its chunks, on one clock (wall or the simulator's model)."""
+
+    start: float
+    times: list[float] = field(default_factory=list)
+    """Arrival of each chunk (events read together count as one chunk)."""
+    counts: list[int] = field(default_factory=list)
+    """Completion tokens received so far, at each chunk."""
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None
+    rid: str = ""
+    chunk_tokens: list[int] = field(default_factory=list)
+    """Tokens per chunk on the wire (after the first chunk), whatever clock the times use."""
+
+    @property
+    def ttft(self) -> float:
+        return self.times[0] - self.start
+
+    @property
+    def tokens(self) -> int:
+        return self.counts[-1] if self.counts else 0
+
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first."""
+        if len(self.times) < 2 or self.counts[-1] <= self.counts[0]:
+            return None
+        return (self.times[-1] - self.times[0]) / (self.counts[-1] - self.counts[0])
+
+    def gaps(self) -> list[float]:
+        return [b - a for a, b in zip(self.times, self.times[1:], strict=False)]
+
+
+@dataclass
+class Target:
+    """The server under calibration."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    model_times: bool = False
+    """Ask the simulator for model-clock timings (only an agentload simulator has them)."""
+    timeout_s: float = 300.0
+
+    def headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        if self.model_times:
+            h[MODEL_TIMES_HEADER] = "1"
+        return h
+
+    @property
+    def root(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
+
+def _events(buf: bytearray) -> list[bytes]:
+    out: list[bytes] = []
+    while True:
+        end = buf.find(b"\n\n")
+        if end < 0:
+            return out
+        block = bytes(buf[:end])
+        del buf[: end + 2]
+        for line in block.splitlines():
+            if line.startswith(b"data:"):
+                data = line[5:].strip()
+                if data and data != b"[DONE]":
+                    out.append(data)
+
+
+def _apply(call: Call, event: dict[str, Any]) -> int | None:
+    """Record an event's ids and usage; the running completion-token count if it has one."""
+    if "error" in event:
+        raise ProbeError(f"the server sent an error event: {str(event['error'])[:200]}")
+    call.rid = call.rid or str(event.get("id", ""))
+    usage = event.get("usage") or {}
+    if usage:
+        call.prompt_tokens = int(usage.get("prompt_tokens") or call.prompt_tokens)
+        details = usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            call.cached_tokens = int(details["cached_tokens"])
+    if not event.get("choices"):
+        return None
+    n = usage.get("completion_tokens")
+    return int(n) if n is not None else None
+
+
+async def stream_call(
+    http: aiohttp.ClientSession,
+    target: Target,
+    prompt: str,
+    max_tokens: int,
+    call: Call | None = None,
+) -> Call:
+    """Send one completion and read its stream to the end (filling `call` as chunks come,
+    so a caller can watch its progress). A pooled connection the server closed while idle is
+    retried once on a new one."""
+    for attempt in (1, 2):
+        try:
+            return await _stream_once(http, target, prompt, max_tokens, call)
+        except aiohttp.ServerDisconnectedError:
+            if attempt == 2 or (call is not None and call.times):
+                raise ProbeError(f"{target.base_url}: the server closed the connection") from None
+    raise AssertionError("unreachable")
+
+
+async def _stream_once(
+    http: aiohttp.ClientSession,
+    target: Target,
+    prompt: str,
+    max_tokens: int,
+    call: Call | None,
+) -> Call:
+    body = {
+        "model": target.model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    clock = time.perf_counter
+    if call is None:
+        call = Call(start=clock())
+    else:
+        call.start = clock()
+    try:
+        async with http.post(
+            f"{target.base_url.rstrip('/')}/completions",
+            data=orjson.dumps(body),
+            headers=target.headers(),
+            timeout=aiohttp.ClientTimeout(total=target.timeout_s),
+        ) as r:
+            if r.status != 200:
+                text = (await r.text())[:300].replace("\n", " ")
+                raise ProbeError(f"HTTP {r.status} from {target.base_url}: {text}")
+            buf = bytearray()
+            last = 0
+            async for data in r.content.iter_any():
+                now = clock()
+                buf += data
+                seen = last
+                for raw in _events(buf):
+                    n = _apply(call, orjson.loads(raw))
+                    if n is not None:
+                        seen = max(seen, n)
+                if seen > last:
+                    call.times.append(now)
+                    call.counts.append(seen)
+                    if call.counts[:-1]:
+                        call.chunk_tokens.append(seen - last)
+                    last = seen
+    except aiohttp.ServerDisconnectedError:
+        if call.times:
+            raise ProbeError(f"{target.base_url}: the server closed the stream") from None
+        raise
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise ProbeError(
+            f"request to {target.base_url} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not call.times:
+        raise ProbeError(f"{target.base_url}: a stream ended without tokens")
+    return call
+
+
+async def model_clock(http: aiohttp.ClientSession, target: Target, call: Call) -> Call:
+    """The same call on the simulator's model clock (per token, no chunking)."""
+    url = f"{target.root}/sim/model-times/{call.rid}"
+    async with http.get(url, headers=target.headers()) as r:
+        if r.status != 200:
+            raise ProbeError(f"{url}: HTTP {r.status}")
+        item = orjson.loads(await r.read())
+    times = [float(t) for t in item["token_s"]]
+    return Call(
+        start=float(item["arrival_s"]),
+        times=times,
+        counts=list(range(1, len(times) + 1)),
+        prompt_tokens=int(item["prompt_tokens"]),
+        cached_tokens=int(item["cached_tokens"]),
+        rid=call.rid,
+        chunk_tokens=call.chunk_tokens,
+    )
+
+
+async def get_json(http: aiohttp.ClientSession, url: str, target: Target) -> Any:
+    """A JSON document, or None when the server has no such endpoint."""
+    try:
+        async with http.get(url, headers=target.headers(), timeout=aiohttp.ClientTimeout(10)) as r:
+            if r.status != 200:
+                return None
+            return orjson.loads(await r.read())
+    except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError):
+        return None
+
+
+async def get_text(http: aiohttp.ClientSession, url: str, target: Target) -> str | None:
+    try:
+        async with http.get(url, headers=target.headers(), timeout=aiohttp.ClientTimeout(10)) as r:
+            return await r.text() if r.status == 200 else None
+    except (TimeoutError, aiohttp.ClientError):
+        return None

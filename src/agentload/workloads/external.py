@@ -1,0 +1,334 @@
+"""The `external` workload kind: episodes of the domains' tasks solved by an agent agentload
+does not drive.
+
+agentload plays the user simulator (the same one as in the `episodes` kind) and, per episode,
+opens a tool session for the task on its tool server (MCP and HTTP/JSON,
+`agentload.tools`), points the agent's LLM traffic at its recording proxy (which forwards it
+to the agent endpoint under test) and hands each user message to the agent through an
+adapter (`agentload.external.adapters`). When the user stops, the tool session's database and
+the agent's replies are graded by the domain grader. The session, trajectory and call records
+have the form of a native episode's: the agent's calls as the proxy measured them (role
+`agent`), the user simulator's as its client measured them (role `user`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentload.agents.strategies import transfer_tool_name
+from agentload.agents.users import is_stop, make_user
+from agentload.client import CallRecord, CallResult, ChatClient
+from agentload.config import RunConfig
+from agentload.domains import get_domain
+from agentload.external.adapters import AgentError, AgentSession, make_adapter
+from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
+from agentload.workloads.base import SessionOutcome
+from agentload.workloads.episode import (
+    COUNT_KEYS,
+    SESSION_SCHEMA,
+    TRAJECTORY_SCHEMA,
+    episode_seed,
+    grade_environment,
+)
+from agentload.workloads.episodes import EpisodesWorkload
+
+if TYPE_CHECKING:
+    from agentload.client import EndpointConfig
+    from agentload.external.routing import AgentProxy
+    from agentload.proxy.sessions import ProxySession
+    from agentload.scheduler import WorkItem
+    from agentload.tools.server import ToolServer
+
+log = logging.getLogger("agentload.external")
+_now_ns = time.perf_counter_ns
+
+
+class _Stop(Exception):
+    def __init__(self, termination: str, error: str | None = None) -> None:
+        super().__init__(termination)
+        self.termination, self.error = termination, error
+
+
+class ExternalWorkload(EpisodesWorkload):
+    """Live episodes of the selected tasks with an external agent, `trials` times each."""
+
+    kind = "external"
+    noun = "episodes"
+
+    def __init__(self, cfg: RunConfig) -> None:
+        super().__init__(cfg)
+        self.adapter = make_adapter(cfg.external)  # a bad adapter setting fails here, early
+        self.proxy: AgentProxy | None = None
+        self.tools: dict[str, ToolServer] = {}
+        self.state_root: Path | None = None
+
+    def tool_roles(self) -> tuple[str, ...]:
+        return ("agent",)
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "external": {"adapter": self.adapter.name}}
+
+    async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
+        from agentload.external.routing import AgentProxy
+        from agentload.tools.server import ToolServer
+
+        await super().prepare(endpoints, embedded=embedded)
+        ep = endpoints["agent"]
+        self.agent_endpoint = ep
+        self.proxy = AgentProxy(ep.base_url, ep.name, headers=ep.auth_headers())
+        await self.proxy.start()
+        for d in sorted({t.partition("/")[0] for t in self.units()}):
+            self.tools[d] = await ToolServer(d).start()
+        self.state_root = Path(tempfile.mkdtemp(prefix="agentload-external-"))
+
+    async def close(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.stop()
+            self.proxy = None
+        for ts in self.tools.values():
+            await ts.stop()
+        self.tools.clear()
+        if self.state_root is not None:
+            shutil.rmtree(self.state_root, ignore_errors=True)
+            self.state_root = None
+
+    async def run_session(
+        self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]
+    ) -> SessionOutcome:
+        return await _Episode(self, item, session_id, clients).run()
+
+
+class _Episode:
+    """One episode: the user simulator's loop around the adapter's turns."""
+
+    def __init__(
+        self,
+        wl: ExternalWorkload,
+        item: WorkItem,
+        session_id: str,
+        clients: Mapping[str, ChatClient],
+    ) -> None:
+        if wl.proxy is None or wl.state_root is None:
+            raise RuntimeError("the external workload was not prepared")
+        self.wl, self.item, self.sid = wl, item, session_id
+        self.options = wl.options
+        self.domain = get_domain(item.task_id.partition("/")[0])
+        self.task = self.domain.get_task(item.task_id)
+        self.seed = episode_seed(wl.cfg.workload.seed, item.task_id, item.trial)
+        self.db_seed = int(getattr(self.task, "db_seed", 0))
+        self.user = make_user(self.options.user, self.task, max_turns=self.options.max_user_turns)
+        self.user_client = clients["user"]
+        self.agent_client = clients["agent"]
+        self.headers = {SESSION_HEADER: session_id, ROLE_HEADER: "user", TASK_HEADER: item.task_id}
+        self.user_calls: list[CallRecord] = []
+        self.replies: list[str] = []
+        self.user_turns = 0
+        self.counts = dict.fromkeys(COUNT_KEYS, 0)
+        self.transfer_tool = transfer_tool_name(self.domain)
+
+    async def user_llm(self, messages: list[dict[str, Any]], tools: Any) -> CallResult:
+        opts = self.options
+        turn = len(self.user_calls)
+        res = await self.user_client.chat(
+            messages,
+            tools=tools,
+            max_tokens=opts.user_max_tokens,
+            temperature=opts.temperature,
+            headers=self.headers,
+            session_id=self.sid,
+            role="user",
+            turn=turn,
+            call_id=f"{self.sid}:u{turn}",
+        )
+        self.user_calls.append(res.record)
+        return res
+
+    async def user_says(self, agent_text: str | None) -> str:
+        if self.user_turns >= self.options.max_user_turns:
+            raise _Stop("max_steps", f"user turn limit ({self.options.max_user_turns}) reached")
+        ut = await self.user.reply(agent_text, self.user_llm)
+        if ut.result is not None and not ut.result.ok:
+            rec = ut.result.record
+            kind = rec.error_kind or "error"
+            raise _Stop(
+                "context_overflow" if kind == "context_overflow" else "infra_error",
+                f"user call {kind}" + (f": {rec.error_message}" if rec.error_message else ""),
+            )
+        self.user_turns += 1
+        if not ut.text.strip():
+            raise _Stop("protocol_error", "user: empty message")
+        return ut.text
+
+    def open(self) -> tuple[AgentSession, str]:
+        wl = self.wl
+        assert wl.proxy is not None and wl.state_root is not None
+        ts = wl.tools[self.domain.name]
+        tsid = ts.create_session(self.item.task_id, seed=self.db_seed)
+        state = wl.state_root / self.sid
+        state.mkdir(parents=True, exist_ok=True)
+        policy = state / "policy.md"
+        policy.write_text(self.domain.system_prompt(), encoding="utf-8")
+        ep = wl.agent_endpoint
+        session = AgentSession(
+            session_id=self.sid,
+            task_id=self.item.task_id,
+            domain=self.domain.name,
+            llm_base_url=wl.proxy.open(self.sid, self.item.task_id, self.agent_client.on_record),
+            model=ep.model,
+            api_key=None,  # the proxy adds the endpoint's key; the agent never holds it
+            mcp_url=ts.mcp_url(tsid),
+            tools_url=f"{ts.url}/sessions/{tsid}/tools",
+            policy_file=policy,
+            state_dir=state,
+            max_tokens=self.options.agent_max_tokens,
+        )
+        return session, tsid
+
+    async def loop(self, session: AgentSession, tsid: str) -> None:
+        adapter = self.wl.adapter
+        env = self.wl.tools[self.domain.name].session(tsid).env
+        message = await self.user_says(None)
+        if is_stop(message):
+            raise _Stop("user_stop")
+        while True:
+            try:
+                reply = await adapter.turn(session, message)
+            except AgentError as e:
+                raise _Stop("protocol_error", f"agent: {e}") from None
+            self.replies.append(reply)
+            if self.transfer_tool and any(a.name == self.transfer_tool for a in env.actions):
+                raise _Stop("agent_transfer")
+            message = await self.user_says(reply)
+            if is_stop(message):
+                raise _Stop("user_stop")
+
+    async def run(self) -> SessionOutcome:
+        session, tsid = self.open()
+        started_at, start_ns = time.time(), _now_ns()
+        termination, error = "infra_error", None
+        try:
+            await self.wl.adapter.open(session)
+            async with _budget(self.options.budget_s):
+                await self.loop(session, tsid)
+        except _Stop as stop:
+            termination, error = stop.termination, stop.error
+        except AgentError as e:  # the adapter could not open the agent's session
+            termination, error = "protocol_error", f"agent: {e}"
+        except TimeoutError:
+            termination = "budget_exceeded"
+            error = f"episode wall time over {self.options.budget_s} s"
+        except Exception as e:  # a bug must not take the other episodes of the run down
+            log.exception("external episode %s (%s) failed", self.sid, self.item.task_id)
+            termination, error = "infra_error", f"internal error: {type(e).__name__}: {e}"
+        finally:
+            with contextlib.suppress(Exception):
+                await self.wl.adapter.close(session)
+        end_ns = _now_ns()
+        return self.finish(tsid, termination, error, started_at, start_ns, end_ns)
+
+    def finish(
+        self,
+        tsid: str,
+        termination: str,
+        error: str | None,
+        started_at: float,
+        start_ns: int,
+        end_ns: int,
+    ) -> SessionOutcome:
+        wl = self.wl
+        assert wl.proxy is not None
+        seen, agent_calls = wl.proxy.close(self.sid)
+        tool_session = wl.tools[self.domain.name].close_session(tsid)
+        grade, reward = self.grade(tool_session.env)
+        counts = self.count(agent_calls, tool_session)
+        llm_s = sum(r.total_s for r in agent_calls)
+        user_s = sum(r.total_s for r in self.user_calls)
+        messages, tools = _conversation(seen)
+        identity = {
+            "session_id": self.sid,
+            "domain": self.domain.name,
+            "task_id": self.item.task_id,
+            "trial": self.item.trial,
+            "seed": self.seed,
+        }
+        session = {
+            "schema": SESSION_SCHEMA,
+            **identity,
+            "agent": f"external:{wl.adapter.name}",
+            "user": self.options.user,
+            "reward": reward,
+            "reward_breakdown": {
+                k: grade.get(k) for k in ("db_match", "outputs_ok", "missing_outputs")
+            },
+            "grader_version": grade.get("grader_version"),
+            "data_version": self.domain.data_version,
+            "termination": termination,
+            "error": error,
+            "counts": counts,
+            "durations": {
+                "total_s": (end_ns - start_ns) / 1e9,
+                "llm_s": llm_s,
+                "tool_s": 0.0,  # the agent's own business; not observable from here
+                "user_s": user_s,
+            },
+            "started_at": started_at,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "num_messages": len(messages),
+            "category": self.task.category,
+            "db_seed": self.db_seed,
+        }
+        trajectory = {
+            "schema": TRAJECTORY_SCHEMA,
+            **identity,
+            "db_seed": self.db_seed,
+            "messages": messages,
+            "tools": tools,
+            "action_format": "native",
+            "reward": reward,
+            "termination": termination,
+            "grade": grade,
+        }
+        return SessionOutcome(session, trajectory)
+
+    def grade(self, env: Any) -> tuple[dict[str, Any], float]:
+        try:
+            g = grade_environment(self.domain, self.task, env, self.replies, self.db_seed)
+            return g.to_dict(), float(g.reward)
+        except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
+            log.exception("grading %s failed", self.item.task_id)
+            return {"reward": 0.0, "db_match": False, "outputs_ok": False, "error": repr(e)}, 0.0
+
+    def count(self, agent_calls: list[CallRecord], tool_session: Any) -> dict[str, int]:
+        counts = self.counts
+        counts["agent_calls"] = len(agent_calls)
+        counts["user_calls"] = len(self.user_calls)
+        counts["failed_calls"] = sum(r.status != "ok" for r in (*agent_calls, *self.user_calls))
+        counts["tool_calls"] = tool_session.calls
+        counts["tool_errors"] = tool_session.errors
+        counts["steps"] = len(agent_calls)
+        counts["user_turns"] = self.user_turns
+        return counts
+
+
+def _budget(budget_s: float | None) -> Any:
+    import asyncio
+
+    return asyncio.timeout(budget_s)
+
+
+def _conversation(seen: ProxySession | None) -> tuple[list[Any], list[Any]]:
+    """The agent's conversation as its last model call sent it, with that call's answer."""
+    if seen is None:
+        return [], []
+    messages = list(seen.messages)
+    if seen.answer is not None:
+        messages.append(seen.answer)
+    return messages, list(seen.tools)

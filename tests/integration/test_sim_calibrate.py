@@ -1,0 +1,196 @@
+"""`agentload sim calibrate` against the simulator itself recovers the profile it runs, and the
+simulator's output coalescing puts the configured share of tokens into shared chunks."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import aiohttp
+import pytest
+from typer.testing import CliRunner
+
+from agentload.cli import app
+from agentload.sim import SimConfig, SimProcess, SimServer
+from agentload.sim.calibration.calibrate import calibrate
+from agentload.sim.calibration.fit import PARAMS
+from agentload.sim.calibration.probe import ProbePlan
+from agentload.sim.calibration.prompts import PromptMaker
+from agentload.sim.calibration.stream import Target, model_clock, stream_call
+from agentload.sim.profiles import Profile, load_profile
+
+# A profile unlike every built-in one, with chunked prefill (2048-token steps) in play.
+KNOWN = Profile(
+    name="known",
+    step_overhead_s=0.004,
+    prefill_token_s=3.0e-5,
+    decode_seq_s=0.0008,
+    prefill_attention_s=2.0e-8,
+    decode_context_token_s=1.0e-7,
+    decode_max_context_s=5.0e-7,
+    request_overhead_s=0.02,
+    frontend_token_s=2.0e-6,
+    max_num_seqs=64,
+    max_num_batched_tokens=2048,
+    kv_blocks=4096,
+    block_size=64,
+    max_model_len=16384,
+)
+
+
+def _assert_recovered(got: Profile) -> None:
+    for name in PARAMS:
+        assert getattr(got, name) == pytest.approx(getattr(KNOWN, name), rel=0.05), name
+    assert got.max_num_batched_tokens == 2048
+    assert got.block_size == 64
+    assert got.kv_blocks == 4096
+
+
+async def test_calibration_recovers_the_simulators_profile() -> None:
+    # The model clock makes this exact whatever the host's load; speedup keeps it short.
+    async with SimServer(SimConfig(port=0, profile=KNOWN, speedup=50, model="m")) as sim:
+        lines: list[str] = []
+        result = await calibrate(
+            Target(sim.base_url, "m"), name="fitted", plan=ProbePlan.quick(), say=lines.append
+        )
+    _assert_recovered(result.profile)
+    assert result.profile.calibrated
+    cal = result.profile.calibration or {}
+    assert cal["clock"] == "model"
+    assert cal["server"]["engine"] == "agentload-sim"
+    assert cal["fit"]["all"]["max_abs_error"] < 0.01
+    assert "load_avg_1m_before" in cal["host"]
+    assert any("the probe takes about" in line for line in lines)
+    assert any("2048 tokens per step" in line for line in lines)
+
+
+def test_calibrate_cli_writes_a_loadable_profile(tmp_path: Path) -> None:
+    out = tmp_path / "fitted.yaml"
+    with SimProcess(SimConfig(port=0, profile=KNOWN, speedup=50, model="m")) as sim:
+        r = CliRunner().invoke(
+            app,
+            [
+                "sim",
+                "calibrate",
+                "--base-url",
+                sim.base_url,
+                "--model",
+                "m",
+                "--quick",
+                "-o",
+                str(out),
+            ],
+        )
+    assert r.exit_code == 0, r.output
+    assert "the probe takes about" in r.output and "wrote" in r.output
+    got = load_profile(str(out))
+    assert got.name == "fitted"
+    _assert_recovered(got)
+    assert out.read_text().startswith("# agentload simulator profile: fitted")
+
+
+def test_calibrate_cli_errors_are_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["sim", "calibrate", "--model", "m"])
+    assert r.exit_code == 2
+    assert "give --base-url and --model" in r.output
+    r = runner.invoke(app, ["sim", "calibrate", "--from", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "has no calls.jsonl" in r.output
+    r = runner.invoke(
+        app, ["sim", "calibrate", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    )
+    assert r.exit_code == 1
+    assert r.output.count("\n") == 1, r.output
+    assert "did not answer" in r.output
+
+
+async def _http_chunks(base_url: str, tokens: int) -> list[int]:
+    """Tokens per HTTP chunk of one stream (chunk framing, not read timing: the count does not
+    depend on how busy the machine is)."""
+    body = {
+        "model": "m",
+        "prompt": PromptMaker().text(64),
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    per_chunk: list[int] = []
+    seen = 0
+    buf = b""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base_url}/completions", json=body) as r,
+    ):
+        async for data, end_of_chunk in r.content.iter_chunks():
+            buf += data
+            if not end_of_chunk:
+                continue
+            last = seen
+            for line in buf.split(b"\n"):
+                if line.startswith(b"data: {"):
+                    event = json.loads(line[6:])
+                    if event.get("choices"):
+                        last = max(last, event["usage"]["completion_tokens"])
+            if last > seen:
+                per_chunk.append(last - seen)
+                seen = last
+            buf = b""
+    assert seen == tokens
+    return per_chunk[1:]  # after the first token
+
+
+async def _coalescing(profile: Profile, tokens: int = 40) -> tuple[list[int], float]:
+    async with SimServer(SimConfig(port=0, profile=profile, model="m", speedup=4)) as sim:
+        chunks: list[int] = []
+        for _ in range(4):
+            chunks += await _http_chunks(sim.base_url, tokens)
+        target = Target(sim.base_url, "m", model_times=True)
+        async with aiohttp.ClientSession() as http:
+            c = await stream_call(http, target, PromptMaker().text(64), tokens)
+            tpot = (await model_clock(http, target, c)).tpot()
+    assert tpot is not None
+    return chunks, tpot
+
+
+async def test_output_coalescing_groups_tokens_without_changing_their_timing() -> None:
+    plain, tpot_plain = await _coalescing(KNOWN)
+    assert set(plain) == {1}
+    held, tpot_held = await _coalescing(KNOWN.model_copy(update={"coalesce_p": 0.5}))
+    # geometric tokens per chunk with p = 0.5: mean 2 (156 tokens: within 1.6-2.5)
+    assert 1.6 < statistics.fmean(held) < 2.5
+    assert max(held) >= 3
+    assert tpot_held == pytest.approx(tpot_plain, rel=1e-6)
+
+
+def test_fidelity_of_a_profile_against_itself(tmp_path: Path) -> None:
+    """The "real" server is a simulator with the same profile: errors come from the host only."""
+    out = tmp_path / "fid.json"
+    with SimProcess(SimConfig(port=0, profile="tiny-cpu", model="m")) as real:
+        r = CliRunner().invoke(
+            app,
+            ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile", "tiny-cpu",
+             "-w", "decode-heavy", "--seed", "7", "-o", str(out)],
+        )  # fmt: skip
+    assert r.exit_code in (0, 3), r.output
+    assert "not calibrated" in r.output
+    assert "| decode-heavy |" in r.output
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    for metric in ("ttft_p50_s", "tpot_mean_s"):
+        assert 0.7 < row["sim"][metric] / row["real"][metric] < 1.4, (metric, row)
+    # tiny-cpu: about 0.22 s to first token for 2,000 tokens, 3 ms per token after
+    assert 0.12 < row["real"]["ttft_p50_s"] < 0.6
+    assert result["salt"] == 7
+
+
+def test_fidelity_rejects_unknown_workload() -> None:
+    r = CliRunner().invoke(
+        app,
+        ["sim", "fidelity", "--real", "http://127.0.0.1:9/v1", "--model", "m", "--profile",
+         "tiny-cpu", "-w", "nope"],
+    )  # fmt: skip
+    assert r.exit_code == 2
+    assert "unknown 'nope'" in r.output

@@ -1,0 +1,66 @@
+"""`agentload sim calibrate` and `agentload sim fidelity` against the real vLLM (bounded: the
+quick probe and the four fidelity workloads take a minute or two on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentload.sim.profiles import load_profile
+
+pytestmark = pytest.mark.real
+
+
+def _agentload(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentload", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vllm.yaml"
+    r = _agentload(
+        "sim", "calibrate", "--base-url", vllm_server.base_url, "--model", vllm_server.model,
+        "--tokenizer", str(tiny_model / "tokenizer.json"), "--quick", "-o", str(out),
+    )  # fmt: skip
+    print(r.stderr)
+    assert r.returncode == 0, r.stderr
+    p = load_profile(str(out))
+    cal = p.calibration or {}
+    assert cal["server"]["version"].startswith("0.32")
+    assert cal["server"]["block_size"] == p.block_size == 128
+    assert cal["clock"] == "wall"
+    assert cal["fit"]["ttft"]["observations"] >= 4
+    assert p.prefill_token_s + p.prefill_attention_s > 0
+    assert p.step_overhead_s + p.decode_seq_s > 0
+
+
+def test_fidelity_of_the_shipped_profile(
+    vllm_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "fidelity.json"
+    r = _agentload(
+        "sim", "fidelity", "--real", vllm_server.base_url, "--model", vllm_server.model,
+        "--profile", "vllm-cpu-tiny", "--tokenizer", str(tiny_model / "tokenizer.json"),
+        "-o", str(out),
+    )  # fmt: skip
+    print(r.stdout, r.stderr)
+    assert r.returncode in (0, 3), r.stderr  # 3: outside the 10 % goal on this machine's load
+    result = json.loads(out.read_text())
+    assert [row["workload"] for row in result["rows"]] == [
+        "prefill-heavy", "decode-heavy", "shared-prefix", "concurrent",
+    ]  # fmt: skip
+    for row in result["rows"]:
+        for metric in ("ttft_p50_s", "tpot_mean_s"):
+            ratio = row["sim"][metric] / row["real"][metric]
+            assert math.isfinite(ratio)
+            # Within a factor of three even on a loaded 2-core machine, where the real
+            # engine's own timings swing by half from one minute to the next (the 10 % goal
+            # is measured by benchmarks/sim_fidelity.py on a quiet machine).
+            assert 1 / 3 < ratio < 3, (row["workload"], metric, ratio)
