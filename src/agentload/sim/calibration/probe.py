@@ -202,7 +202,14 @@ class Probe:
             feats = ttft_features(c.prompt_tokens, self._cached(c, is_warm), budget)
             self._sample("ttft", f"{label} {p}", c.ttft, feats)
 
-    async def decode(self, ctx: int, batch: int) -> None:
+    async def decode(self, ctx: int, batch: int, attempts: int = 3) -> None:
+        # Streams that did not decode side by side long enough (one started late, e.g. on a
+        # busy client host) give no sample; try again rather than leave the pattern out.
+        for _ in range(attempts):
+            if await self._decode_once(ctx, batch):
+                return
+
+    async def _decode_once(self, ctx: int, batch: int) -> bool:
         pm = self.prompts
         if ctx not in self._prefixes:
             self._prefixes[ctx] = pm.text(max(1, ctx - 32))
@@ -221,7 +228,7 @@ class Probe:
         for c in calls:
             idx = [i for i, t in enumerate(c.times) if w0 <= t <= w1]
             if len(idx) < 2 or c.counts[idx[-1]] - c.counts[idx[0]] < 4:
-                return  # the streams did not decode together long enough: no sample
+                return False  # the streams did not decode together long enough
             a, b = idx[0], idx[-1]
             per.append((c.times[b] - c.times[a]) / (c.counts[b] - c.counts[a]))
             own = c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
@@ -233,6 +240,7 @@ class Probe:
             statistics.median(per),
             decode_features(batch, ctx_sum, ctx_max),
         )
+        return True
 
     async def interference(self, p: int) -> None:
         dec = Call(start=0.0)
