@@ -32,6 +32,7 @@ from agentload.client.tokens import (
     TokenCounter,
     count_prompt_tokens,
 )
+from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
 __all__ = ["CallError", "CallResult", "ChatClient", "classify_http_error", "itl_summary"]
@@ -163,16 +164,8 @@ def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float], list[float]]
     if not n:
         return ItlSummary(), gaps, gaps
     s = sorted(gaps)
-    last = n - 1
-
-    def q(p: float) -> float:
-        # stats.percentile_sorted inlined (linear between closest ranks): once per call.
-        pos = last * p
-        lo = int(pos)
-        hi = lo + 1 if lo < last else last
-        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-    return ItlSummary(n, sum(s) / n, q(0.5), q(0.9), q(0.99), s[-1]), gaps, s
+    q = percentile_sorted
+    return ItlSummary(n, sum(s) / n, q(s, 0.5), q(s, 0.9), q(s, 0.99), s[-1]), gaps, s
 
 
 class _Request:

@@ -64,13 +64,6 @@ class Reply:
         return None
 
 
-def check_header(name: str, value: str) -> None:
-    """Refuse header text that would split the request (CR, LF or NUL in it)."""
-    for s in (name, value):
-        if "\r" in s or "\n" in s or "\0" in s:
-            raise ValueError(f"header {name!r} contains a line break or NUL")
-
-
 class _Conn(asyncio.Protocol):
     """One keep-alive connection; handles one request at a time."""
 

@@ -8,34 +8,31 @@ that carries a token of any kind (content, reasoning or a tool-call fragment), I
 between such chunks, token counts the server's usage (estimated, and marked so, when absent).
 
 Built only on public pieces (`client.sse`, `client.record`, `client.safety`, `client.tokens`,
-`client.itlhist`), so the client's hot path can change without touching the proxy.
+`client.itlhist`, `client.errors`), so the client's hot path can change without touching the proxy.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from agentload.client import itlhist
-from agentload.client.record import CallRecord, ItlSummary
-from agentload.client.safety import BadShape, redact, usage_counts
+from agentload.client import itl_summary, itlhist
+from agentload.client.errors import (
+    OVERFLOW_RE,
+    SHAPE_ERRORS,
+    classify_http_error,
+    error_text,
+    excerpt,
+)
+from agentload.client.record import CallRecord
+from agentload.client.safety import BadShape, usage_counts
 from agentload.client.sse import SSEParser
 from agentload.client.tokens import HeuristicCounter, count_prompt_tokens
-from agentload.stats import percentile_sorted
 
 _DONE = b"[DONE]"
-_SHAPE = (TypeError, AttributeError, KeyError, IndexError, ValueError, BadShape)
-# How servers word a prompt that does not fit (vLLM, SGLang, OpenAI, llama.cpp's server).
-_OVERFLOW = re.compile(
-    r"maximum context length|context length|context_length_exceeded|maximum model length"
-    r"|max_model_len|maximum allowed length|context window|context size|prompt is too long",
-    re.IGNORECASE,
-)
 _COUNTER = HeuristicCounter()
 
 
@@ -82,41 +79,18 @@ class Answer:
         ]
 
 
-def _excerpt(text: str, secrets: Sequence[str]) -> str:
-    return " ".join(redact(text, secrets).split())[:300]
-
-
-def _error_text(err: Any) -> str:
-    if isinstance(err, dict):
-        msg = err.get("message") or err.get("detail") or err
-        return msg if isinstance(msg, str) else str(msg)
-    return err if isinstance(err, str) else str(err)
-
-
 def http_failure(status: int, body: bytes, secrets: Sequence[str]) -> Failure:
     """The failure an HTTP error reply stands for (`http_<status>` or `context_overflow`)."""
-    text = body[:4096].decode("utf-8", "replace")
-    message = text
-    try:
-        obj = orjson.loads(body)
-        err = obj.get("error", obj) if isinstance(obj, dict) else obj
-        if isinstance(err, dict) and (err.get("message") or err.get("detail")):
-            message = _error_text(err)
-        elif isinstance(err, str):
-            message = err
-    except (orjson.JSONDecodeError, TypeError):
-        pass
-    if status in (400, 413, 422) and _OVERFLOW.search(text):
-        return Failure("context_overflow", _excerpt(message, secrets), status)
-    return Failure(f"http_{status}", _excerpt(message, secrets), status)
+    e = classify_http_error(status, body, secrets)
+    return Failure(e.kind, e.message, e.http_status)
 
 
 def _error_event(err: Any, secrets: Sequence[str]) -> Failure:
-    msg = _error_text(err)
+    msg = error_text(err)
     code = err.get("code") if isinstance(err, dict) else None
-    kind = "context_overflow" if _OVERFLOW.search(msg) else "stream_error"
+    kind = "context_overflow" if OVERFLOW_RE.search(msg) else "stream_error"
     status = code if code.__class__ is int and 100 <= code < 600 else None
-    return Failure(kind, _excerpt(msg, secrets), status)
+    return Failure(kind, excerpt(msg, secrets), status)
 
 
 def _merge_tool_calls(slots: dict[int, list[Any]], fragments: list[Any]) -> None:
@@ -201,11 +175,11 @@ def parse_stream(
                 try:
                     obj = orjson.loads(data)
                 except orjson.JSONDecodeError:
-                    excerpt = _excerpt(data[:120].decode("utf-8", "replace"), secrets)
-                    raise Failure("malformed_stream", f"bad JSON in stream: {excerpt!r}") from None
+                    bad = excerpt(data[:120].decode("utf-8", "replace"), secrets)
+                    raise Failure("malformed_stream", f"bad JSON in stream: {bad!r}") from None
                 try:
                     tok = _event(ans, obj, secrets)
-                except _SHAPE as e:
+                except SHAPE_ERRORS as e:
                     raise Failure("malformed_stream", f"chunk of the wrong shape: {e}") from None
                 if tok:
                     ans.token_times.append(now)
@@ -235,21 +209,9 @@ def parse_body(raw: bytes, arrived: int, secrets: Sequence[str]) -> tuple[Answer
         if u is not None:
             usage_counts(u)
             ans.usage = u
-    except _SHAPE as e:
+    except SHAPE_ERRORS as e:
         return Answer(saw_done=True), Failure("malformed_stream", f"reply of the wrong shape: {e}")
     return ans, None
-
-
-def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
-    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times_ns)]
-    if not gaps:
-        return ItlSummary(), gaps
-    s = sorted(gaps)
-    q = percentile_sorted
-    return (
-        ItlSummary(len(s), sum(s) / len(s), q(s, 0.5), q(s, 0.9), q(s, 0.99), s[-1]),
-        gaps,
-    )
 
 
 def finish_record(
@@ -267,7 +229,7 @@ def finish_record(
         rec.first_token_ns = times[0]
         rec.ttft_s = (times[0] - rec.start_ns) / 1e9
     rec.token_chunks = len(times)
-    rec.itl, gaps = _itl(times)
+    rec.itl, gaps = itl_summary(times)
     if gaps:
         rec.itl_hist = itlhist.encode(gaps)
     calls = ans.tool_calls(rec.call_id)
