@@ -96,3 +96,12 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child before ex
 
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a server agentload is about to start."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

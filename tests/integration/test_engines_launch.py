@@ -16,7 +16,8 @@ import pytest
 
 from agentload.engines import EngineError, EngineProcess, EngineSpec, EngineStartError
 from agentload.engines.config import LaunchConfig
-from agentload.engines.launch import free_port, port_in_use, redact_args, tail_lines
+from agentload.engines.launch import port_in_use, redact_args, tail_lines
+from agentload.util import free_port
 
 STUB = Path(__file__).parents[1] / "engine_stub"
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import yaml
 
 from agentload.config import build_config
-from agentload.engines.launch import free_port, port_in_use
+from agentload.engines.launch import port_in_use
 from agentload.engines.run import engine_specs
 from agentload.results.jsonl import load_jsonl
+from agentload.util import free_port
 
 STUB = Path(__file__).parents[1] / "engine_stub"
 

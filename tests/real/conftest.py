@@ -22,7 +22,7 @@ from real_helpers import LOCKED_KEY, MODEL_NAME, RealServer
 
 from agentload.engines import EngineProcess, EngineSpec, EngineStartError
 from agentload.engines.config import LaunchConfig
-from agentload.engines.launch import free_port
+from agentload.util import free_port
 
 HERE = Path(__file__).parent
 MAX_MODEL_LEN = 16384

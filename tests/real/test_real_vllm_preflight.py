@@ -13,7 +13,7 @@ import pytest
 from real_helpers import LOCKED_KEY as KEY
 from real_helpers import MODEL_NAME, RealServer
 
-from agentload.engines.launch import free_port
+from agentload.util import free_port
 
 pytestmark = pytest.mark.real
 

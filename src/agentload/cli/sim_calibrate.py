@@ -15,6 +15,7 @@ import typer
 
 from agentload.cli.options import REQUIRED, Opt, command_options
 from agentload.cli.sim import sim_app
+from agentload.redact import redact_argv
 
 _OUT = Path("profile.yaml")
 
@@ -89,7 +90,7 @@ def calibrate_command(**a: Any) -> None:
     say = _say(a["quiet"])
     _check_file("calibrate", "--tokenizer", a["tokenizer"])
     out: Path = a["out"]
-    command = "agentload sim calibrate " + shlex.join(_public_args(sys.argv[3:]))
+    command = "agentload sim calibrate " + shlex.join(redact_argv(sys.argv[3:]))
     try:
         result = _calibration(a, a["name"] or out.stem, say)
     except ValueError as exc:
@@ -104,20 +105,6 @@ def calibrate_command(**a: Any) -> None:
     say(f"calibrate: wrote {out}; use it with: agentload sim --profile {out}")
     if a["as_json"]:
         print(json.dumps(result.profile.model_dump(), indent=2))
-
-
-def _public_args(argv: list[str]) -> list[str]:
-    """The command line without an API key."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--api-key":
-            skip = True
-        elif not arg.startswith("--api-key="):
-            out.append(arg)
-    return out
 
 
 def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:

@@ -135,12 +135,6 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class EngineSpec(ServedAt):
     """Everything one engine instance needs, resolved: what `EngineProcess` runs."""

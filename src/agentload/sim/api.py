@@ -18,7 +18,7 @@ from aiohttp import web
 from agentload.sim.config import SimConfig
 from agentload.sim.guard import guarded_factory
 from agentload.sim.server import SimApp
-from agentload.util import ServedAt, die_with_parent, gc_tuned
+from agentload.util import ServedAt, die_with_parent, free_port, gc_tuned
 
 STDIN_CONFIG_FLAG = "--stdin-config"
 """`python -m agentload.sim --stdin-config` reads its SimConfig as JSON on stdin."""
@@ -151,14 +151,6 @@ def run_blocking(config: SimConfig) -> None:
         raise SystemExit(2) from None
 
 
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class SimProcess(_Addresses):
     """A simulator in its own process (its own core), for benchmarks and ``agentload run``::
 
@@ -188,7 +180,7 @@ class SimProcess(_Addresses):
 
     def start(self) -> SimProcess:
         if self.port == 0:
-            self.port = _free_port(self.config.host)
+            self.port = free_port(self.config.host)
         config = self.config.model_copy(update={"port": self.port})
         # The settings go over stdin, not argv: nothing (an API key in particular) shows on
         # the process list, and every field round-trips exactly.
