@@ -120,7 +120,6 @@ class Outbox:
         self.sessions: list[SessionDone] = []
         self._sent_started = 0
         self._soon: asyncio.Handle | None = None
-        self._stats: Any = None
         self.n_calls = 0
         self.n_sessions = 0
 

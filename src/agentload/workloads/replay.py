@@ -31,6 +31,7 @@ from agentload.workloads.dataset import (
     DatasetError,
     index_dataset,
 )
+from agentload.workloads.episode import SESSION_SCHEMA, TRAJECTORY_SCHEMA
 
 if TYPE_CHECKING:
     from agentload.client import EndpointConfig
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentload.replay")
 
-SESSION_SCHEMA = "agentload.session/1"
-TRAJECTORY_SCHEMA = "agentload.trajectory/1"
 TERMINATIONS = ("completed", "failed", "turn_timeout", "diverged", "internal_error")
 
 _now_ns = time.perf_counter_ns
