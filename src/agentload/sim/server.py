@@ -10,7 +10,8 @@ import random
 import socket
 import struct
 import time
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 from aiohttp import web
@@ -83,6 +84,83 @@ class RequestError(Exception):
 
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+class Front(Protocol):
+    """What a generation request needs from the HTTP server that received it: aiohttp's
+    application (every path) or the simulator's own fast path (`sim/fasthttp.py`)."""
+
+    path: str
+    headers: Mapping[str, str]
+    transport: asyncio.Transport | None
+
+    async def body(self) -> bytes:
+        """The request body (RequestError 408 when it does not arrive in time)."""
+        ...
+
+    def reply(
+        self, status: int, body: bytes, headers: dict[str, str] | None = None, close: bool = False
+    ) -> None:
+        """A complete JSON reply."""
+        ...
+
+    async def open_stream(self, hold: bool) -> bytes | None:
+        """Start an SSE reply; with `hold`, return its status line and headers unsent (None
+        where they went out). ConnectionError when the client is gone."""
+        ...
+
+    async def end_stream(self) -> None:
+        """End the SSE reply (its last chunk)."""
+        ...
+
+
+class AiohttpFront:
+    """A request that came through aiohttp's application; `response` is what to return."""
+
+    def __init__(self, request: web.Request, body_timeout_s: float) -> None:
+        self.request = request
+        self.path = request.path
+        self.headers: Mapping[str, str] = request.headers
+        self.transport = request.transport
+        self.body_timeout_s = body_timeout_s
+        self.response: web.StreamResponse | None = None
+
+    async def body(self) -> bytes:
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                return await self.request.read()
+        except TimeoutError:
+            raise RequestError(
+                408, f"The request body did not arrive within {self.body_timeout_s:g} s."
+            ) from None
+
+    def reply(
+        self, status: int, body: bytes, headers: dict[str, str] | None = None, close: bool = False
+    ) -> None:
+        resp = web.Response(
+            body=body, status=status, content_type="application/json", headers=headers
+        )
+        if close:
+            resp.force_close()
+        self.response = resp
+
+    async def open_stream(self, hold: bool) -> bytes | None:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        resp.enable_chunked_encoding()
+        self.response = resp
+        if hold:
+            resp._send_headers_immediately = False
+        writer = await resp.prepare(self.request)
+        head = _take_headers(writer) if hold else None
+        send_headers = getattr(writer, "send_headers", None)
+        if head is None and send_headers is not None:
+            send_headers()
+        return head
+
+    async def end_stream(self) -> None:
+        if self.response is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.response.write_eof()
 
 
 def plan_items(
@@ -697,19 +775,18 @@ class SimApp:
 
     # -- generation ------------------------------------------------------------------------
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
+        return await self._serve_aiohttp(request, chat=True)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
+        return await self._serve_aiohttp(request, chat=False)
 
-    async def _parse(self, request: web.Request) -> dict[str, Any]:
-        try:
-            async with asyncio.timeout(self.config.body_timeout_s):
-                raw = await request.read()
-        except TimeoutError:
-            raise RequestError(
-                408, f"The request body did not arrive within {self.config.body_timeout_s:g} s."
-            ) from None
+    async def _serve_aiohttp(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        front = AiohttpFront(request, self.config.body_timeout_s)
+        await self.generate(front, chat=chat)
+        return front.response or web.Response(status=200)
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any]:
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -768,51 +845,52 @@ class SimApp:
             )
         return requested
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def generate(self, front: Front, *, chat: bool) -> None:
         """One generation request, in phases: admit, inject an HTTP fault, plan the answer,
         open the output, run it through the engine, and (non-streamed) reply."""
         arrival = time.monotonic()
-        handler = request.path
-        admitted = await self._admit(request, chat)
-        if isinstance(admitted, web.StreamResponse):
-            return admitted
+        handler = front.path
+        admitted = await self._admit(front, chat)
+        if admitted is None:
+            return
         fault = admitted.fault
         if fault is not None:
             self.metrics.faults[fault] = self.metrics.faults.get(fault, 0) + 1
         if fault in HTTP_FAULTS:
-            return self._http_fault(handler, HTTP_FAULTS[fault])
-        planned = self._plan(request, admitted, chat)
-        if isinstance(planned, web.StreamResponse):
-            return planned
+            self._http_fault(front, handler, HTTP_FAULTS[fault])
+            return
+        planned = self._plan(front, admitted, chat)
+        if planned is None:
+            return
         items, tool_ids = planned
         m = self.metrics
         m.request_max_tokens.observe(admitted.max_tokens)
         m.request_params_n.observe(1)
-        opened = await self._open_output(request, admitted, items, tool_ids, chat)
-        if isinstance(opened, web.StreamResponse):
-            return opened
-        out, resp = opened
-        record = request.headers.get(MODEL_TIMES_HEADER) == "1"
+        out = await self._open_output(front, admitted, items, tool_ids, chat)
+        if out is None:
+            return
+        record = front.headers.get(MODEL_TIMES_HEADER) == "1"
         outcome = await self._run_engine(admitted, items, out, arrival, record=record)
         m.count_http(handler, 200)
-        if resp is not None:
+        if isinstance(out, StreamOut):
             if outcome in ("done", "truncate", "aborted"):
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await resp.write_eof()
-            return resp
-        assert isinstance(out, CollectOut)
-        return await self._full_reply(request, out, fault, outcome)
+                await front.end_stream()
+            return
+        await self._full_reply(front, out, fault, outcome)
 
-    async def _admit(self, request: web.Request, chat: bool) -> _Admitted | web.Response:
-        """Parse and validate the request, size it, and pick its fault; or the error reply."""
-        handler = request.path
+    async def _admit(self, front: Front, chat: bool) -> _Admitted | None:
+        """Parse and validate the request, size it, and pick its fault; or None once the
+        error reply is out."""
+        handler = front.path
         try:
-            body = await self._parse(request)
+            body = self._parse(await front.body())
             self._validate_common(body)
             prepared = self._prepare(body, chat)
         except RequestError as exc:
             self.metrics.count_http(handler, exc.status)
-            return self._error_reply(exc)
+            # 408: the request body never came, do not wait for another on the connection
+            front.reply(exc.status, orjson.dumps(exc.body), close=exc.status == 408)
+            return None
         parts, prompt_len, hashes, tools, tool_choice, thinking = prepared
         try:
             max_tokens = self._max_tokens(body, prompt_len)
@@ -830,12 +908,13 @@ class SimApp:
                 counter,
                 self.config.fault_rate,
                 self.config.fault_kinds,
-                request.headers.get(FAULT_HEADER),
+                front.headers.get(FAULT_HEADER),
             )
         except (RequestError, ValueError) as exc:
             err = exc if isinstance(exc, RequestError) else RequestError(400, str(exc))
             self.metrics.count_http(handler, err.status)
-            return json_response(err.body, status=err.status)
+            front.reply(err.status, orjson.dumps(err.body))
+            return None
         return _Admitted(
             body,
             parts,
@@ -849,25 +928,14 @@ class SimApp:
             fault,
         )
 
-    def _error_reply(self, exc: RequestError) -> web.Response:
-        resp = json_response(exc.body, status=exc.status)
-        if exc.status == 408:
-            resp.force_close()  # the request body never came: do not wait for another
-        return resp
-
-    def _http_fault(self, handler: str, status: int) -> web.Response:
+    def _http_fault(self, front: Front, handler: str, status: int) -> None:
         self.metrics.count_http(handler, status)
         headers = {"Retry-After": "1"} if status in (429, 503) else None
-        return web.Response(
-            body=orjson.dumps(HTTP_FAULT_BODIES[status]),
-            status=status,
-            content_type="application/json",
-            headers=headers,
-        )
+        front.reply(status, orjson.dumps(HTTP_FAULT_BODIES[status]), headers)
 
     def _plan(
-        self, request: web.Request, adm: _Admitted, chat: bool
-    ) -> tuple[list[Item], list[str]] | web.Response:
+        self, front: Front, adm: _Admitted, chat: bool
+    ) -> tuple[list[Item], list[str]] | None:
         """What the answer says, token by token (from the behaviour for the caller's role)."""
         body = adm.body
         temperature = body.get("temperature")
@@ -884,43 +952,38 @@ class SimApp:
             tool_choice=adm.tool_choice,
             max_tokens=adm.max_tokens,
             rng=rng,
-            headers=request.headers,
+            headers=front.headers,
             settings=self.config,
             thinking=adm.thinking,
             prompt_tokens=adm.prompt_len,
             endpoint="chat" if chat else "completions",
             parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
         )
-        role = request.headers.get(ROLE_HEADER)
+        role = front.headers.get(ROLE_HEADER)
         try:
             plan = self.behaviours.for_role(role).respond(view)
         except Exception as exc:
             log.exception("behaviour for role %r failed", role)
-            self.metrics.count_http(request.path, 500)
-            return json_response(
-                error_body(
-                    f"The simulator's behaviour for role {role!r} "
-                    f"failed: {type(exc).__name__}: {exc}",
-                    500,
-                    "InternalServerError",
-                ),
-                status=500,
+            self.metrics.count_http(front.path, 500)
+            message = (
+                f"The simulator's behaviour for role {role!r} failed: {type(exc).__name__}: {exc}"
             )
+            front.reply(500, orjson.dumps(error_body(message, 500, "InternalServerError")))
+            return None
         if not chat:
             plan = ResponsePlan(content=(plan.content or ""))
         return plan_items(plan, adm.thinking, rng)
 
     async def _open_output(
         self,
-        request: web.Request,
+        front: Front,
         adm: _Admitted,
         items: list[Item],
         tool_ids: list[str],
         chat: bool,
-    ) -> tuple[StreamOut | CollectOut, web.StreamResponse | None] | web.StreamResponse:
-        """The sink of the tokens: an SSE stream (headers sent now) or a collector.
-
-        Returns the response itself when the client left before the stream could start."""
+    ) -> StreamOut | CollectOut | None:
+        """The sink of the tokens: an SSE stream (headers sent now) or a collector; None
+        when the client left before the stream could start."""
         rid = (
             f"chatcmpl-{_ID_RNG.getrandbits(64):016x}"
             if chat
@@ -928,29 +991,20 @@ class SimApp:
         )
         created = int(time.time())
         if not adm.body.get("stream"):
-            collect = CollectOut(self, rid, items, tool_ids, adm.fault, chat=chat, created=created)
-            return collect, None
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
-        resp.enable_chunked_encoding()
+            return CollectOut(self, rid, items, tool_ids, adm.fault, chat=chat, created=created)
         # With no model time the first events follow at once: hold the headers and send them
         # in the same write (one send() per call instead of two, on both sides). Not for
         # requests with a fault, whose timing of headers and cuts the fault tests rely on.
         hold = self.zero_time and adm.fault is None
-        if hold:
-            resp._send_headers_immediately = False
         try:
-            writer = await resp.prepare(request)
-            head = _take_headers(writer) if hold else None
-            send_headers = getattr(writer, "send_headers", None)
-            if head is None and send_headers is not None:
-                send_headers()
+            head = await front.open_stream(hold)
         except ConnectionError:
-            return resp  # the client left before the headers went out
-        transport = request.transport
+            return None  # the client left before the headers went out
+        transport = front.transport
         if transport is None or transport.is_closing():
-            return resp
+            return None
         opts = adm.body.get("stream_options") or {}
-        out = StreamOut(
+        return StreamOut(
             self,
             rid,
             items,
@@ -963,7 +1017,6 @@ class SimApp:
             continuous_usage=bool(opts.get("include_usage") and opts.get("continuous_usage_stats")),
             head=head,
         )
-        return out, resp
 
     async def _run_engine(
         self,
@@ -1002,31 +1055,34 @@ class SimApp:
                 self.model_times.add(out.rid, seq, frontend)
 
     async def _full_reply(
-        self, request: web.Request, out: CollectOut, fault: str | None, outcome: str
-    ) -> web.Response:
+        self, front: Front, out: CollectOut, fault: str | None, outcome: str
+    ) -> None:
         """The JSON body of a non-streamed request, with its fault applied."""
         if fault == "reset":
-            if request.transport is not None:
-                sock = request.transport.get_extra_info("socket")
+            transport = front.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(
                             socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
                         )
-                request.transport.abort()
-            return web.Response(status=200)
+                transport.abort()
+            front.reply(200, b"")
+            return
         body_bytes = out.body
         if fault in ("stall", "stall_first_token"):
             await asyncio.sleep(self.config.fault_stall_s)
         elif fault in ("truncate", "malformed"):
             body_bytes = body_bytes[: len(body_bytes) // 2]
         elif fault == "error_event":
-            return json_response(HTTP_FAULT_BODIES[500], status=500)
+            front.reply(500, orjson.dumps(HTTP_FAULT_BODIES[500]))
+            return
         if outcome == "aborted":
-            return json_response(
-                error_body("The request was aborted.", 500, "InternalServerError"), status=500
-            )
-        return web.Response(body=body_bytes, content_type="application/json")
+            error = error_body("The request was aborted.", 500, "InternalServerError")
+            front.reply(500, orjson.dumps(error))
+            return
+        front.reply(200, body_bytes)
 
     def _prepare(
         self, body: dict[str, Any], chat: bool
