@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from agentload.sim.config import SimConfig
-from agentload.sim.guard import guarded_factory
+from agentload.sim.fasthttp import fast_factory
 from agentload.sim.server import SimApp
 from agentload.util import ServedAt, die_with_parent, free_port, gc_tuned
 
@@ -73,10 +73,11 @@ class SimServer(_Addresses):
         await self._runner.setup()
         assert self._runner.server is not None
         try:
-            # Our own listener rather than web.TCPSite: each connection gets the header
-            # deadline guard in front of aiohttp's protocol.
+            # Our own listener rather than web.TCPSite: each connection gets the fast path
+            # for generation requests and the header deadline guard in front of aiohttp's
+            # protocol, which serves everything else.
             self._listener = await asyncio.get_running_loop().create_server(
-                guarded_factory(self._runner.server, cfg.header_timeout_s),
+                fast_factory(self._runner.server, self.sim),
                 cfg.host,
                 cfg.port,
                 backlog=4096,

@@ -41,6 +41,9 @@ Item = tuple[int, str, int]
 
 _NULL_DELTA_SUFFIX = b',"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
 _DONE = b"data: [DONE]\n\n"
+_END = b"0\r\n\r\n"
+MAX_BODY = 64 << 20
+"""The largest request body accepted (aiohttp's application answers 413 above it)."""
 
 
 def _frame(data: bytes) -> bytes:
@@ -93,6 +96,8 @@ class Front(Protocol):
     path: str
     headers: Mapping[str, str]
     transport: asyncio.Transport | None
+    auto_end: bool
+    """Whether the stream writes its last chunk itself, with its last events."""
 
     async def body(self) -> bytes:
         """The request body (RequestError 408 when it does not arrive in time)."""
@@ -116,6 +121,8 @@ class Front(Protocol):
 
 class AiohttpFront:
     """A request that came through aiohttp's application; `response` is what to return."""
+
+    auto_end = False  # aiohttp's writer ends the chunked body
 
     def __init__(self, request: web.Request, body_timeout_s: float) -> None:
         self.request = request
@@ -254,9 +261,14 @@ class StreamOut(_Out):
         created: int,
         continuous_usage: bool = False,
         head: bytes | None = None,
+        auto_end: bool = False,
     ) -> None:
         super().__init__(sim, rid, items, tool_ids, fault)
         self.continuous_usage = continuous_usage
+        # Write the chunked body's last chunk as soon as the stream is over (with the last
+        # events where they are gathered): `ended` tells the front end it is out.
+        self.auto_end = auto_end
+        self.ended = False
         self.transport = transport
         # The response's status line and headers when they go out with the first events
         # (instant profile), not on their own.
@@ -297,6 +309,15 @@ class StreamOut(_Out):
                 for item in items
             ]
             self.filler = _frame(prefix + orjson.dumps({"content": " the"}) + _NULL_DELTA_SUFFIX)
+
+    def _resolve(self, value: str) -> None:
+        if self.auto_end and not self.ended and value in ("done", "truncate"):
+            self.ended = True
+            gathered = self.sim.gathered
+            if (gathered is None or self not in gathered) and not self.transport.is_closing():
+                self.send(_END)
+            # else the burst's write of this stream appends it (SimApp._gather_end)
+        super()._resolve(value)
 
     # -- bytes -----------------------------------------------------------------------------
     def _delta(self, item: Item) -> bytes | None:
@@ -635,7 +656,7 @@ class SimApp:
         self.counter = 0
         self.created = int(time.time())
         self.app = web.Application(
-            middlewares=[guard_middleware, self._auth_middleware], client_max_size=64 << 20
+            middlewares=[guard_middleware, self._auth_middleware], client_max_size=MAX_BODY
         )
         self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.app.router.add_post("/v1/completions", self.completions)
@@ -663,7 +684,8 @@ class SimApp:
         for out, parts in (gathered or {}).items():
             if not out.transport.is_closing():
                 data = b"".join(parts)
-                out.send(b"%x\r\n%b\r\n" % (len(data), data))
+                framed = b"%x\r\n%b\r\n" % (len(data), data)
+                out.send(framed + _END if out.ended else framed)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -873,7 +895,7 @@ class SimApp:
         outcome = await self._run_engine(admitted, items, out, arrival, record=record)
         m.count_http(handler, 200)
         if isinstance(out, StreamOut):
-            if outcome in ("done", "truncate", "aborted"):
+            if outcome in ("done", "truncate", "aborted") and not out.ended:
                 await front.end_stream()
             return
         await self._full_reply(front, out, fault, outcome)
@@ -1016,6 +1038,7 @@ class SimApp:
             created=created,
             continuous_usage=bool(opts.get("include_usage") and opts.get("continuous_usage_stats")),
             head=head,
+            auto_end=front.auto_end,
         )
 
     async def _run_engine(
