@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -131,6 +132,11 @@ async def serve_forever(config: SimConfig, ready_line: bool = True) -> None:
             loop.add_signal_handler(sig, stop.set)
     try:
         with gc_tuned():
+            if server.sim is not None and server.sim.zero_time:
+                # No model time, so no token times a long collection could disturb: collect
+                # the young generation far less often (about a tenth of this simulator's CPU
+                # went to it at 1,000 active conversations).
+                gc.set_threshold(200_000, 20, 20)
             await stop.wait()
     finally:
         if server.sim is not None:
