@@ -165,6 +165,7 @@ class FastConnection(GuardedConnection):
         "_pipelined",
         "_queue",
         "_raw",
+        "_reject",
         "_serving",
         "_sim",
         "_url",
@@ -193,6 +194,7 @@ class FastConnection(GuardedConnection):
         self._queue: deque[_Request] = deque()
         self._pending: list[bytes] = []
         self._serving = False
+        self._reject: str | None = None  # a 400 to answer once the queued requests are done
         self._body_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_done = loop.time()
@@ -249,9 +251,8 @@ class FastConnection(GuardedConnection):
         except httptools.HttpParserUpgrade:
             self._handover = True
         except httptools.HttpParserError as exc:
-            if not self._handover:
-                self._bad_request(f"Malformed HTTP request: {exc}")
-                return
+            if not self._handover and self._reject is None:
+                self._reject = f"Malformed HTTP request: {exc}"
         if self._handover:
             self._hand_over()
             return
@@ -289,9 +290,12 @@ class FastConnection(GuardedConnection):
                 ):
                     fast = False
                     break
+        if self._reject is not None:
+            return
         if not fast:
             if self._pipelined:
-                self._bad_request("Pipelined requests are not supported here.")
+                # Its bytes start inside a read: they cannot be handed over.
+                self._reject = "Pipelined requests are not supported on this path."
             else:
                 self._handover = True
             return
@@ -303,13 +307,13 @@ class FastConnection(GuardedConnection):
         )
 
     def on_body(self, body: bytes) -> None:
-        if self._fast:
+        if self._fast and self._reject is None:
             self._body.append(body)
 
     def on_message_complete(self) -> None:
         self._complete = True
         self._in_message = False
-        if not self._fast or self._handover:
+        if not self._fast or self._handover or self._reject is not None:
             return
         if self._body_timer is not None:
             self._body_timer.cancel()
@@ -331,7 +335,11 @@ class FastConnection(GuardedConnection):
 
     # -- serving ---------------------------------------------------------------------------
     def _dispatch(self) -> None:
-        if self._serving or not self._queue:
+        if self._serving:
+            return
+        if not self._queue:
+            if self._reject is not None:
+                self._bad_request(self._reject)
             return
         transport = self._conn
         if transport is None or transport.is_closing():
@@ -364,7 +372,7 @@ class FastConnection(GuardedConnection):
         if front.close:
             transport.close()
             return
-        if self._queue:
+        if self._queue or self._reject is not None:
             self._dispatch()
         elif self._pending:
             pending, self._pending = self._pending, []
@@ -388,7 +396,6 @@ class FastConnection(GuardedConnection):
                 + body
             )
             transport.close()
-        self._handover = False
         self._queue.clear()
 
     def _hand_over(self) -> None:
