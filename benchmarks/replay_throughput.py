@@ -161,6 +161,12 @@ def main() -> None:
     )
     ap.add_argument("--history", default="dataset", choices=["dataset", "live"])
     ap.add_argument("--no-stream", action="store_true", help="non-streamed calls")
+    ap.add_argument(
+        "--sim-src",
+        default=None,
+        help="run the simulator process from another checkout's src/ folder (the client stays "
+        "this one): paired A/B of the simulator's CPU per call",
+    )
     ap.add_argument("--out", default=None, help="results folder (default: a temporary one)")
     ap.add_argument("--json", dest="json_path", default=None, help="write the numbers here")
     args = ap.parse_args()
@@ -198,6 +204,11 @@ def main() -> None:
         cfg_data["endpoints"] = {
             "agent": {"base_url": f"http://127.0.0.1:{port}/v1", "model": "bench"}
         }
+    if args.sim_src:
+        # Only the simulator's process (a child) imports from there: this one is loaded.
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(args.sim_src).resolve()), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
     cfg = build_config(data=cfg_data)
     t = time.perf_counter()
     try:
