@@ -1,0 +1,140 @@
+"""`agentload report / export / compare` on the folders they are given: a hand-made or older
+sweep, a folder that is not a results folder, and what each reads (once) to do its work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from agentload.cli import app
+from agentload.client.record import CallRecord
+from agentload.results import Recorder
+
+NOT_RESULTS = "no calls.jsonl or sessions.jsonl (not a results directory?)"
+
+
+def _calls(out: Path, n: int = 3, ttft: float = 0.1) -> Path:
+    """A calls-only results folder: `n` agent calls, turn i starting i seconds in."""
+    with Recorder(out) as rec:
+        for i in range(n):
+            rec.record_call(
+                CallRecord(
+                    call_id=f"c{i}",
+                    session_id=None,
+                    role="agent",
+                    turn=i % 2,
+                    started_at=1_700_000_000.0 + i,
+                    start_ns=10**9 * (i + 1),
+                    end_ns=10**9 * (i + 1) + 5 * 10**8,
+                    total_s=0.5,
+                    ttft_s=ttft * (i + 1),
+                    e2e_s=0.5,
+                    prompt_tokens=100,
+                    completion_tokens=10,
+                )
+            )
+    return out
+
+
+def _sweep(root: Path) -> Path:
+    """A sweep folder as an older agentload or a user's script writes it: points only."""
+    points = []
+    for c in (1, 2):
+        _calls(root / f"c{c:04d}", ttft=0.1 * c)
+        points.append({"concurrency": c, "dir": f"c{c:04d}", "status": "completed"})
+    (root / "sweep.json").write_bytes(orjson.dumps({"kind": "concurrency", "points": points}))
+    return root
+
+
+@pytest.fixture
+def sweep_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the sweep.json files read while the test runs."""
+    seen: list[str] = []
+    read_bytes = Path.read_bytes
+
+    def spy(self: Path) -> bytes:
+        if self.name == "sweep.json":
+            seen.append(str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", spy)
+    yield seen
+
+
+def test_report_derives_a_missing_points_planned(tmp_path: Path, sweep_reads: list[str]) -> None:
+    root = _sweep(tmp_path / "sw")
+    r = CliRunner().invoke(app, ["report", str(root), "-q"])
+    assert r.exit_code == 0, r.output
+    assert sweep_reads == [str(root / "sweep.json")]  # read once, passed down
+    doc = orjson.loads((root / "sweep.json").read_bytes())
+    assert doc["points_planned"] == [1, 2]
+    assert [p["concurrency"] for p in doc["points"]] == [1, 2]
+    assert doc["points"][1]["ttft_p50"] == pytest.approx(0.4)  # c0002: 0.2, 0.4, 0.6 s
+    assert "2 of 2 planned" in (root / "sweep.md").read_text()
+
+
+def test_report_on_a_broken_sweep_json_is_one_line(tmp_path: Path) -> None:
+    root = _sweep(tmp_path / "sw")
+    doc = orjson.loads((root / "sweep.json").read_bytes())
+    cases = [
+        ({**doc, "kind": None}, "sweep.json: kind: expected one of concurrency, rate, got None"),
+        ({**doc, "points": {}}, "sweep.json: points: expected a list, got dict"),
+        ({**doc, "points": [{"dir": "c0001"}]}, "sweep.json: points[0].concurrency: expected"),
+        ({**doc, "points_planned": "1,2"}, "sweep.json: points_planned: expected a list"),
+    ]
+    for bad, line in cases:
+        (root / "sweep.json").write_bytes(orjson.dumps(bad))
+        r = CliRunner().invoke(app, ["report", str(root), "-q"])
+        assert r.exit_code == 2, r.output
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {root}/{line}"), r.output
+
+
+def test_resume_still_needs_the_plan(tmp_path: Path) -> None:
+    from agentload.config import ConfigError
+    from agentload.sweep import _resume_doc
+
+    root = _sweep(tmp_path / "sw")
+    with pytest.raises(ConfigError, match=r"sweep.json: points_planned: missing"):
+        _resume_doc(root)
+
+
+def test_not_a_results_folder_is_the_same_line_everywhere(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = _calls(tmp_path / "run")
+    line = f"error: {empty}: {NOT_RESULTS}"
+    for args in (["report", str(empty)], ["export", str(empty)], ["compare", str(run), str(empty)]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert r.output.strip() == line, (args, r.output)
+    missing = tmp_path / "missing"
+    r = CliRunner().invoke(app, ["report", str(missing)])
+    assert r.exit_code == 2 and r.output.strip() == f"error: {missing}: not a directory"
+
+
+def test_a_sweep_point_without_records_is_left_out(tmp_path: Path) -> None:
+    root = _sweep(tmp_path / "sw")
+    for f in (root / "c0002").iterdir():
+        if f.is_file():
+            f.unlink()
+    r = CliRunner().invoke(app, ["report", str(root), "-q"])
+    assert r.exit_code == 0, r.output
+    doc = orjson.loads((root / "sweep.json").read_bytes())
+    assert [p["concurrency"] for p in doc["points"]] == [1]
+    assert doc["points_planned"] == [1, 2]
+
+
+def test_report_slo_is_the_one_the_sweep_page_states(tmp_path: Path) -> None:
+    root = _sweep(tmp_path / "sw")
+    r = CliRunner().invoke(app, ["report", str(root), "-q", "--slo", "ttft_p90=350ms"])
+    assert r.exit_code == 0, r.output
+    doc = orjson.loads((root / "sweep.json").read_bytes())
+    assert doc["slo"] == {"ttft_p90": pytest.approx(0.35)}
+    assert [p["slo_met"] for p in doc["points"]] == [True, False]  # p90 0.28 s, then 0.56 s
+    assert doc["best_point"] == 1
+    assert "ttft_p90 ≤ 350" in (root / "sweep.md").read_text()
