@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -12,7 +13,8 @@ from typer.testing import CliRunner
 
 from agentload.cli import app
 from agentload.client.record import CallRecord
-from agentload.results import Recorder
+from agentload.results import Recorder, records
+from agentload.results.summary import summarize
 
 NOT_RESULTS = "no calls.jsonl or sessions.jsonl (not a results directory?)"
 
@@ -138,3 +140,32 @@ def test_report_slo_is_the_one_the_sweep_page_states(tmp_path: Path) -> None:
     assert [p["slo_met"] for p in doc["points"]] == [True, False]  # p90 0.28 s, then 0.56 s
     assert doc["best_point"] == 1
     assert "ttft_p90 ≤ 350" in (root / "sweep.md").read_text()
+
+
+@pytest.fixture
+def summary_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per lenient parse of a dict into the Summary model."""
+    seen: list[int] = []
+    parse = records.parse_lenient
+
+    def spy(cls: Any, data: Any) -> Any:
+        if cls is records.Summary:
+            seen.append(1)
+        return parse(cls, data)
+
+    monkeypatch.setattr(records, "parse_lenient", spy)
+    return seen
+
+
+def test_the_report_parses_the_summary_once(tmp_path: Path, summary_parses: list[int]) -> None:
+    from agentload.report import summary_table, write_report
+
+    out = _calls(tmp_path / "run")
+    summary = summarize(out)
+    summary["client"] = {"cpu_s": 9.0, "elapsed_s": 10.0}
+    written = write_report(out, summary)
+    assert len(summary_parses) == 1
+    assert "used 90% of a CPU core" in written[0].read_text()  # the client warning still shows
+    summary_parses.clear()
+    summary_table(summary)
+    assert len(summary_parses) == 1
