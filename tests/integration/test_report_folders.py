@@ -3,6 +3,7 @@ sweep, a folder that is not a results folder, and what each reads (once) to do i
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,27 @@ def test_the_report_parses_the_summary_once(tmp_path: Path, summary_parses: list
     summary_parses.clear()
     summary_table(summary)
     assert len(summary_parses) == 1
+
+
+def test_export_computes_the_turn_table_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentload.results.summary as summary_mod
+
+    out = _calls(tmp_path / "run", n=5)
+    turns = summarize(out)["turns"]["agent"]
+
+    def no_summary(*a: Any, **kw: Any) -> None:
+        raise AssertionError("export summarized the whole run")
+
+    monkeypatch.setattr(summary_mod, "summarize", no_summary)
+    r = CliRunner().invoke(app, ["export", str(out), "--out", str(tmp_path / "x")])
+    assert r.exit_code == 0, r.output
+    with (tmp_path / "x" / "turns.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["role"], int(r["turn"]), int(r["calls"])) for r in rows] == [
+        ("agent", t["turn"], t["calls"]) for t in turns
+    ]
+    assert [float(r["ttft_s.p50"]) for r in rows] == pytest.approx(
+        [t["ttft_s"]["p50"] for t in turns]
+    )
