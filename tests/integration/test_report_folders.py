@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from agentload.cli import app
 from agentload.client.record import CallRecord
+from agentload.report import plots
 from agentload.results import Recorder, records
 from agentload.results.summary import summarize
 
@@ -194,3 +195,25 @@ def test_export_computes_the_turn_table_alone(
     assert [float(r["ttft_s.p50"]) for r in rows] == pytest.approx(
         [t["ttft_s"]["p50"] for t in turns]
     )
+
+
+def test_the_sweep_page_has_the_report_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentload.report.sweep import sweep_charts
+
+    monkeypatch.setitem(plots._BASE_LAYOUT, "template", "plotly_dark")
+    doc = {
+        "kind": "rate",
+        "slo": {"ttft_p90": 1.0},
+        "points": [
+            {"rate": 1.0, "ttft_p50": 0.1, "output_tokens_per_s": 10.0, "success_rate": 1.0},
+            {"rate": 2.0, "ttft_p50": 0.2, "output_tokens_per_s": 19.0, "success_rate": 0.5},
+        ],
+    }
+    figs = sweep_charts(doc)
+    assert len(figs) == 4
+    for fig in figs:
+        lay = fig["layout"]
+        assert lay["template"] == "plotly_dark" and lay["hovermode"] == "x unified"
+        assert lay["xaxis"] == {"title": {"text": "rate"}} and lay["margin"]["r"] == 60
+    assert figs[0]["layout"]["yaxis"] == {"title": {"text": "seconds"}, "rangemode": "tozero"}
+    assert figs[2]["layout"]["yaxis"]["range"] == [0, 1.05]  # a chart's own y axis wins
