@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agentload.engines import EngineProcess, EngineSpec
 from agentload.engines.config import LaunchConfig
-from agentload.engines.launch import free_port
+from agentload.util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real-engine tier's server arguments (tests/real/conftest.py).

@@ -16,6 +16,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentload.engines.detect import detect_server
 from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
 from agentload.sim.calibration.prompts import PromptMaker
@@ -71,7 +72,6 @@ def _cache_config(text: str | None) -> tuple[int | None, int | None]:
 
 async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo:
     """What the server says about itself: engine and version, the model, its KV cache."""
-    version = await get_json(http, f"{target.root}/version", target) or {}
     models = await get_json(http, f"{target.base_url.rstrip('/')}/models", target)
     if models is None:
         raise ProbeError(
@@ -85,12 +85,22 @@ async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo
             f"model {target.model!r} is not served at {target.base_url} (it serves: {served})"
         )
     entry = entries[names.index(target.model)]
-    is_sim = version.get("server") == "agentload-sim"
-    bs, nb = _cache_config(await get_text(http, f"{target.root}/metrics", target))
+    auth = {k: v for k, v in target.headers().items() if k == "Authorization"}
+    ident = await detect_server(
+        http,
+        target.root,
+        owned_by=[str(m.get("owned_by") or "") for m in entries],
+        timeout_s=min(10.0, target.timeout_s),
+        headers=auth,
+    )
+    metrics = ident.metrics.body.decode("utf-8", "replace") if ident.metrics_ok else None
+    bs, nb = _cache_config(metrics)
     mml = entry.get("max_model_len")
+    is_sim = ident.engine == "agentload-sim"
+    engine = ident.engine if ident.engine != "other" else str(entry.get("owned_by") or "unknown")
     return ServerInfo(
-        engine="agentload-sim" if is_sim else str(entry.get("owned_by") or "unknown"),
-        version=str(version["version"]) if version.get("version") else None,
+        engine=engine,
+        version=ident.version,
         model=target.model,
         max_model_len=int(mml) if isinstance(mml, int) else None,
         block_size=bs,
