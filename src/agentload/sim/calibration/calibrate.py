@@ -129,9 +129,14 @@ def _iteration_hist(text: str | None) -> dict[float, float]:
 async def detect_budget(
     http: aiohttp.ClientSession, target: Target, prompts: PromptMaker, max_len: int
 ) -> int | None:
-    """The engine's prefill chunk (max_num_batched_tokens), from the steps one long cold
-    prompt takes in vllm:iteration_tokens_total (the model length when one step took it
-    whole); None when the server does not publish the histogram."""
+    """The engine's prefill chunk (max_num_batched_tokens), from how many observations one
+    long cold prompt adds to vllm:iteration_tokens_total; None when that cannot tell.
+
+    vLLM records that histogram when a step returns output, not for every step: a prompt
+    prefilled in several chunks still adds one observation, so one observation says nothing
+    about the chunk (vLLM's CPU build prefills 2,048 tokens per step by default, and its
+    /metrics still shows one step for an 8,192-token prompt). Several observations (the
+    simulator records every step) give the chunk."""
     url = f"{target.root}/metrics"
     before = _iteration_hist(await get_text(http, url, target))
     p = min(8192, max_len - 16)
@@ -141,12 +146,8 @@ async def detect_budget(
         return None
     steps = after.get(math.inf, 0) - before.get(math.inf, 0)
     grown = [le for le in sorted(after) if after[le] - before.get(le, 0) > 0]
-    if not grown:
+    if not grown or steps < 2:
         return None
-    if steps < 2:
-        # one step took the whole prompt: the budget is at least that (vLLM's CPU backend
-        # and small models often allow the whole context)
-        return max(max_len, call.prompt_tokens)
     chunk = math.ceil(call.prompt_tokens / steps / 16) * 16
     return int(min(chunk, grown[-1])) if math.isfinite(grown[-1]) else chunk
 
@@ -234,6 +235,12 @@ async def calibrate(
                 say(
                     f"calibrate: the engine prefills {budget} tokens per step (from "
                     "vllm:iteration_tokens_total; --max-num-batched-tokens overrides)"
+                )
+            else:
+                say(
+                    "calibrate: the server does not show its prefill chunk; assuming "
+                    f"{base_p.max_num_batched_tokens} tokens per step (the base profile's): give "
+                    "--max-num-batched-tokens (vLLM's CPU build defaults to 2048)"
                 )
         plan.budget = budget or base_p.max_num_batched_tokens
         plan.block_size = info.block_size or base_p.block_size
