@@ -8,8 +8,8 @@ endpoint over plain HTTP needs: the request goes out as one pre-encoded write, t
 parsed by llhttp (through httptools, the parser uvicorn uses), and each read's body bytes are
 handed to the caller inside `data_received`, so no task wakes per read. The client sends HTTPS,
 and a caller's own aiohttp session, through aiohttp; `agentload proxy` uses this pool (TLS
-included) for its upstream, with a connection subclass (proxy.upstream). It is tested against the embedded simulator,
-the scripted test server (aiohttp) and real vLLM.
+included) for its upstream, with a connection subclass (proxy.upstream). It is tested against
+the embedded simulator, the scripted test server (aiohttp) and real vLLM.
 """
 
 from __future__ import annotations
