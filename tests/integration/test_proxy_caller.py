@@ -319,6 +319,24 @@ async def test_bad_requests_get_one_clear_status(tmp_path: Path, raw: bytes, sta
     assert up.requests == []
 
 
+async def test_body_over_the_limit_is_refused(tmp_path: Path) -> None:
+    async def script(head: bytes, body: bytes, w: asyncio.StreamWriter) -> None:
+        raise AssertionError("nothing should reach the upstream")
+
+    async with (
+        Upstream(script) as up,
+        ProxyServer(
+            ProxyConfig(upstream=up.url, out=tmp_path / "run", max_body_bytes=1000)
+        ) as proxy,
+    ):
+        r, w = await asyncio.open_connection("127.0.0.1", proxy.port)
+        w.write(b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        w.write(b"%x\r\n%b\r\n" % (1 << 20, b"x" * (1 << 20)))  # chunked: no length up front
+        got = await asyncio.wait_for(r.read(), 10)
+        w.close()
+    assert got.startswith(b"HTTP/1.1 413 ") and b"request body over" in got
+
+
 async def test_expect_continue_and_an_upstream_that_breaks(tmp_path: Path) -> None:
     async def script(head: bytes, body: bytes, w: asyncio.StreamWriter) -> None:
         w.write(SSE_HEAD + _chunk(_tok("a")))

@@ -28,7 +28,11 @@ import httptools
 log = logging.getLogger("agentload.proxy")
 _now_ns = time.perf_counter_ns
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_LAST_CHUNK = b"0\r\n\r\n"
+_LINGER_S = 2.0
+
+
+class _TooLarge(Exception):
+    """A request body over the limit."""
 
 
 class Headers(dict[str, str]):
@@ -122,6 +126,7 @@ class Caller(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.refused = False
         self.queue: deque[ProxyRequest] = deque()
         self.task: asyncio.Task[None] | None = None
         self.read_ns = 0
@@ -145,12 +150,17 @@ class Caller(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.read_ns = _now_ns()
+        if self.refused:
+            return  # what the caller still sends after a refusal is dropped
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse(501, "protocol upgrades are not supported")
         except httptools.HttpParserError as e:
-            self._refuse(400, f"bad HTTP request: {e}")
+            if isinstance(e.__context__, _TooLarge):
+                self._refuse(413, str(e.__context__))
+            else:
+                self._refuse(400, f"bad HTTP request: {e}")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -188,10 +198,12 @@ class Caller(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
         if self._size > self.max_body:
-            raise httptools.HttpParserError(f"request body over {self.max_body} bytes")
+            raise _TooLarge(f"request body over {self.max_body} bytes")
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.parser.should_upgrade():
+            return  # refused (501) once the parser stops at the upgrade
         body = self._body
         req = ProxyRequest(
             self.parser.get_method().decode("latin-1"),
@@ -254,7 +266,15 @@ class Caller(asyncio.Protocol):
         )
         with contextlib.suppress(ConnectionResetError):
             self.write(head + body)
-        self.close()
+        # A lingering close: closing with unread request bytes would make the kernel reset
+        # the connection, and the caller might lose the answer. End our side, drop what still
+        # comes, and close a little later.
+        self.refused = True
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            if transport.can_write_eof():
+                transport.write_eof()
+            asyncio.get_running_loop().call_later(_LINGER_S, self.abort)
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

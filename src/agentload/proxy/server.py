@@ -53,7 +53,6 @@ log = logging.getLogger("agentload.proxy")
 _now_ns = time.perf_counter_ns
 
 _LAST_CHUNK = b"0\r\n\r\n"
-_MAX_BODY = 1 << 30  # request bodies: long agent contexts fit
 # One SSE event and the blank line that ends it.
 _EVENT = re.compile(rb"(.*?)(\r\n\r\n|\n\n|\r\r)", re.S)
 
@@ -77,6 +76,8 @@ class ProxyConfig:
     endpoint: str = "upstream"
     overwrite: bool = False
     max_connections: int = 1000
+    max_body_bytes: int = 1 << 30
+    """Largest request body taken (413 beyond it); long agent contexts fit."""
 
 
 def _upstream_root(url: str) -> str:
@@ -225,7 +226,7 @@ class ProxyServer:
         # Chat completions, the hot path, on the client's HTTP/1.1 connections (proxy.upstream).
         self._pool = RelayPool(self.root, limit=cfg.max_connections)
         self._listener = await serve_callers(
-            self._handle, cfg.host, cfg.port, _MAX_BODY, self._callers
+            self._handle, cfg.host, cfg.port, cfg.max_body_bytes, self._callers
         )
         if self.port == 0:
             self.port = self._listener.sockets[0].getsockname()[1]
