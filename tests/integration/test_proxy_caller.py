@@ -202,6 +202,60 @@ async def test_chunks_pass_through_as_they_arrive(tmp_path: Path) -> None:
         assert rep.body == _tok("first") + _tok("second") + DONE
 
 
+async def test_a_reply_ended_by_closing_the_upstream_connection(tmp_path: Path) -> None:
+    async def script(head: bytes, body: bytes, w: asyncio.StreamWriter) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        await w.drain()
+        w.write(_tok("a") + USAGE + DONE)
+        await w.drain()
+        w.close()  # no length, not chunked: the end of the connection ends the body
+
+    out = tmp_path / "run"
+    async with (
+        Upstream(script) as up,
+        ProxyServer(ProxyConfig(upstream=up.url, out=out)) as proxy,
+    ):
+        r, w = await asyncio.open_connection("127.0.0.1", proxy.port)
+        for _ in range(2):  # and the caller's connection stays usable
+            w.write(_post(CHAT, REQ))
+            rep = await _read_reply(r)
+            assert rep.status == 200 and rep.body == _tok("a") + DONE
+        w.close()
+    assert up.connections == 2
+    assert [c["status"] for c in _calls(out)] == ["ok", "ok"]
+
+
+async def test_a_slow_caller_holds_the_upstream_back(tmp_path: Path) -> None:
+    piece, total = b"x" * 65536, 48 << 20
+    sent = [0]
+
+    async def script(head: bytes, body: bytes, w: asyncio.StreamWriter) -> None:
+        w.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        while sent[0] < total:
+            w.write(_chunk(piece))
+            await w.drain()  # blocks once the proxy stops reading
+            sent[0] += len(piece)
+        w.write(b"0\r\n\r\n")
+
+    async with (
+        Upstream(script) as up,
+        ProxyServer(ProxyConfig(upstream=up.url, out=tmp_path / "run")) as proxy,
+    ):
+        r, w = await asyncio.open_connection("127.0.0.1", proxy.port, limit=1 << 20)
+        w.write(_post(CHAT, {**REQ, "stream": False}))
+        await asyncio.sleep(1.0)  # not reading: the socket buffers fill, then the proxy's
+        assert sent[0] < total // 2
+        rep = await _read_reply(r)
+        assert len(rep.body) == total and sent[0] == total
+        w.write(_post(CHAT, {**REQ, "stream": False}))  # the pooled upstream connection
+        sent[0] = 0
+        assert len((await _read_reply(r)).body) == total  # was resumed, not left paused
+        w.close()
+    assert up.connections == 1
+
+
 async def test_upstream_errors_pass_through_unchanged(tmp_path: Path) -> None:
     err = b'{"error":{"message":"slow down","type":"rate_limit","code":429}}'
 

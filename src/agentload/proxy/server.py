@@ -412,6 +412,7 @@ class ProxyServer:
         assert self._pool is not None
         try:
             await self._pool.send(wire, relay)
+            relay.finish()
         except asyncio.CancelledError:
             return Failure("cancelled", "the caller closed the connection"), True
         except Http1Error as e:
@@ -475,6 +476,7 @@ class _Pass:
         "chunked",
         "chunks",
         "close",
+        "ended",
         "filt",
         "headers_ns",
         "http11",
@@ -496,6 +498,7 @@ class _Pass:
         self.status: int | None = None
         self.sse = False
         self.started = False  # the reply's head went to the caller
+        self.ended = False  # and its end
         self.chunked = False
         self.must_close = False
         self.headers_ns: int | None = None
@@ -517,6 +520,11 @@ class _Pass:
                 out = data
         if out:
             self.caller.write(out)
+        if conn.complete:
+            self.ended = True
+            # The upstream connection goes back to the pool: never leave it paused.
+            if self.caller.paused and conn.transport is not None:
+                conn.transport.resume_reading()
         delay = _now_ns() - now
         if delay > self.max_delay_ns:
             self.max_delay_ns = delay
@@ -547,6 +555,16 @@ class _Pass:
             self.must_close = True
         self.caller.feeding = conn.transport  # paused while the caller's buffer is full
         return reply_head(status, hdrs, framing, close=close) + data
+
+    def finish(self) -> None:
+        """End a reply the upstream ended by closing its connection (no length, not chunked)."""
+        if not self.started or self.ended:
+            return
+        self.ended = True
+        data = self._filter(b"", True)
+        out = chunk(data) + _LAST_CHUNK if self.chunked else data
+        if out:
+            self.caller.write(out)
 
     def _filter(self, body: bytes, complete: bool) -> bytes:
         filt = self.filt
