@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,14 @@ async def test_keep_alive_and_pipelining_on_both_sides(tmp_path: Path) -> None:
             assert rep.body == _tok("a") + _tok("b") + DONE  # the usage the proxy asked for: gone
         w.write(_post(CHAT, REQ) * 2)  # two pipelined: answered in order
         assert (await _read_reply(r)).body == (await _read_reply(r)).body == rep.body
+        # Small writes leave at once on both sides (no Nagle delay).
+        (caller,) = proxy._callers
+        assert proxy._pool is not None
+        (upstream,) = proxy._pool._idle
+        for t in (caller.transport, upstream.transport):
+            assert t is not None
+            sock = t.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
         w.close()
     assert up.connections == 1  # the upstream connection was kept alive too
     # The proxy asked for usage upstream, and counted the tokens from it.

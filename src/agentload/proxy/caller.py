@@ -191,6 +191,8 @@ class Caller(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.task is not None or self.queue:
+            return  # never inside another reply: the caller sends its body after a pause
         for k, v in self._headers:
             if k.lower() == b"expect" and v.lower() == b"100-continue":
                 self.write(_CONTINUE)
