@@ -123,11 +123,14 @@ class StreamReader:
 
     def _events(self, events: list[bytes], now: int) -> None:
         acc = self.acc
+        if events[-1] == _DONE:  # where it usually is: the last event of the last read
+            acc.saw_done = True
+            events.pop()
+            if not events:
+                return
         if _DONE in events:
             acc.saw_done = True
             events = [e for e in events if e != _DONE]
-            if not events:
-                return
         try:
             chunks = _typed(b"[" + b",".join(events) + b"]")
         except _TYPED_ERRORS:
