@@ -9,12 +9,16 @@ usage chunk on the way back. Added latency = the proxied arm's TTFT / end-to-end
 minus the direct arm's; the proxy's own figure (`proxy.overhead_s` of its summary.json) is
 printed beside it.
 
-    python benchmarks/proxy_overhead.py [--rate 500] [--seconds 20] [--blocks 4]
+    python benchmarks/proxy_overhead.py [--rate 500] [--seconds 20] [--blocks 4] [--pin]
     python benchmarks/proxy_overhead.py --cpu-calls 2500   # CPU per proxied call only
 
-`--cpu-calls N` sends N calls through the proxy in a closed loop (16 in flight) and reports
-only the proxy's CPU per call: the figure that does not depend on how loaded the machine is,
-for comparing two versions of the proxy back to back.
+`--pin` puts the proxy alone on CPU 1 and the simulator and this client on CPU 0 (scheduler
+affinity, inherited by their threads), so that on a 2-core machine the proxied arm's added
+latency is the proxy's work plus the extra hop, not the proxy waiting for a core that the two
+other processes hold. `--cpu-calls N` sends N calls through the proxy in a closed loop (16 in
+flight) and reports only the proxy's CPU per call: the figure that does not depend on how
+loaded the machine is, for comparing two versions of the proxy back to back
+(`--proxy-src DIR` runs the proxy from another checkout's `src`).
 """
 
 from __future__ import annotations
@@ -177,7 +181,26 @@ def main() -> None:
     ap.add_argument(
         "--cpu-calls", type=int, default=0, help="only measure CPU per call over N proxied calls"
     )
+    ap.add_argument(
+        "--pin", action="store_true", help="proxy alone on CPU 1; simulator and client on CPU 0"
+    )
+    ap.add_argument(
+        "--proxy-src", metavar="DIR", help="run the proxy from this src folder (A/B of versions)"
+    )
     a = ap.parse_args()
+    env = dict(os.environ)
+    if a.proxy_src:
+        env["PYTHONPATH"] = os.path.abspath(a.proxy_src)
+    pin_proxy = None
+    if a.pin:
+        cpus = os.sched_getaffinity(0)
+        if not {0, 1} <= cpus:
+            raise SystemExit(f"--pin needs CPUs 0 and 1; this process may use {sorted(cpus)}")
+        os.sched_setaffinity(0, {0})  # this client, and the simulator started below
+
+        def pin_proxy() -> None:  # in the proxy's process, before it starts any thread
+            os.sched_setaffinity(0, {1})
+
     sim = SimProcess(SimConfig(port=0, profile="instant", model="sim")).start()
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,6 +220,8 @@ def main() -> None:
             ],
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
+            preexec_fn=pin_proxy,
         )
         try:
             assert proxy.stdout is not None
@@ -211,6 +236,7 @@ def main() -> None:
     own = json.loads(rest)
     if a.cpu_calls:
         res["load_average"] = os.getloadavg()
+        res["pinned"] = a.pin
         print(json.dumps(res, indent=2))
         return
     res["proxy_own_overhead_ms"] = {
@@ -218,6 +244,7 @@ def main() -> None:
     }
     res["load_average"] = os.getloadavg()
     res["cpus"] = os.cpu_count()
+    res["pinned"] = a.pin
     print(json.dumps(res, indent=2))
 
 

@@ -6,15 +6,17 @@ task wake-up per read) took more than half of the ~146 µs of client CPU a strea
 (benchmarks/README.md, "Client"). This module does only what a POST to an OpenAI-compatible
 endpoint over plain HTTP needs: the request goes out as one pre-encoded write, the reply is
 parsed by llhttp (through httptools, the parser uvicorn uses), and each read's body bytes are
-handed to the caller inside `data_received`, so no task wakes per read. HTTPS, and a caller's
-own aiohttp session, still go through aiohttp. It is tested against the embedded simulator,
-the scripted test server (aiohttp) and real vLLM.
+handed to the caller inside `data_received`, so no task wakes per read. The client sends HTTPS,
+and a caller's own aiohttp session, through aiohttp; `agentload proxy` uses this pool (TLS
+included) for its upstream, with a connection subclass (proxy.upstream). It is tested against
+the embedded simulator, the scripted test server (aiohttp) and real vLLM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections import deque
 from typing import Protocol
@@ -22,6 +24,22 @@ from typing import Protocol
 import httptools
 
 _now_ns = time.perf_counter_ns
+
+# Hop-by-hop headers (RFC 9110 7.6.1, plus the obsolete Proxy-Connection): they describe one
+# connection, so a pass-through never copies them from one side to the other.
+HOP_BY_HOP = frozenset(
+    (
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    )
+)
 
 
 class Http1Error(Exception):
@@ -111,17 +129,22 @@ class _Conn(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._fail(self._lost_error(f"bad HTTP reply: {e}"))
             return
-        pieces = self.pieces
-        if pieces and self.use_sink:
-            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            pieces.clear()
+        if self.use_sink:
             try:
-                self.sink.http_body(body, now)  # type: ignore[union-attr]
+                self._deliver(now)
             except BaseException as e:
                 self._fail(e)
                 return
         if self.complete:
             waiter.set_result(None)
+
+    def _deliver(self, now: int) -> None:
+        """Hand this read's body bytes to the sink (a subclass may hand over more)."""
+        pieces = self.pieces
+        if pieces:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            self.sink.http_body(body, now)  # type: ignore[union-attr]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -176,13 +199,24 @@ class _Conn(asyncio.Protocol):
 
 
 class Http1Pool:
-    """Keep-alive connections to one host:port; at most `limit` open (0 = no limit)."""
+    """Keep-alive connections to one host:port; at most `limit` open (0 = no limit).
+    `tls`: a context for HTTPS (the client itself sends HTTPS through aiohttp)."""
 
-    def __init__(self, host: str, port: int, limit: int, connect_timeout: float | None) -> None:
+    conn_class: type[_Conn] = _Conn
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        limit: int,
+        connect_timeout: float | None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.limit = limit
         self.connect_timeout = connect_timeout
+        self.tls = tls
         self._idle: list[_Conn] = []
         self._open: set[_Conn] = set()
         self._connecting = 0
@@ -245,7 +279,11 @@ class Http1Pool:
                 self._connecting += 1
                 try:
                     _, conn = await loop.create_connection(
-                        lambda: _Conn(self), self.host, self.port
+                        lambda: self.conn_class(self),
+                        self.host,
+                        self.port,
+                        ssl=self.tls,
+                        server_hostname=self.host if self.tls is not None else None,
                     )
                 finally:
                     self._connecting -= 1

@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import web
-from multidict import CIMultiDict
-
 from agentload.client.record import CallRecord
+from agentload.proxy.caller import ProxyRequest
 from agentload.proxy.server import ProxyConfig, ProxyServer
-from agentload.proxy.sessions import ProxySession, split_session_path
+from agentload.proxy.sessions import ProxySession
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 log = logging.getLogger("agentload.external")
@@ -91,15 +89,13 @@ class AgentProxy(ProxyServer):
         self.sink.by_session.pop(session_id, None)
         return self.sessions.pop(session_id, None), self.sink.calls.pop(session_id, [])
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        sid, _ = split_session_path(request.path)
-        task = self.tasks.get(sid) if sid is not None else None
-        if sid is not None and task is not None:
-            headers = CIMultiDict(request.headers)
-            headers.update(self.extra_headers)
-            headers[SESSION_HEADER] = sid
-            headers[TASK_HEADER] = task
-            if ROLE_HEADER not in headers:
-                headers[ROLE_HEADER] = "agent"
-            request = request.clone(headers=headers)
-        return await super()._handle(request)
+    def _prepare(self, req: ProxyRequest, path_session: str | None) -> None:
+        task = self.tasks.get(path_session) if path_session is not None else None
+        if path_session is None or task is None:
+            return
+        for name, value in self.extra_headers.items():
+            req.set_header(name, value)
+        req.set_header(SESSION_HEADER, path_session)
+        req.set_header(TASK_HEADER, task)
+        if ROLE_HEADER not in req.view():
+            req.set_header(ROLE_HEADER, "agent")

@@ -1,9 +1,10 @@
 """The proxy server: forwards every request to the upstream and records chat completions.
 
-Each upstream chunk is written to the caller as it arrives, unchanged (less the usage-only
-event when the proxy asked for usage itself); on the way the proxy only notes the chunk and its
-arrival time. Parsing and the CallRecord (`agentload.proxy.meter`, with the client's metric
-definitions) happen once the caller has the whole reply, so they never delay it.
+Each read of the upstream's reply is written to the caller as it arrives, in one socket write
+and unchanged (less the usage-only event when the proxy asked for usage itself); on the way the
+proxy only notes the bytes and their arrival time. Parsing and the CallRecord
+(`agentload.proxy.meter`, with the client's metric definitions) happen once the caller has
+the whole reply, so they never delay it.
 """
 
 from __future__ import annotations
@@ -22,11 +23,18 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
-from aiohttp import web
 from multidict import CIMultiDict
 
 from agentload.client.record import CallRecord
 from agentload.client.safety import redact
+from agentload.proxy.caller import (
+    Caller,
+    ProxyRequest,
+    chunk,
+    close_callers,
+    reply_head,
+    serve_callers,
+)
 from agentload.proxy.meter import (
     Answer,
     Failure,
@@ -36,7 +44,7 @@ from agentload.proxy.meter import (
     parse_stream,
 )
 from agentload.proxy.sessions import ProxySession, bearer_key, session_for, split_session_path
-from agentload.proxy.upstream import Pool, Reply, UpstreamError
+from agentload.proxy.upstream import REPLY_SKIP, REQUEST_SKIP, Http1Error, RelayPool, UpstreamConn
 from agentload.results.recorder import Recorder
 from agentload.stats import percentile_sorted
 from agentload.wire import ROLE_HEADER
@@ -44,23 +52,7 @@ from agentload.wire import ROLE_HEADER
 log = logging.getLogger("agentload.proxy")
 _now_ns = time.perf_counter_ns
 
-# Hop-by-hop headers (RFC 9110 7.6.1) and those aiohttp sets itself: never copied across.
-_HOP = frozenset(
-    h.lower()
-    for h in (
-        "Connection",
-        "Keep-Alive",
-        "Proxy-Authenticate",
-        "Proxy-Authorization",
-        "TE",
-        "Trailer",
-        "Transfer-Encoding",
-        "Upgrade",
-        "Host",
-        "Content-Length",
-    )
-)
-_DONE_TAIL = b"data: [DONE]\n\n"
+_LAST_CHUNK = b"0\r\n\r\n"
 # One SSE event and the blank line that ends it.
 _EVENT = re.compile(rb"(.*?)(\r\n\r\n|\n\n|\r\r)", re.S)
 
@@ -84,6 +76,8 @@ class ProxyConfig:
     endpoint: str = "upstream"
     overwrite: bool = False
     max_connections: int = 1000
+    max_body_bytes: int = 1 << 30
+    """Largest request body taken (413 beyond it); long agent contexts fit."""
 
 
 def _upstream_root(url: str) -> str:
@@ -95,16 +89,6 @@ def _upstream_root(url: str) -> str:
     if path.endswith("/v1"):
         path = path[:-3]
     return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-def _forward_headers(headers: Any, *, identity: bool) -> CIMultiDict[str]:
-    out: CIMultiDict[str] = CIMultiDict()
-    for k, v in headers.items():
-        lk = k.lower()
-        if lk in _HOP or (identity and lk == "accept-encoding"):
-            continue
-        out.add(k, v)
-    return out
 
 
 def _usage_only(event: bytes) -> bool:
@@ -208,10 +192,11 @@ class ProxyServer:
         self.calls = 0
         self._ids = itertools.count(1)
         self._prefix = urlsplit(self.root).path  # the upstream's path before /v1/...
-        self._pool: Pool | None = None
+        self._pool: RelayPool | None = None
         self._recorder: CallSink | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._runner: web.ServerRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._callers: set[Caller] = set()
         self._started_at = 0.0
 
     @property
@@ -230,6 +215,7 @@ class ProxyServer:
             own = self._recorder = Recorder(cfg.out, overwrite=cfg.overwrite)
             own.write_config({"proxy": {"upstream": self.root, "host": cfg.host, "port": cfg.port}})
         self._started_at = time.time()
+        # Other paths (models, metrics, health...) go upstream through aiohttp's client.
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=cfg.max_connections, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
@@ -237,26 +223,20 @@ class ProxyServer:
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
             read_bufsize=1 << 18,
         )
-        # Chat completions, the hot path, go through the proxy's own pool (proxy.upstream).
-        self._pool = Pool(self.root, limit=cfg.max_connections)
-        # aiohttp's low-level server: one handler for every path, without the application's
-        # router, middlewares and signals, which a pass-through does not use.
-        server = _Server(self._handle, access_log=None)
-        self._runner = web.ServerRunner(server, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port)
-        await site.start()
-        listener = site._server
-        if listener is not None and self.port == 0:
-            sockets = getattr(listener, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1]
+        # Chat completions, the hot path, on the client's HTTP/1.1 connections (proxy.upstream).
+        self._pool = RelayPool(self.root, limit=cfg.max_connections)
+        self._listener = await serve_callers(
+            self._handle, cfg.host, cfg.port, cfg.max_body_bytes, self._callers
+        )
+        if self.port == 0:
+            self.port = self._listener.sockets[0].getsockname()[1]
         return self
 
     async def stop(self) -> dict[str, Any]:
         """Stop serving and write the session records and the summary; returns the summary."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            await close_callers(listener, self._callers, grace_s=5.0)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -310,153 +290,142 @@ class ProxyServer:
 
     # -- requests -----------------------------------------------------------------------
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        t_in = _now_ns()
-        path_session, path = split_session_path(request.path)
-        query = request.query_string
+    def _prepare(self, req: ProxyRequest, path_session: str | None) -> None:
+        """A hook to change a request before it goes anywhere (headers of an episode)."""
+
+    async def _handle(self, req: ProxyRequest, caller: Caller) -> None:
+        t_in = req.arrived_ns
+        path, _, query = req.target.partition("?")
+        path_session, path = split_session_path(path)
+        self._prepare(req, path_session)
         path_qs = f"{path}?{query}" if query else path
-        if request.method == "POST" and path.endswith("/chat/completions"):
-            body = await request.read()
+        if req.method == "POST" and path.endswith("/chat/completions"):
             try:
-                obj = orjson.loads(body)
+                obj = orjson.loads(req.body)
             except orjson.JSONDecodeError:
                 obj = None
             if isinstance(obj, dict):
-                return await self._chat(
-                    request, self._prefix + path_qs, obj, body, path_session, t_in
-                )
-            return await self._forward(request, self.root + path_qs, body)
-        return await self._forward(
-            request, self.root + path_qs, await request.read() if request.can_read_body else None
-        )
+                await self._chat(req, caller, self._prefix + path_qs, obj, path_session, t_in)
+                return
+        await self._forward(req, caller, self.root + path_qs)
 
-    async def _forward(
-        self, request: web.BaseRequest, url: str, body: bytes | None
-    ) -> web.StreamResponse:
+    async def _forward(self, req: ProxyRequest, caller: Caller, url: str) -> None:
         """Any other request: status, headers and body passed through as they come."""
         assert self._session is not None
-        hdrs = _forward_headers(request.headers, identity=False)
+        hdrs: CIMultiDict[str] = CIMultiDict()
+        for k, v in req.headers:
+            if k.lower() not in REQUEST_SKIP:
+                hdrs.add(k.decode("latin-1"), v.decode("latin-1"))
+        started = False
         try:
             async with self._session.request(
-                request.method, url, data=body, headers=hdrs, allow_redirects=False
+                req.method, url, data=req.body or None, headers=hdrs, allow_redirects=False
             ) as up:
-                out = web.StreamResponse(status=up.status, reason=up.reason)
-                out.headers.extend(_forward_headers(up.headers, identity=False))
-                if up.content_length is not None:
-                    out.content_length = up.content_length
-                await out.prepare(request)
-                async for chunk in up.content.iter_any():
-                    await out.write(chunk)
-                await out.write_eof()
-                return out
+                raw = [(k, v) for k, v in up.raw_headers if k.lower() not in REPLY_SKIP]
+                length = up.content_length
+                close = not req.keep_alive
+                if req.method == "HEAD" or up.status in (204, 304) or up.status < 200:
+                    # No body; a HEAD reply still says the length its GET would have.
+                    framing = b"Content-Length: %d\r\n" % length if length is not None else b""
+                    caller.write(reply_head(up.status, raw, framing, close=close, reason=up.reason))
+                    return
+                chunked = length is None and req.http11
+                if chunked:
+                    framing = b"Transfer-Encoding: chunked\r\n"
+                elif length is not None:
+                    framing = b"Content-Length: %d\r\n" % length
+                else:  # an HTTP/1.0 caller: the body ends with the connection
+                    framing, close = b"", True
+                caller.write(reply_head(up.status, raw, framing, close=close, reason=up.reason))
+                started = True
+                async for data in up.content.iter_any():
+                    caller.write(chunk(data) if chunked else data)
+                    await caller.drain()
+                if chunked:
+                    caller.write(_LAST_CHUNK)
+                if close:
+                    caller.close()
         except aiohttp.ClientConnectorError as e:
-            return _bad_gateway(f"upstream unreachable: {e}")
+            _bad_gateway(caller, f"upstream unreachable: {e}", close=not req.keep_alive)
+        except (aiohttp.ClientError, ConnectionError) as e:
+            if started:  # the reply broke midway: so does the caller's connection
+                caller.abort()
+            else:
+                _bad_gateway(caller, f"upstream failed: {e}", close=not req.keep_alive)
 
     async def _chat(
         self,
-        request: web.BaseRequest,
+        req: ProxyRequest,
+        caller: Caller,
         target: str,
         obj: dict[str, Any],
-        body: bytes,
         path_session: str | None,
         t_in: int,
-    ) -> web.StreamResponse:
-        assert self._recorder is not None
-        sid = session_for(request.headers, path_session)
-        key = bearer_key(request.headers)
+    ) -> None:
+        assert self._recorder is not None and self._pool is not None
+        headers = req.view()
+        sid = session_for(headers, path_session)
+        key = bearer_key(headers)
         if key:
             self._recorder.add_secrets(key)
         secrets = (key,) if key else ()
         stream = obj.get("stream") is True
-        body, inject = _with_usage(obj, body) if stream else (body, False)
+        body, inject = _with_usage(obj, req.body) if stream else (req.body, False)
         model = obj.get("model")
         rec = CallRecord(
             call_id=f"p-{next(self._ids)}",
             session_id=sid,
-            role=request.headers.get(ROLE_HEADER) or "agent",
+            role=headers.get(ROLE_HEADER) or "agent",
             endpoint=self.config.endpoint,
             model=model if isinstance(model, str) else "",
             stream=stream,
             started_at=time.time(),
         )
-        pass_ = _Pass(request, inject)
+        # The meter parses the reply, so it must come back uncompressed.
+        fwd = [
+            (k, v)
+            for k, v in req.headers
+            if (low := k.lower()) not in REQUEST_SKIP and low != b"accept-encoding"
+        ]
+        wire = self._pool.encode("POST", target, fwd, body)
+        relay = _Pass(caller, inject, close=not req.keep_alive, http11=req.http11)
         rec.start_ns = _now_ns()
         forward_ns = rec.start_ns - t_in
-        err: Failure | None = None
-        cancelled = False
-        try:
-            await self._exchange(target, body, pass_)
-        except asyncio.CancelledError:
-            cancelled = True
-            err = Failure("cancelled", "the caller closed the connection")
-        except Failure as e:
-            err = e
+        err, cancelled = await self._exchange(wire, relay)
         rec.end_ns = _now_ns()
-        rec.headers_ns = pass_.headers_ns
+        rec.headers_ns = relay.headers_ns
         # Everything below runs after the caller has the whole reply.
-        self._account(rec, pass_, err, obj, secrets, sid)
+        self._account(rec, relay, err, obj, secrets, sid)
         self.forward_s.append(forward_ns / 1e9)
-        self.chunk_s.append(pass_.max_delay_ns / 1e9)
-        self.overhead_s.append((forward_ns + pass_.max_delay_ns) / 1e9)
+        self.chunk_s.append(relay.max_delay_ns / 1e9)
+        self.overhead_s.append((forward_ns + relay.max_delay_ns) / 1e9)
         if cancelled:
             raise asyncio.CancelledError
-        if pass_.out is None:
-            return _bad_gateway(err.message if err else "no reply from the upstream")
-        return pass_.out
+        if not relay.started:
+            _bad_gateway(caller, err.message if err else "no reply", close=not req.keep_alive)
+        elif relay.must_close:
+            caller.close()
 
-    async def _exchange(self, target: str, body: bytes, p: _Pass) -> None:
-        """Send the request upstream and pass the reply back; raises Failure."""
+    async def _exchange(self, wire: bytes, relay: _Pass) -> tuple[Failure | None, bool]:
+        """Send the request upstream; the reply reaches the caller through `relay`.
+        Returns the failure, if any, and whether the caller cancelled the call."""
         assert self._pool is not None
-        hdrs = _forward_headers(p.request.headers, identity=True)
         try:
-            up = await self._pool.request("POST", target, hdrs.items(), body)
-        except UpstreamError as e:
-            raise Failure(e.kind, e.message) from None
-        try:
-            p.headers_ns = _now_ns()
-            p.status = up.status
-            p.sse = up.content_type == "text/event-stream"
-            out = p.out = web.StreamResponse(status=up.status, reason=up.reason)
-            out.headers.extend(up.headers)
-            if up.status != 200 or not p.sse:
-                raw = await up.read()
-                arrived = _now_ns()
-                p.add(raw, arrived)
-                out.content_length = len(raw)
-                await out.prepare(p.request)
-                await p.write(raw, arrived, last=True)
-            else:
-                await out.prepare(p.request)
-                await self._stream(up, p)
-        except (UpstreamError, ConnectionError) as e:
-            if p.out is not None and p.out.prepared and p.request.transport is not None:
+            await self._pool.send(wire, relay)
+            relay.finish()
+        except asyncio.CancelledError:
+            return Failure("cancelled", "the caller closed the connection"), True
+        except Http1Error as e:
+            if relay.started:
                 # The upstream broke mid-reply: break the caller's connection too, so it sees
                 # the failure instead of a reply that merely looks short.
-                p.request.transport.abort()
-            raise Failure("malformed_stream", str(e) or type(e).__name__) from None
+                relay.caller.abort()
+            return Failure(e.kind, e.message), False
+        except ConnectionError:  # raised by the relay: the caller went away mid-reply
+            return Failure("cancelled", "the caller closed the connection"), False
         finally:
-            up.release()  # pooled when read to its end; closed otherwise (caller gone)
-
-    async def _stream(self, up: Reply, p: _Pass) -> None:
-        """Each upstream chunk to the caller as it arrives. The chunk that ends with `[DONE]`
-        (the last event of a stream) goes out with the end of the reply: one socket write
-        instead of two, and the whole reply in one when it arrives in one read."""
-        filt = UsageFilter() if p.inject else None
-        held, held_at = b"", 0
-        async for raw in up.chunks():
-            arrived = _now_ns()
-            p.add(raw, arrived)
-            data = raw if filt is None else filt.feed(raw)
-            if held:  # more came after [DONE]: pass on what was held first
-                await p.write(held, held_at)
-                held = b""
-            if raw.endswith(_DONE_TAIL):
-                held, held_at = data, arrived
-            else:
-                await p.write(data, arrived)
-        if filt is not None:
-            held += filt.flush()
-        await p.write(held, held_at or _now_ns(), last=True)
+            relay.caller.feeding = None
+        return None, False
 
     def _account(
         self,
@@ -498,48 +467,111 @@ class ProxyServer:
 
 
 class _Pass:
-    """One reply on its way back: the caller's response, and each upstream chunk with its
-    arrival time (kept for parsing after the reply is written, never parsed on the way)."""
+    """One reply on its way back. Each upstream read is written to the caller at once, in one
+    write, from inside the upstream connection's `data_received`; the bytes and their arrival
+    time are kept for parsing after the reply is written, never parsed on the way."""
 
     __slots__ = (
+        "caller",
+        "chunked",
         "chunks",
+        "close",
+        "ended",
+        "filt",
         "headers_ns",
+        "http11",
         "inject",
         "max_delay_ns",
-        "out",
-        "request",
+        "must_close",
         "sse",
+        "started",
         "status",
         "times",
     )
 
-    def __init__(self, request: web.BaseRequest, inject: bool) -> None:
-        self.request = request
+    def __init__(self, caller: Caller, inject: bool, *, close: bool, http11: bool) -> None:
+        self.caller = caller
         self.inject = inject
-        self.out: web.StreamResponse | None = None
+        self.close = close  # the caller asked for the connection to end with this reply
+        self.http11 = http11
+        self.filt: UsageFilter | None = None
         self.status: int | None = None
         self.sse = False
+        self.started = False  # the reply's head went to the caller
+        self.ended = False  # and its end
+        self.chunked = False
+        self.must_close = False
         self.headers_ns: int | None = None
         self.chunks: list[bytes] = []
         self.times: list[int] = []
         self.max_delay_ns = 0
 
-    def add(self, raw: bytes, arrived: int) -> None:
-        self.chunks.append(raw)
-        self.times.append(arrived)
-
-    async def write(self, data: bytes, arrived: int, *, last: bool = False) -> None:
-        """Pass `data` (which arrived at `arrived`) on; `last` ends the reply with it."""
-        assert self.out is not None
-        if data or last:
-            try:
-                await (self.out.write_eof(data) if last else self.out.write(data))
-            except (ConnectionError, aiohttp.ClientConnectionResetError):
-                # The caller went away: stop reading upstream (closes that connection too).
-                raise Failure("cancelled", "the caller closed the connection") from None
-        delay = _now_ns() - arrived
+    def relay(self, conn: UpstreamConn, body: bytes, now: int) -> None:
+        if body:
+            self.chunks.append(body)
+            self.times.append(now)
+        if not self.started:
+            out = self._head(conn, body)
+        else:
+            data = self._filter(body, conn.complete)
+            if self.chunked:
+                out = chunk(data) + _LAST_CHUNK if conn.complete else chunk(data)
+            else:
+                out = data
+        if out:
+            self.caller.write(out)
+        if conn.complete:
+            self.ended = True
+            # The upstream connection goes back to the pool: never leave it paused.
+            if self.caller.paused and conn.transport is not None:
+                conn.transport.resume_reading()
+        delay = _now_ns() - now
         if delay > self.max_delay_ns:
             self.max_delay_ns = delay
+
+    def _head(self, conn: UpstreamConn, body: bytes) -> bytes:
+        """The reply's head and what came with it, framed for the caller."""
+        self.started = True
+        self.status = status = conn.status
+        hdrs = []
+        for k, v in conn.headers:
+            low = k.lower()
+            if low not in REPLY_SKIP:
+                hdrs.append((k, v))
+                if low == b"content-type":
+                    self.sse = v.partition(b";")[0].strip().lower() == b"text/event-stream"
+        if self.inject and self.sse and status == 200:
+            self.filt = UsageFilter()
+        data = self._filter(body, conn.complete)
+        close = self.close
+        if conn.complete:  # the whole reply is here: its length is known
+            framing = b"Content-Length: %d\r\n" % len(data)
+        elif self.http11:
+            self.chunked = True
+            framing = b"Transfer-Encoding: chunked\r\n"
+            data = chunk(data)
+        else:  # an HTTP/1.0 caller: the body ends with the connection
+            framing, close = b"", True
+            self.must_close = True
+        self.caller.feeding = conn.transport  # paused while the caller's buffer is full
+        return reply_head(status, hdrs, framing, close=close) + data
+
+    def finish(self) -> None:
+        """End a reply the upstream ended by closing its connection (no length, not chunked)."""
+        if not self.started or self.ended:
+            return
+        self.ended = True
+        data = self._filter(b"", True)
+        out = chunk(data) + _LAST_CHUNK if self.chunked else data
+        if out:
+            self.caller.write(out)
+
+    def _filter(self, body: bytes, complete: bool) -> bytes:
+        filt = self.filt
+        if filt is None:
+            return body
+        data = filt.feed(body) if body else b""
+        return data + filt.flush() if complete else data
 
 
 def _with_usage(obj: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
@@ -557,20 +589,13 @@ def _with_usage(obj: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
     return orjson.dumps(new), True
 
 
-class _Server(web.Server):
-    """The low-level server with a request body limit fit for long agent contexts (1 GiB)."""
-
-    def _make_request(
-        self, message: Any, payload: Any, protocol: Any, writer: Any, task: Any
-    ) -> web.BaseRequest:
-        return web.BaseRequest(
-            message, payload, protocol, writer, task, self._loop, client_max_size=1 << 30
-        )
-
-
-def _bad_gateway(message: str) -> web.Response:
-    body = {"error": {"message": message, "type": "bad_gateway", "code": 502}}
-    return web.json_response(body, status=502)
+def _bad_gateway(caller: Caller, message: str, *, close: bool) -> None:
+    """Answer 502 with an OpenAI-style error body (nothing if the caller has gone)."""
+    body = orjson.dumps({"error": {"message": message, "type": "bad_gateway", "code": 502}})
+    hdrs = [(b"Content-Type", b"application/json")]
+    framing = b"Content-Length: %d\r\n" % len(body)
+    with contextlib.suppress(ConnectionError):
+        caller.write(reply_head(502, hdrs, framing, close=close) + body)
 
 
 async def serve(config: ProxyConfig, duration_s: float | None = None) -> dict[str, Any]:
