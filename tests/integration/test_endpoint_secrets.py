@@ -61,3 +61,10 @@ async def test_an_echoed_header_secret_is_redacted_in_the_record() -> None:
     for secret in ("hunter22pw", BASIC, "tok-9f8e7d6c", "brr-1234567"):
         assert secret not in msg
     assert "trace-42" in msg
+
+
+def test_a_secret_holding_another_is_redacted_whole() -> None:
+    from agentload.client.safety import redact
+
+    for order in (["hunter22pw", "bob:hunter22pw"], ["bob:hunter22pw", "hunter22pw"]):
+        assert redact("denied bob:hunter22pw", order) == f"denied {REDACTED}"

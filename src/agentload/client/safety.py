@@ -62,8 +62,9 @@ def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> floa
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of each secret replaced by the project's marker."""
-    for secret in secrets:
+    """`text` with every occurrence of each secret replaced by the project's marker (longest
+    first, so a value that holds another, `user:password`, is replaced whole)."""
+    for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= _MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, REDACTED)
     return text
