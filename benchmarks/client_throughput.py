@@ -7,6 +7,13 @@ other core. A canned raw-socket server is used because an aiohttp server tops ou
 client's rate on one core, and then the benchmark would measure the server.
 
     python benchmarks/client_throughput.py [--seconds 10] [--concurrency 64]
+
+Paired A/B against another source tree (for instance a checkout of an older commit): runs of
+the two alternate, each in its own process, and the ratio of client CPU per request is taken
+per round, so both sides see the same machine load:
+
+    git archive main | tar -x -C /tmp/base
+    python benchmarks/client_throughput.py --ab /tmp/base/src --rounds 6 --concurrency 16 64
 """
 
 from __future__ import annotations
@@ -16,7 +23,11 @@ import asyncio
 import multiprocessing as mp
 import os
 import socket
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import orjson
 
@@ -162,10 +173,42 @@ async def _load(
     }
 
 
+def _one(src: Path, seconds: float, concurrency: int, extra: list[str]) -> dict[str, float]:
+    """One run in a fresh process importing agentload from `src`."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, __file__, "--seconds", str(seconds), "--concurrency", str(concurrency)]
+    out = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, check=True)
+    return orjson.loads(out.stdout)
+
+
+def _ab(args: argparse.Namespace, extra: list[str]) -> None:
+    """Alternating runs of `args.ab` (A) and this tree (B); the per-round ratio B / A."""
+    sides = {"A": Path(args.ab).resolve(), "B": Path(__file__).resolve().parents[1] / "src"}
+    report: dict[str, object] = {"a": str(sides["A"]), "b": str(sides["B"]), "runs": []}
+    for c in args.concurrency:
+        ratios = []
+        for i in range(args.rounds):
+            order = ("A", "B") if i % 2 == 0 else ("B", "A")  # neither side always first
+            us = {k: _one(sides[k], args.seconds, c, extra)["client_us_per_request"] for k in order}
+            ratios.append(us["B"] / us["A"])
+            row = {"concurrency": c, "round": i + 1, "a_us": us["A"], "b_us": us["B"]}
+            row["ratio"] = round(ratios[-1], 3)
+            load = os.getloadavg()[0]
+            row["load"] = round(load, 1)
+            print(orjson.dumps(row).decode(), file=sys.stderr, flush=True)
+            report["runs"].append(row)  # type: ignore[attr-defined]
+        report[f"median_ratio_c{c}"] = round(statistics.median(ratios), 3)
+    print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument(
+        "--concurrency", type=int, nargs="+", default=[64], help="several values with --ab"
+    )
+    ap.add_argument("--ab", metavar="SRC", help="paired A/B against the agentload under SRC")
+    ap.add_argument("--rounds", type=int, default=4, help="A/B rounds per concurrency")
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--server-core", type=int, default=1)
     ap.add_argument(
@@ -174,6 +217,13 @@ def main() -> None:
         help="keep CPython's default GC thresholds (runs use agentload.util.gc_tuned)",
     )
     args = ap.parse_args()
+    if args.ab:
+        extra = ["--client-core", str(args.client_core), "--server-core", str(args.server_core)]
+        _ab(args, extra + (["--default-gc"] if args.default_gc else []))
+        return
+    if len(args.concurrency) != 1:
+        ap.error("one --concurrency value without --ab")
+    args.concurrency = args.concurrency[0]
     _, n_events = canned_stream()
     q: mp.Queue = mp.Queue()
     srv = mp.Process(target=_serve, args=(q, args.server_core), daemon=True)

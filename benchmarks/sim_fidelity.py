@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agentload.engines import EngineProcess, EngineSpec
 from agentload.engines.config import LaunchConfig
-from agentload.engines.launch import free_port
+from agentload.util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real-engine tier's server arguments (tests/real/conftest.py).
@@ -86,6 +86,10 @@ def main() -> None:
     ap.add_argument("--compare", action="append", default=[], help="more profiles to check")
     ap.add_argument("--name", default="vllm-cpu-tiny", help="name of the calibrated profile")
     ap.add_argument("--skip-calibrate", action="store_true")
+    # vLLM's CPU build serves with these by default (vllm/engine/arg_utils.py) and /metrics
+    # shows neither; give the server's own values with --url.
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    ap.add_argument("--max-num-seqs", type=int, default=128)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
@@ -103,6 +107,8 @@ def main() -> None:
         profile = args.out / f"{args.name}.yaml"
         if not args.skip_calibrate:
             cmd = ["calibrate", "--base-url", base, *common, "--repeats", str(args.repeats)]
+            cmd += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
+            cmd += ["--max-num-seqs", str(args.max_num_seqs)]
             if sh([*agentload, *cmd, "-o", str(profile)], log) != 0:
                 sys.exit("calibration failed (see above)")
         results = {}

@@ -13,6 +13,8 @@ import yaml
 
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
 from agentload.report.columns import SWEEP_COLUMNS, console_columns
+from agentload.results.dirs import load_sweep
+from agentload.results.jsonl import ResultsError
 from agentload.results.records import ClientBlock, Episodes, as_summary
 from agentload.runner import (
     EXIT_INTERRUPTED,
@@ -208,29 +210,27 @@ def _finish_doc(doc: dict[str, Any]) -> None:
         ctx["load"] = {**ctx["load"], kind: ", ".join(f"{p:g}" for p in doc["points_planned"])}
 
 
-def _resume_doc(root: Path) -> dict[str, Any] | None:
-    path = root / "sweep.json"
-    if not path.exists():
+def _resume_doc(root: Path) -> dict[str, Any]:
+    if not (root / "sweep.json").exists():
         raise ConfigError(f"--resume {root}: no sweep.json there (not a sweep folder?)")
     try:
-        doc = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise ConfigError(f"--resume {root}: sweep.json unreadable: {e}") from None
-    if not isinstance(doc, dict) or "points_planned" not in doc:
-        raise ConfigError(f"--resume {root}: sweep.json has no points_planned")
-    return doc
+        # Resuming needs the plan itself: the points listed are only those that started.
+        return load_sweep(root, derive_planned=False)
+    except ResultsError as e:
+        raise ConfigError(f"--resume {root}: {e}") from None
 
 
-def rebuild_sweep(root: Path, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """sweep.json recomputed from each point's summary (`agentload report SWEEP_DIR`)."""
-    doc = _resume_doc(root) or {}
+def rebuild_sweep(
+    root: Path, doc: dict[str, Any], summaries: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """`doc` (sweep.json, from `load_sweep`) recomputed from each point's summary, written
+    back with the sweep's report (`agentload report SWEEP_DIR`)."""
     kind = str(doc["kind"])
-    status = {r.get("dir"): r.get("status") for r in doc.get("points") or []}
     rows = []
-    for r in doc.get("points") or []:
-        s = summaries.get(str(r.get("dir")))
+    for r in doc["points"]:
+        s = summaries.get(str(r["dir"]))
         if s is not None:
-            rows.append(summary_row(float(r[kind]), kind, str(r["dir"]), status.get(r["dir"]), s))
+            rows.append(summary_row(float(r[kind]), kind, str(r["dir"]), r.get("status"), s))
     doc["points"] = rows
     if rows:
         doc["context"] = as_summary(summaries.get(rows[0]["dir"])).context

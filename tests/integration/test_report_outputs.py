@@ -365,9 +365,14 @@ def test_mlflow_logs_params_metrics_and_artifacts(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
 
     from agentload.integrations import mlflow as ml
+    from agentload.results import records
 
+    parses: list[type] = []
+    parse = records.parse_lenient
+    monkeypatch.setattr(records, "parse_lenient", lambda c, d: parses.append(c) or parse(c, d))
     out, s = run_dir
     run_id = ml.log_run(out, s, uri=mlflow_server)
+    assert parses == [records.Summary]  # the summary dict is parsed once
     client = MlflowClient(tracking_uri=mlflow_server)
     r = client.get_run(run_id)
     assert r.data.params["load.concurrency"] == "4"

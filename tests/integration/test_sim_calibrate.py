@@ -93,6 +93,9 @@ def test_calibrate_cli_writes_a_loadable_profile(tmp_path: Path) -> None:
     assert got.max_num_batched_tokens == 2048
     assert got.block_size == 64
     assert got.kv_blocks == 4096
+    # A stream that ended before the interference prefill was scheduled once let a plain
+    # decode step pass as the mixed step, and the fit put prefill_token_s at 0.
+    assert got.prefill_token_s == pytest.approx(KNOWN.prefill_token_s, rel=0.05)
     assert out.read_text().startswith("# agentload simulator profile: fitted")
 
 

@@ -31,6 +31,8 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
     )  # fmt: skip
     print(r.stderr)
     assert r.returncode == 0, r.stderr
+    # vLLM's /metrics cannot show the prefill chunk: the command says what it assumed
+    assert "does not show its prefill chunk" in r.stderr
     p = load_profile(str(out))
     cal = p.calibration or {}
     assert cal["server"]["version"].startswith("0.32")
@@ -63,7 +65,4 @@ def test_fidelity_of_the_shipped_profile(
             # Within a factor of three even on a loaded 2-core machine, where the real
             # engine's own timings swing by half from one minute to the next (the 10 % goal
             # is measured by benchmarks/sim_fidelity.py on a quiet machine).
-            # Concurrent TTFT carries a known bias of about 2x (the probe has no pattern
-            # with several cold prefills at once) on top of that noise; measured 1.4-3.3x.
-            top = 5 if (row["workload"], metric) == ("concurrent", "ttft_p50_s") else 3
-            assert 1 / 3 < ratio < top, (row["workload"], metric, ratio)
+            assert 1 / 3 < ratio < 3, (row["workload"], metric, ratio)

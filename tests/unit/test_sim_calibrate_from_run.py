@@ -89,10 +89,15 @@ def test_from_run_cli(tmp_path: Path) -> None:
 def test_from_run_bad_line_names_it(tmp_path: Path) -> None:
     d = tmp_path / "run"
     d.mkdir()
-    (d / "calls.jsonl").write_text('{"call_id": "a"}\nnot json\n')
+    (d / "calls.jsonl").write_text('{"call_id": "a"}\nnot json\n{"call_id": "b"}\n')
     r = CliRunner().invoke(app, ["sim", "calibrate", "--from", str(d)])
     assert r.exit_code == 2
     assert "calls.jsonl:2: not JSON" in r.output
+    # a torn last line (a run killed mid-write) is skipped: the fit goes on to judge the rest
+    (d / "calls.jsonl").write_text('{"call_id": "a"}\n{"call_id": "b", "sta')
+    r = CliRunner().invoke(app, ["sim", "calibrate", "--from", str(d)])
+    assert r.exit_code == 2
+    assert "not JSON" not in r.output and "a fit needs more" in r.output
     (d / "calls.jsonl").write_text('{"call_id": "a"}\n')
     r = CliRunner().invoke(app, ["sim", "calibrate", "--from", str(d)])
     assert r.exit_code == 2

@@ -9,7 +9,7 @@ import orjson
 import typer
 
 from agentload.cli.app import app
-from agentload.results.jsonl import JsonlError
+from agentload.results.jsonl import ResultsError
 
 
 @app.command("export")
@@ -27,17 +27,13 @@ def export_command(
     ] = False,
 ) -> None:
     """Write calls, sessions and per-turn statistics as CSV or Parquet tables."""
+    from agentload.results.dirs import check_results_dir
     from agentload.results.export import ExportError, export
 
-    if not (out_dir / "calls.jsonl").exists() and not (out_dir / "sessions.jsonl").exists():
-        typer.echo(
-            f"error: {out_dir}: no calls.jsonl or sessions.jsonl (not a results directory?)",
-            err=True,
-        )
-        raise typer.Exit(2)
     try:
+        check_results_dir(out_dir)
         paths = export(out_dir, fmt, dest)
-    except (ExportError, JsonlError) as e:
+    except (ExportError, ResultsError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if json_out:

@@ -16,15 +16,6 @@ from agentload.fmt import pct, secs
 from agentload.results.jsonl import ResultsError
 
 
-def _check_dir(path: Path) -> None:
-    if not path.is_dir():
-        raise typer.BadParameter(f"{path}: not a directory")
-    if not (path / "calls.jsonl").exists() and not (path / "sessions.jsonl").exists():
-        raise typer.BadParameter(
-            f"{path}: no calls.jsonl or sessions.jsonl (not a results directory?)"
-        )
-
-
 @app.command("report")
 def report_command(
     out_dir: Annotated[Path, typer.Argument(help="Results directory of a run, or of a sweep.")],
@@ -41,16 +32,17 @@ def report_command(
     or a sweep directory (every point, then sweep.json, sweep.md and sweep.html)."""
     from agentload.report import summary_table
     from agentload.report.redo import rereport, rereport_sweep
+    from agentload.results.dirs import check_results_dir, is_sweep
     from agentload.units import parse_slo
 
-    sweep = (out_dir / "sweep.json").is_file()
-    if not sweep:
-        _check_dir(out_dir)
+    sweep = is_sweep(out_dir)
     try:
         thresholds = parse_slo(slo) if slo else None
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--slo") from None
     try:
+        if not sweep:
+            check_results_dir(out_dir)
         if sweep:
             doc, paths = rereport_sweep(out_dir, thresholds)
         else:
@@ -111,16 +103,15 @@ def compare_command(
 ) -> None:
     """Compare two runs side by side with 95% bootstrap confidence intervals."""
     from agentload.report.compare import compare_dirs
+    from agentload.results.dirs import check_results_dir, is_sweep
 
     gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
-    from agentload.report.added import is_sweep
-
     if is_sweep(dir_a) or is_sweep(dir_b):
         _compare_sweeps(dir_a, dir_b, gated, json_out)
-    _check_dir(dir_a)
-    _check_dir(dir_b)
     added: dict[str, Any] | None = None
     try:
+        check_results_dir(dir_a)
+        check_results_dir(dir_b)
         res = compare_dirs(dir_a, dir_b, role)
         if gated is not None:
             from agentload.report.added import added_latency
@@ -145,7 +136,8 @@ def _compare_sweeps(
 ) -> None:
     """Two sweeps (direct, then through the gateway): the added latency point by point."""
     from agentload.cli.added import print_added
-    from agentload.report.added import added_latency_sweep, exit_code, is_sweep
+    from agentload.report.added import added_latency_sweep, exit_code
+    from agentload.results.dirs import is_sweep
 
     if gated is None or not (is_sweep(dir_a) and is_sweep(dir_b)):
         raise typer.BadParameter(

@@ -25,7 +25,7 @@ from agentload.client.safety import (
     redact,
     split_userinfo,
 )
-from agentload.client.stream import StreamReader, _Attempt, parse_full
+from agentload.client.stream import StreamReader, _Attempt, assemble, parse_full
 from agentload.client.tokens import (
     HeuristicCounter,
     TokenCounter,
@@ -35,7 +35,14 @@ from agentload.redact import endpoint_secrets
 from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
-__all__ = ["CallError", "CallResult", "ChatClient", "classify_http_error", "itl_summary"]
+__all__ = [
+    "CallError",
+    "CallResult",
+    "ChatClient",
+    "classify_http_error",
+    "finish_call",
+    "itl_summary",
+]
 
 _now_ns = time.perf_counter_ns
 _call_ids = itertools.count(1)
@@ -182,6 +189,8 @@ class _Request:
         self.wire = wire
 
 
+_SESSION_NAME = SESSION_HEADER.encode()
+
 # Set by the HTTP layer itself; a caller's value would make the reply unreadable.
 _OWN_HEADERS = frozenset(("content-length", "transfer-encoding", "connection"))
 
@@ -228,6 +237,8 @@ class ChatClient:
         self._base_headers = {"Content-Type": "application/json", **endpoint.headers}
         self._pool: Http1Pool | None = None
         self._head = b""
+        # (key, encoded request head, headers, secrets) for calls without their own headers.
+        self._fixed: tuple[str | None, bytes, dict[str, str], tuple[str, ...]] | None = None
         url = urlsplit(self._url)
         if session is None and url.scheme == "http" and url.hostname:
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
@@ -381,7 +392,34 @@ class ChatClient:
         self, payload: bytes, headers: Mapping[str, str] | None, session_id: str | None
     ) -> _Request:
         """The call's bytes and headers, built once for all its attempts."""
+        # Read per call (a rotated key is picked up); only what is built from it is cached.
         key = self.endpoint.api_key()
+        if headers or not self._head:
+            return self._request_uncached(payload, headers, session_id, key)
+        cached = self._fixed
+        if cached is None or cached[0] != key:
+            hdrs, secrets = self._headers(None, None, key)
+            # Request line, Host and the fixed headers, checked and encoded once per client.
+            block = _encode_request(self._head, hdrs, b"")[: -len(b"Content-Length: 0\r\n\r\n")]
+            cached = self._fixed = (key, block, hdrs, secrets)
+        _, block, hdrs, secrets = cached
+        if session_id is None or SESSION_HEADER in hdrs:
+            wire = b"%bContent-Length: %d\r\n\r\n%b" % (block, len(payload), payload)
+        else:
+            if "\r" in session_id or "\n" in session_id or "\0" in session_id:
+                raise ValueError("a request header contains a line break or NUL")
+            wire = b"%b%b: %b\r\nContent-Length: %d\r\n\r\n%b" % (
+                block,
+                _SESSION_NAME,
+                session_id.encode(),
+                len(payload),
+                payload,
+            )
+        return _Request(payload, hdrs, secrets, wire)
+
+    def _headers(
+        self, headers: Mapping[str, str] | None, session_id: str | None, key: str | None
+    ) -> tuple[dict[str, str], tuple[str, ...]]:
         hdrs = dict(self._base_headers)
         if headers:
             hdrs.update(headers)
@@ -393,6 +431,16 @@ class ChatClient:
             secrets = (key, *secrets)
         elif self._url_auth is not None and not any(k.lower() == "authorization" for k in hdrs):
             hdrs["Authorization"] = self._url_auth  # an explicit header wins over the URL
+        return hdrs, secrets
+
+    def _request_uncached(
+        self,
+        payload: bytes,
+        headers: Mapping[str, str] | None,
+        session_id: str | None,
+        key: str | None,
+    ) -> _Request:
+        hdrs, secrets = self._headers(headers, session_id, key)
         wire = _encode_request(self._head, hdrs, payload) if self._head else b""
         return _Request(payload, hdrs, secrets, wire)
 
@@ -546,65 +594,73 @@ class ChatClient:
         tools: Sequence[Mapping[str, Any]] | None,
         keep_itl: bool,
     ) -> None:
-        rec.headers_ns = acc.headers_ns
-        rec.first_token_ns = acc.first_token_ns
-        rec.e2e_s = (rec.end_ns - rec.start_ns) / 1e9
-        if acc.first_token_ns is not None:
-            rec.ttft_s = (acc.first_token_ns - rec.start_ns) / 1e9
-        rec.token_chunks = len(acc.token_times)
-        summary, gaps, ordered = _itl(acc.token_times)
-        rec.itl = summary
-        if gaps:
-            rec.itl_hist = itlhist.encode_sorted(ordered)
-        if keep_itl:
-            rec.itl_s = gaps
-        try:
-            _collect(rec, result, acc)
-        except SHAPE_ERRORS as e:
-            # Pieces of the wrong type (content 123, a usage string): the reply is malformed,
-            # unless the attempt already failed for a reason of its own, which stays.
-            result.content, result.reasoning, result.tool_calls = "", "", []
-            rec.num_tool_calls, rec.finish_reason = 0, None
-            rec.prompt_tokens = rec.completion_tokens = None
-            rec.cached_tokens = rec.reasoning_tokens = None
-            acc.usage = result.usage = None
-            if err is None:
-                err = CallError("malformed_stream", f"reply of the wrong shape: {why(e)}")
-        if acc.usage is None and (err is None or acc.token_times):
-            # No usage from the server: estimate, and say so.
-            c = self._counter
-            rec.tokens_estimated = True
-            rec.prompt_tokens = count_prompt_tokens(c, messages, list(tools) if tools else None)
-            out_text = result.content + "".join(
-                tc["function"]["name"] + tc["function"]["arguments"] for tc in result.tool_calls
-            )
-            rec.reasoning_tokens = c.count(result.reasoning) if result.reasoning else None
-            rec.completion_tokens = max(
-                len(acc.token_times), c.count(out_text) + (rec.reasoning_tokens or 0)
-            )
-        if rec.completion_tokens and rec.completion_tokens > 1 and rec.ttft_s is not None:
-            rec.tpot_s = (rec.e2e_s - rec.ttft_s) / (rec.completion_tokens - 1)
-        if err is not None:
-            rec.status = "error"
-            rec.error_kind = err.kind
-            rec.error_message = err.message or None
-            rec.http_status = err.http_status
-        else:
-            rec.http_status = 200
+        finish_call(rec, result, acc, err, messages, tools, self._counter, keep_itl)
+
+
+def finish_call(
+    rec: CallRecord,
+    result: CallResult,
+    acc: _Attempt,
+    err: CallError | None,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    counter: TokenCounter,
+    keep_itl: bool = False,
+) -> None:
+    """Complete `rec` and `result` from one attempt's accumulators and its error, if any.
+
+    Shared by the client and the proxy's meter, so both measure and score a reply alike.
+    """
+    rec.headers_ns = acc.headers_ns
+    rec.first_token_ns = acc.first_token_ns
+    rec.e2e_s = (rec.end_ns - rec.start_ns) / 1e9
+    if acc.first_token_ns is not None:
+        rec.ttft_s = (acc.first_token_ns - rec.start_ns) / 1e9
+    rec.token_chunks = len(acc.token_times)
+    summary, gaps, ordered = _itl(acc.token_times)
+    rec.itl = summary
+    if gaps:
+        rec.itl_hist = itlhist.encode_sorted(ordered)
+    if keep_itl:
+        rec.itl_s = gaps
+    try:
+        _collect(rec, result, acc)
+    except SHAPE_ERRORS as e:
+        # Pieces of the wrong type (content 123, a usage string): the reply is malformed,
+        # unless the attempt already failed for a reason of its own, which stays.
+        result.content, result.reasoning, result.tool_calls = "", "", []
+        rec.num_tool_calls, rec.finish_reason = 0, None
+        rec.prompt_tokens = rec.completion_tokens = None
+        rec.cached_tokens = rec.reasoning_tokens = None
+        acc.usage = result.usage = None
+        if err is None:
+            err = CallError("malformed_stream", f"reply of the wrong shape: {why(e)}")
+    if acc.usage is None and (err is None or acc.token_times):
+        # No usage from the server: estimate, and say so.
+        c = counter
+        rec.tokens_estimated = True
+        rec.prompt_tokens = count_prompt_tokens(c, messages, list(tools) if tools else None)
+        out_text = result.content + "".join(
+            tc["function"]["name"] + tc["function"]["arguments"] for tc in result.tool_calls
+        )
+        rec.reasoning_tokens = c.count(result.reasoning) if result.reasoning else None
+        rec.completion_tokens = max(
+            len(acc.token_times), c.count(out_text) + (rec.reasoning_tokens or 0)
+        )
+    if rec.completion_tokens and rec.completion_tokens > 1 and rec.ttft_s is not None:
+        rec.tpot_s = (rec.e2e_s - rec.ttft_s) / (rec.completion_tokens - 1)
+    if err is not None:
+        rec.status = "error"
+        rec.error_kind = err.kind
+        rec.error_message = err.message or None
+        rec.http_status = err.http_status
+    else:
+        rec.http_status = 200
 
 
 def _collect(rec: CallRecord, result: CallResult, acc: _Attempt) -> None:
     """Assemble text, tool calls, finish reason and usage; raises on pieces of the wrong type."""
-    result.content = "".join(acc.content)
-    result.reasoning = "".join(acc.reasoning)
-    result.tool_calls = [
-        {
-            "id": s[0] or f"call_{rec.call_id}_{i}",
-            "type": s[1] or "function",
-            "function": {"name": s[2], "arguments": "".join(s[3])},
-        }
-        for i, s in sorted(acc.tool_slots.items())
-    ]
+    result.content, result.reasoning, result.tool_calls = assemble(acc, rec.call_id)
     rec.num_tool_calls = len(result.tool_calls)
     rec.finish_reason = acc.finish_reason
     if acc.usage:

@@ -108,12 +108,13 @@ async def detect_server(
     *,
     owned_by: Sequence[str] = (),
     timeout_s: float = 5.0,
+    headers: Mapping[str, str] | None = None,
 ) -> ServerIdentity:
     """Identify the server at `root` (`scheme://host:port`); never raises."""
     version, info, metrics = await asyncio.gather(
-        fetch(session, f"{root}/version", timeout_s=timeout_s),
-        fetch(session, f"{root}/get_server_info", timeout_s=timeout_s),
-        fetch(session, f"{root}/metrics", timeout_s=timeout_s),
+        fetch(session, f"{root}/version", headers=headers, timeout_s=timeout_s),
+        fetch(session, f"{root}/get_server_info", headers=headers, timeout_s=timeout_s),
+        fetch(session, f"{root}/metrics", headers=headers, timeout_s=timeout_s),
     )
     vjson = version.json() if version.ok else None
     vjson = vjson if isinstance(vjson, dict) else {}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentload.results.context import _flat
-from agentload.results.records import Describe, as_summary
+from agentload.results.records import Describe, Summary, as_summary
 
 EXPERIMENT = "agentload"
 ARTIFACTS = (
@@ -51,8 +51,9 @@ def _mlflow(uri: str | None) -> Any:
     return mlflow
 
 
-def run_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Headline figures of a summary, flat and numeric (MLflow metric names)."""
+def run_metrics(summary: Summary | Mapping[str, Any]) -> dict[str, float]:
+    """Headline figures of a summary (a dict, or its model as it is), flat and numeric
+    (MLflow metric names)."""
     s = as_summary(summary)
     agent, allc = s.agent_calls(), s.calls.all
     out: dict[str, Any] = {}
@@ -94,10 +95,11 @@ def log_run(out_dir: Path | str, summary: Mapping[str, Any], *, uri: str | None 
     out_dir = Path(out_dir)
     mlflow = _mlflow(uri)
     mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT)
-    name = str((as_summary(summary).run or {}).get("run_id") or out_dir.name)
+    s = as_summary(summary)  # parsed once, for the name and the metrics
+    name = str((s.run or {}).get("run_id") or out_dir.name)
     with mlflow.start_run(run_name=name) as r:
         mlflow.log_params(_params(summary.get("context") or {}))
-        mlflow.log_metrics(run_metrics(summary))
+        mlflow.log_metrics(run_metrics(s))
         for f in ARTIFACTS:
             if (out_dir / f).exists():
                 mlflow.log_artifact(str(out_dir / f))

@@ -218,21 +218,12 @@ def _overall(verdicts: set[str]) -> str:
     return "within" if verdicts == {"within"} else "inconclusive"
 
 
-def is_sweep(path: Path) -> bool:
-    return (path / "sweep.json").is_file()
-
-
 def _points(root: Path) -> tuple[str, dict[float, str]]:
-    import orjson
+    from agentload.results.dirs import load_sweep
 
-    from agentload.results.jsonl import ResultsError
-
-    try:
-        doc = orjson.loads((root / "sweep.json").read_bytes())
-        kind = str(doc["kind"])
-        return kind, {float(r[kind]): str(r["dir"]) for r in doc["points"]}
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ResultsError(f"{root / 'sweep.json'}: not a readable sweep ({e})") from None
+    doc = load_sweep(root)
+    kind = str(doc["kind"])
+    return kind, {float(r[kind]): str(r["dir"]) for r in doc["points"]}
 
 
 def added_latency_sweep(

@@ -157,15 +157,18 @@ def _warnings(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
         doc.warn("no call succeeded: no latency or throughput can be given; see Errors.")
     elif not allc.calls:
         doc.warn("no calls were measured.")
-    for w in client_warnings(summary):
+    for w in client_warnings(summary, s):
         doc.warn(w)
 
 
 def _first_screen(
-    doc: Document, summary: Mapping[str, Any], ser: Series | None, pngs: Mapping[str, str]
+    doc: Document,
+    summary: Mapping[str, Any],
+    s: Summary,
+    ser: Series | None,
+    pngs: Mapping[str, str],
 ) -> None:
     """Context, key figures and the main charts: what most readers want from a run."""
-    s = as_summary(summary)
     _warnings(doc, summary, s)
     left, right = Document(""), Document("")
     left.h("Run context")
@@ -180,7 +183,7 @@ def _first_screen(
     doc.table(["", ""], _status_rows(summary))
 
 
-def _calls_section(doc: Document, summary: Mapping[str, Any]) -> None:
+def _calls_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
     allc = dig(summary, "calls", "all") or {}
     doc.h("Calls by role and endpoint")
     blocks = dict(dig(summary, "calls", "by_role_endpoint") or {})
@@ -193,7 +196,7 @@ def _calls_section(doc: Document, summary: Mapping[str, Any]) -> None:
         ["role @ endpoint", *[c.label for c in CALL_COLUMNS]],
         [[name, *cells(CALL_COLUMNS, b)] for name, b in blocks.items()],
     )
-    tokens = as_summary(summary).calls.all.tokens
+    tokens = s.calls.all.tokens
     est = tokens.estimated_calls
     if est:
         doc.p(
@@ -347,9 +350,9 @@ def build_document(
     run = summary.get("run") or {}
     doc = Document(f"agentload report: {run.get('run_id') or 'run'}")
     pngs = pngs or {}
-    s = as_summary(summary)
-    _first_screen(doc, summary, series, pngs)
-    _calls_section(doc, summary)
+    s = as_summary(summary)  # parsed once: every section reads this model
+    _first_screen(doc, summary, s, series, pngs)
+    _calls_section(doc, summary, s)
     _latency_section(doc, s, series)
     _turns_section(doc, summary, pngs)
     # A replay's sessions are not graded: its own section replaces the episodes'.

@@ -10,17 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentload.results.records import as_summary
+from agentload.results.records import Summary
 
 LAG_P99_S = 0.050
 CPU_SHARE = 0.80
 
 
-def client_warnings(summary: Mapping[str, Any]) -> list[str]:
-    """One sentence per sign that the client may have distorted the numbers."""
+def client_warnings(summary: Mapping[str, Any], s: Summary) -> list[str]:
+    """One sentence per sign that the client may have distorted the numbers; `s` is the
+    summary's model (`as_summary`), parsed once by the caller."""
     client = summary.get("client") or {}
     out: list[str] = []
-    typed = as_summary(summary).client
+    typed = s.client
     lags = typed.event_loop_lag_s if typed else None
     lag = lags.stat("p99") if lags else None
     lag_max = lags.max if lags else None

@@ -24,7 +24,9 @@ _BASE_LAYOUT: dict[str, Any] = {
 }
 
 
-def _layout(title: str, **kw: Any) -> dict[str, Any]:
+def layout(title: str, **kw: Any) -> dict[str, Any]:
+    """A figure's layout: the report's common look, `kw` added or replacing (the sweep page
+    uses it too)."""
     return {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
 
 
@@ -50,7 +52,7 @@ def latency_cdf(summary: Mapping[str, Any]) -> Fig | None:
         return None
     return {
         "data": data,
-        "layout": _layout(
+        "layout": layout(
             "Latency CDF: TTFT (left) and end-to-end (right)",
             hovermode="closest",
             xaxis={"domain": [0, 0.47], "title": {"text": "TTFT (s)"}},
@@ -120,7 +122,7 @@ def timeline(ser: Series | None) -> Fig | None:
                 )
     return {
         "data": data,
-        "layout": _layout(
+        "layout": layout(
             f"Throughput and concurrency over time ({ser.bin_s:g} s bins)",
             height=460,
             xaxis={"title": {"text": "seconds since the window's start"}, "anchor": "y2"},
@@ -162,7 +164,7 @@ def by_turn(summary: Mapping[str, Any]) -> Fig | None:
         )
     return {
         "data": data,
-        "layout": _layout(
+        "layout": layout(
             "TTFT and cached share by turn index",
             xaxis={"title": {"text": "turn (call index within the episode, per role)"}},
             yaxis={"title": {"text": "TTFT (s)"}},
@@ -192,7 +194,7 @@ def prompt_vs_latency(ser: Series | None) -> Fig | None:
     ]
     return {
         "data": data,
-        "layout": _layout(
+        "layout": layout(
             "TTFT against prompt length",
             hovermode="closest",
             xaxis={"title": {"text": "prompt tokens"}},
@@ -207,7 +209,7 @@ def itl_histogram(ser: Series | None) -> Fig | None:
     x, n = ser.itl_hist
     return {
         "data": [{"type": "bar", "x": [v * 1e3 for v in x], "y": n, "name": "gaps"}],
-        "layout": _layout(
+        "layout": layout(
             "Inter-token gaps, all tokens of all calls",
             hovermode="closest",
             xaxis={"type": "log", "title": {"text": "gap (ms, log scale)"}},
@@ -225,7 +227,7 @@ def error_timeline(ser: Series | None) -> Fig | None:
     ]
     return {
         "data": data,
-        "layout": _layout(
+        "layout": layout(
             "Failed calls over time",
             barmode="stack",
             xaxis={"title": {"text": "seconds since the window's start"}},
@@ -252,7 +254,7 @@ def server_kv(ser: Series | None) -> Fig | None:
         return None
     return {
         "data": data,
-        "layout": _layout(
+        "layout": layout(
             "Server KV-cache use",
             xaxis={"title": {"text": "seconds since the window's start"}},
             yaxis={"title": {"text": "%"}, "range": [0, 105]},

@@ -34,17 +34,18 @@ def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dic
 
 def rereport_sweep(root: Path, slo: Mapping[str, float] | None = None) -> tuple[dict, list[Path]]:
     """Every point's report, then sweep.json / sweep.md / sweep.html from their summaries."""
+    from agentload.results.dirs import has_records, load_sweep
     from agentload.sweep import rebuild_sweep
 
-    doc = orjson.loads((root / "sweep.json").read_bytes())
+    doc = load_sweep(root)
     summaries: dict[str, dict[str, Any]] = {}
     paths: list[Path] = []
-    for row in doc.get("points") or []:
-        d = root / str(row.get("dir"))
-        if (d / "calls.jsonl").exists() or (d / "sessions.jsonl").exists():
-            summaries[d.name], written = rereport(d, slo)
+    for row in doc["points"]:
+        d = root / row["dir"]
+        if has_records(d):
+            summaries[row["dir"]], written = rereport(d, slo)
             paths += written
-    doc = rebuild_sweep(root, summaries)
-    if slo is not None:
+    if slo is not None:  # before the rebuild, so that sweep.md states the thresholds applied
         doc["slo"] = dict(slo)
+    doc = rebuild_sweep(root, doc, summaries)
     return doc, [*paths, root / "sweep.json", root / "sweep.md", root / "sweep.html"]

@@ -15,6 +15,7 @@ from agentload.fmt import DASH, num, pct, secs
 from agentload.report.columns import SWEEP_COLUMNS, cells
 from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
+from agentload.report.plots import layout
 from agentload.results.jsonl import atomic_write_bytes
 
 # Adding load past the knee buys less than this share of the throughput it would buy if
@@ -51,17 +52,14 @@ def _line(x: list[float], rows: Sequence[Mapping[str, Any]], key: str, name: str
 
 
 def _layout(title: str, kind: str, ytitle: str, **kw: Any) -> dict[str, Any]:
-    return {
-        "title": {"text": title, "font": {"size": 14}},
-        "height": 340,
+    """plots.layout with load on x; a wider right margin for the charts' second y axis."""
+    axes = {
         "margin": {"l": 60, "r": 60, "t": 40, "b": 45},
-        "template": "plotly_white",
-        "hovermode": "x unified",
         "legend": {"orientation": "h", "y": -0.25},
         "xaxis": {"title": {"text": kind}},
         "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"},
-        **kw,
     }
+    return layout(title, **{**axes, **kw})  # kw may replace the y axis
 
 
 def _knee_shape(k: float | None) -> list[dict[str, Any]]:

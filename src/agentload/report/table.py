@@ -50,7 +50,7 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     errors = error_table(summary)
     if errors is not None:
         parts.append(errors)
-    parts.extend(f"[yellow]warning:[/] {w}" for w in client_warnings(summary))
+    parts.extend(f"[yellow]warning:[/] {w}" for w in client_warnings(summary, typed))
     return Group(*parts)
 
 

@@ -38,21 +38,20 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _turn_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for role, trows in (summary.get("turns") or {}).items():
-        for r in trows:
-            rows.append({"role": role, **_flatten(r)})
-    return rows
+def _turn_rows(out_dir: Path) -> list[dict[str, Any]]:
+    """summary.json's `turns` (the measured calls by role and turn), computed alone."""
+    from agentload.results.summary import load_measured, turn_table
+
+    run = load_measured(out_dir)
+    turns = turn_table(run.calls, run.measured)
+    return [{"role": role, **_flatten(r)} for role, trows in turns.items() for r in trows]
 
 
 def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """The three tables as lists of flat rows."""
-    from agentload.results.summary import summarize
-
     calls = [_flatten(c) for c in load_jsonl(out_dir / CALLS)]
     sessions = [_flatten(s) for s in load_jsonl(out_dir / SESSIONS)]
-    return {"calls": calls, "sessions": sessions, "turns": _turn_rows(summarize(out_dir))}
+    return {"calls": calls, "sessions": sessions, "turns": _turn_rows(out_dir)}
 
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:

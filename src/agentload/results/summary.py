@@ -515,11 +515,16 @@ def _errors(a: CallArrays, m: np.ndarray, all_calls: list[dict[str, Any]]) -> di
     }
 
 
+def turn_table(a: CallArrays, m: np.ndarray) -> dict[str, list[dict[str, Any]]]:
+    """`turns`: per role, latency by turn index (also `agentload export`'s turns table)."""
+    return {r: _by_turn(a, m & (a.role == r)) for r in sorted(set(a.role[m].tolist()))}
+
+
 def _per_role(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
     """`turns` and `distributions`: per role, latency by turn index and CDF grids."""
     roles = sorted(set(a.role[m].tolist()))
     return {
-        "turns": {r: _by_turn(a, m & (a.role == r)) for r in roles},
+        "turns": turn_table(a, m),
         "distributions": {
             r: {
                 "ttft_s": _quantile_grid(a.ttft[m & a.ok & (a.role == r)]),

@@ -120,6 +120,9 @@ BUILTIN_PROFILES: dict[str, Profile] = {
 }
 
 
+# libyaml's C loader when PyYAML has it: the shipped profiles are read at every CLI start.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 # Calibrated profiles shipped with agentload (written by `agentload sim calibrate`).
 PROFILE_DIR = Path(__file__).parent / "profile_data"
 
@@ -169,7 +172,9 @@ def load_profile(name_or_path: str) -> Profile:
         raise ValueError(f"unknown profile {name_or_path!r}: not one of {known}, and no such file")
     try:
         text = path.read_text(encoding="utf-8")
-        data: Any = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data: Any = (
+            orjson.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_YAML_LOADER)
+        )
     except (OSError, UnicodeDecodeError, orjson.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: cannot read the profile: {first}") from None

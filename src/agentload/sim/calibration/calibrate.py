@@ -16,6 +16,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentload.engines.detect import detect_server
 from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
 from agentload.sim.calibration.prompts import PromptMaker
@@ -71,7 +72,6 @@ def _cache_config(text: str | None) -> tuple[int | None, int | None]:
 
 async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo:
     """What the server says about itself: engine and version, the model, its KV cache."""
-    version = await get_json(http, f"{target.root}/version", target) or {}
     models = await get_json(http, f"{target.base_url.rstrip('/')}/models", target)
     if models is None:
         raise ProbeError(
@@ -85,12 +85,22 @@ async def server_info(http: aiohttp.ClientSession, target: Target) -> ServerInfo
             f"model {target.model!r} is not served at {target.base_url} (it serves: {served})"
         )
     entry = entries[names.index(target.model)]
-    is_sim = version.get("server") == "agentload-sim"
-    bs, nb = _cache_config(await get_text(http, f"{target.root}/metrics", target))
+    auth = {k: v for k, v in target.headers().items() if k == "Authorization"}
+    ident = await detect_server(
+        http,
+        target.root,
+        owned_by=[str(m.get("owned_by") or "") for m in entries],
+        timeout_s=min(10.0, target.timeout_s),
+        headers=auth,
+    )
+    metrics = ident.metrics.body.decode("utf-8", "replace") if ident.metrics_ok else None
+    bs, nb = _cache_config(metrics)
     mml = entry.get("max_model_len")
+    is_sim = ident.engine == "agentload-sim"
+    engine = ident.engine if ident.engine != "other" else str(entry.get("owned_by") or "unknown")
     return ServerInfo(
-        engine="agentload-sim" if is_sim else str(entry.get("owned_by") or "unknown"),
-        version=str(version["version"]) if version.get("version") else None,
+        engine=engine,
+        version=ident.version,
         model=target.model,
         max_model_len=int(mml) if isinstance(mml, int) else None,
         block_size=bs,
@@ -119,9 +129,14 @@ def _iteration_hist(text: str | None) -> dict[float, float]:
 async def detect_budget(
     http: aiohttp.ClientSession, target: Target, prompts: PromptMaker, max_len: int
 ) -> int | None:
-    """The engine's prefill chunk (max_num_batched_tokens), from the steps one long cold
-    prompt takes in vllm:iteration_tokens_total (the model length when one step took it
-    whole); None when the server does not publish the histogram."""
+    """The engine's prefill chunk (max_num_batched_tokens), from how many observations one
+    long cold prompt adds to vllm:iteration_tokens_total; None when that cannot tell.
+
+    vLLM records that histogram when a step returns output, not for every step: a prompt
+    prefilled in several chunks still adds one observation, so one observation says nothing
+    about the chunk (vLLM's CPU build prefills 2,048 tokens per step by default, and its
+    /metrics still shows one step for an 8,192-token prompt). Several observations (the
+    simulator records every step) give the chunk."""
     url = f"{target.root}/metrics"
     before = _iteration_hist(await get_text(http, url, target))
     p = min(8192, max_len - 16)
@@ -131,12 +146,8 @@ async def detect_budget(
         return None
     steps = after.get(math.inf, 0) - before.get(math.inf, 0)
     grown = [le for le in sorted(after) if after[le] - before.get(le, 0) > 0]
-    if not grown:
+    if not grown or steps < 2:
         return None
-    if steps < 2:
-        # one step took the whole prompt: the budget is at least that (vLLM's CPU backend
-        # and small models often allow the whole context)
-        return max(max_len, call.prompt_tokens)
     chunk = math.ceil(call.prompt_tokens / steps / 16) * 16
     return int(min(chunk, grown[-1])) if math.isfinite(grown[-1]) else chunk
 
@@ -224,6 +235,12 @@ async def calibrate(
                 say(
                     f"calibrate: the engine prefills {budget} tokens per step (from "
                     "vllm:iteration_tokens_total; --max-num-batched-tokens overrides)"
+                )
+            else:
+                say(
+                    "calibrate: the server does not show its prefill chunk; assuming "
+                    f"{base_p.max_num_batched_tokens} tokens per step (the base profile's): give "
+                    "--max-num-batched-tokens (vLLM's CPU build defaults to 2048)"
                 )
         plan.budget = budget or base_p.max_num_batched_tokens
         plan.block_size = info.block_size or base_p.block_size

@@ -21,6 +21,7 @@ import aiohttp
 
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, Target, stream_call
+from agentload.stats import percentile_sorted
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,8 @@ GOAL_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s")
 
 
 def _quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    v = percentile_sorted(sorted(xs), q)
+    return float("nan") if v is None else v
 
 
 def summarise(calls: list[Call], wall_s: float) -> dict[str, float]:

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from agentload.results.jsonl import read_jsonl, warn_bad
 from agentload.sim.calibration.calibrate import Calibration, ServerInfo, build_profile
 from agentload.sim.calibration.fit import PARAMS, Obs, decode_features, fit, ttft_features
 from agentload.sim.calibration.probe import ProbeResult
@@ -48,36 +47,33 @@ class RunCall:
 
 
 def read_calls(path: Path) -> list[RunCall]:
-    """Successful streamed calls with timings and usage; a bad line is an error naming it."""
+    """Successful streamed calls with timings and usage. A torn last line (a run killed while
+    writing) is skipped with a warning; any other unreadable line is an error naming it."""
     out: list[RunCall] = []
-    with path.open("rb") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d: dict[str, Any] = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not JSON: {exc}") from None
-            if d.get("status", "ok") != "ok" or not d.get("stream", True):
-                continue
-            need = ("start_ns", "first_token_ns", "end_ns", "ttft_s", "prompt_tokens")
-            if any(d.get(k) is None for k in need) or d.get("tokens_estimated"):
-                continue
-            start, first, end = d["start_ns"], d["first_token_ns"], d["end_ns"]
-            ttft, prompt = d["ttft_s"], d["prompt_tokens"]
-            out.append(
-                RunCall(
-                    start=int(start),
-                    first=int(first),
-                    end=int(end),
-                    ttft=float(ttft),
-                    tpot=float(d["tpot_s"]) if d.get("tpot_s") else None,
-                    prompt=int(prompt),
-                    cached=int(d.get("cached_tokens") or 0),
-                    completion=int(d.get("completion_tokens") or 0),
-                    chunks=int(d.get("token_chunks") or 0),
-                )
+    need = ("start_ns", "first_token_ns", "end_ns", "ttft_s", "prompt_tokens")
+    read = read_jsonl(path, warn=False)
+    for line, reason in read.bad:
+        if reason != "torn last line":
+            raise ValueError(f"{path}:{line}: not JSON: {reason}")
+    warn_bad(read)
+    for d in read.records:
+        if d.get("status", "ok") != "ok" or not d.get("stream", True):
+            continue
+        if any(d.get(k) is None for k in need) or d.get("tokens_estimated"):
+            continue
+        out.append(
+            RunCall(
+                start=int(d["start_ns"]),
+                first=int(d["first_token_ns"]),
+                end=int(d["end_ns"]),
+                ttft=float(d["ttft_s"]),
+                tpot=float(d["tpot_s"]) if d.get("tpot_s") else None,
+                prompt=int(d["prompt_tokens"]),
+                cached=int(d.get("cached_tokens") or 0),
+                completion=int(d.get("completion_tokens") or 0),
+                chunks=int(d.get("token_chunks") or 0),
             )
+        )
     return out
 
 
@@ -132,15 +128,7 @@ def server_side(path: Path) -> dict[str, float]:
     scrape of server_metrics.jsonl), for comparison with the client's figures."""
     if not path.is_file():
         return {}
-    rows: list[dict[str, Any]] = []
-    with path.open("rb") as f:
-        for line in f:
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
+    rows = read_jsonl(path).records
     out: dict[str, float] = {}
     for name in ("ttft", "queue", "e2e"):
         have = [

@@ -242,7 +242,14 @@ class Probe:
         )
         return True
 
-    async def interference(self, p: int) -> None:
+    async def interference(self, p: int, attempts: int = 3) -> None:
+        # A prefill that reached the engine after the stream had finished (a late client on a
+        # busy host) shows no mixed step: try again rather than fit a plain decode step.
+        for _ in range(attempts):
+            if await self._interference_once(p):
+                return
+
+    async def _interference_once(self, p: int) -> bool:
         dec = Call(start=0.0)
         task = asyncio.ensure_future(self.call(self.prompts.text(256), 160, dec))
         try:
@@ -256,19 +263,30 @@ class Probe:
         found = self._mixed_gap(dec_c, pre_c)
         if found is not None:
             self._sample("interference", f"prefill {p}", *found)
+        return found is not None
 
     def _mixed_gap(self, dec: Call, pre: Call) -> tuple[float, list[float]] | None:
-        """The decoding stream's longest gap after the prefill arrived, and its features."""
+        """The decoding stream's gap that holds the prefill's step, and its features.
+
+        That step also gives the prefill its first token, so the gap is the one that ends at
+        (on the wall clock: nearest to) the prefill's first token; None when the stream had
+        no gap there (it finished before the prefill was scheduled)."""
+        if not pre.times:
+            return None
+        first = pre.times[0]
         best: tuple[float, int] | None = None
         for i in range(len(dec.times) - 1):
-            if dec.times[i + 1] <= pre.start:
+            end = dec.times[i + 1]
+            if end <= pre.start:
                 continue
-            gap = dec.times[i + 1] - dec.times[i]
-            if best is None or gap > best[0]:
-                best = (gap, i)
+            if best is None or abs(end - first) < best[0]:
+                best = (abs(end - first), i)
         if best is None:
             return None
-        gap, i = best
+        off, i = best
+        gap = dec.times[i + 1] - dec.times[i]
+        if off > 0.5 * gap or dec.times[i] > first:
+            return None
         ctx = dec.prompt_tokens + dec.counts[i]
         cached = pre.cached_tokens or 0
         feats = mixed_features(pre.prompt_tokens - cached, cached, 1, ctx, ctx)
