@@ -194,7 +194,8 @@ def _url_secrets(url: str | None) -> Iterable[str]:
     except ValueError:
         return
     if parts.password:
-        yield parts.password
+        yield parts.password  # as written (percent-encoded) and as sent
+        yield unquote(parts.password)
     if "@" in parts.netloc:
         userinfo = parts.netloc.rpartition("@")[0]
         yield userinfo
@@ -202,24 +203,48 @@ def _url_secrets(url: str | None) -> Iterable[str]:
         yield base64.b64encode(unquote(userinfo).encode()).decode()
 
 
+def _header_secrets(headers: Mapping[str, Any]) -> Iterable[str]:
+    """The secret values in request headers (Authorization and the like) that a server could
+    echo back: each whole value, its token without the scheme, and for Basic credentials the
+    decoded pair and password; and a `Bearer` token under any header name."""
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            continue
+        if not is_secret_key(str(name)):
+            m = _BEARER.search(value)
+            if m:
+                yield m.group(0).split(None, 1)[1]
+            continue
+        yield value
+        scheme, _, token = value.partition(" ")
+        if not token:
+            continue
+        yield token
+        if scheme.lower() == "basic":
+            try:
+                pair = base64.b64decode(token, validate=True).decode()
+            except (ValueError, UnicodeDecodeError):
+                continue
+            yield pair
+            yield pair.partition(":")[2]
+
+
 def endpoint_secrets(endpoint: Any, env: Mapping[str, str] | None = None) -> set[str]:
-    """Secret values of one endpoint config (pydantic model or mapping)."""
+    """Secret values of one endpoint config (pydantic model or mapping): its API key (from
+    the environment too), secret headers, extra-body values and URL credentials, in every
+    form a server could echo them back. Values too short to be keys are left out."""
     env = os.environ if env is None else env
     d = endpoint.model_dump() if hasattr(endpoint, "model_dump") else dict(endpoint)
     found: set[str] = set()
     name = d.get("api_key_env")
     if name and env.get(name):
         found.add(env[name])
-    found.update(_leaf_secrets(d.get("headers") or {}))
-    for v in (d.get("headers") or {}).values():
-        m = _BEARER.search(str(v))
-        if m:
-            found.add(m.group(0).split(None, 1)[1])
+    found.update(_header_secrets(d.get("headers") or {}))
     found.update(_leaf_secrets(d.get("extra_body") or {}))
     found.update(_leaf_secrets({k: v for k, v in d.items() if k not in ("headers",)}))
     for key in ("base_url", "metrics_url"):
         found.update(_url_secrets(d.get(key)))
-    return found
+    return {s for s in found if len(s) >= MIN_SECRET_LEN}
 
 
 class Scrubber:

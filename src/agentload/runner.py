@@ -150,12 +150,17 @@ async def execute_run(
         overwrite=overwrite,
         tune_gc=tune_gc,
     )
+    from agentload.results.jsonl import ResultsError
+    from agentload.workloads.base import make_workload
+
+    workload = make_workload(cfg)
+    workload.units()  # a selection that matches nothing fails before the folder is touched
     checked: tuple[dict[str, EndpointConfig], dict[str, Any] | None] | None = None
     if not _late_preflight(cfg):
         # Before the results folder is touched: a failed preflight leaves nothing behind, so
         # the same --out works for the next try.
-        checked = await _preflight(cfg, dict(cfg.endpoints), opts.say)
-        cfg = cfg.model_copy(update={"endpoints": checked[0]})
+        checked = await _preflight(cfg, dict(cfg.endpoints), workload, opts.say)
+        cfg = workload.cfg = cfg.model_copy(update={"endpoints": checked[0]})
     if cfg.ray is not None:  # an unreachable cluster fails before the folder is touched
         from agentload.integrations.ray.backend import RayUnavailable, connect
 
@@ -163,11 +168,6 @@ async def execute_run(
             connect(cfg.ray)
         except RayUnavailable as e:
             raise RunFailed(str(e)) from None
-    from agentload.results.jsonl import ResultsError
-    from agentload.workloads.base import make_workload
-
-    workload = make_workload(cfg)
-    workload.units()  # a selection that matches nothing fails before the folder is touched
     out_dir = Path(cfg.out)
     with results_lock(out_dir, "resume" if resume else "run"):
         try:
@@ -275,9 +275,9 @@ async def drive(run: RunState) -> SchedulerReport:
         # The simulator or a launched engine, once it is up (unless the run was interrupted
         # while it started).
         if _late_preflight(run.cfg) and not run.interrupts:
-            endpoints, detected = await _preflight(run.cfg, endpoints, run.opts.say)
+            endpoints, detected = await _preflight(run.cfg, endpoints, run.workload, run.opts.say)
             _note_endpoints(run, endpoints, detected)
-        if run.processes != (1, 1) or run.cfg.ray is not None:
+        if over_workers(run):
             from agentload.distributed.driver import coordinator
 
             sched: Any = coordinator(run, endpoints)
@@ -307,6 +307,12 @@ async def drive(run: RunState) -> SchedulerReport:
             ):
                 return await sched.run()
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
+
+
+def over_workers(run: RunState) -> bool:
+    """Whether the sessions run in worker processes or Ray actors (agentload.distributed,
+    imported only then), not on this process's own scheduler."""
+    return run.processes != (1, 1) or run.cfg.ray is not None
 
 
 async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
@@ -471,17 +477,16 @@ def _late_preflight(cfg: RunConfig) -> bool:
 
 
 async def _preflight(
-    cfg: RunConfig, endpoints: dict[str, EndpointConfig], say: Say
+    cfg: RunConfig, endpoints: dict[str, EndpointConfig], workload: Workload, say: Say
 ) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
     """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
     use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
     from agentload.engines.preflight import preflight_for_run
-    from agentload.workloads.base import make_workload
 
     return await preflight_for_run(
         endpoints,
         enabled=cfg.preflight,
-        tool_roles=make_workload(cfg).tool_roles(),
+        tool_roles=workload.tool_roles(),
         metrics=cfg.metrics.enabled,
         say=say,
     )
@@ -760,15 +765,17 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
     out_dir = run.out_dir
     try:
         summary = summarize(out_dir, slo=run.cfg.slo or None)
+        cpu_s = time.process_time() - run.cpu_start_s
         extra = {
             "resume_attempt": run.attempt,
-            "cpu_s": time.process_time() - run.cpu_start_s,
+            "cpu_s": cpu_s,
             "outages": run.gate.summary() if run.gate else None,
         }
-        from agentload.distributed.driver import Coordinator, client_extra
+        if over_workers(run):
+            from agentload.distributed.driver import Coordinator, client_extra
 
-        if isinstance(run.sched, Coordinator):
-            extra.update(client_extra(run.sched, time.process_time() - run.cpu_start_s))
+            assert isinstance(run.sched, Coordinator)
+            extra.update(client_extra(run.sched, cpu_s))
         block = client_block(rep, run.cfg, extra)
         block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
         summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)

@@ -17,6 +17,7 @@ from agentload.client.safety import (
     split_userinfo,
     without_userinfo,
 )
+from agentload.redact import endpoint_secrets
 from scripted_server import DONE, Script, ScriptedServer, chunk, sse, usage_chunk
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -169,15 +170,18 @@ async def test_unreadable_retry_after_falls_back_to_backoff(server: ScriptedServ
 
 
 def test_split_userinfo() -> None:
-    url, auth, secrets = split_userinfo("http://alice:s3cr%40t-pw@127.0.0.1:8000/v1/x")
+    url, auth = split_userinfo("http://alice:s3cr%40t-pw@127.0.0.1:8000/v1/x")
     assert url == "http://127.0.0.1:8000/v1/x"
     assert auth == "Basic " + base64.b64encode(b"alice:s3cr@t-pw").decode()
-    assert set(secrets) == {
+    assert split_userinfo("http://127.0.0.1:8000/v1") == ("http://127.0.0.1:8000/v1", None)
+    # What a server could echo of them is redacted: the password as written and as sent,
+    # and the Basic token.
+    ep = EndpointConfig(base_url="http://alice:s3cr%40t-pw@127.0.0.1:8000/v1", model="m")
+    assert {
         "s3cr@t-pw",
         "s3cr%40t-pw",
         base64.b64encode(b"alice:s3cr@t-pw").decode(),
-    }
-    assert split_userinfo("http://127.0.0.1:8000/v1") == ("http://127.0.0.1:8000/v1", None, ())
+    } <= endpoint_secrets(ep)
 
 
 async def test_userinfo_with_api_key_uses_the_key(server: ScriptedServer, monkeypatch) -> None:
@@ -215,7 +219,16 @@ async def test_userinfo_password_echoed_is_redacted(server: ScriptedServer) -> N
     url = server.base_url.replace("http://", "http://bob:hunter22pw@")
     res = await _call(server, url)
     assert res.record.error_kind == "http_401"
-    assert res.record.error_message == "bad credentials bob:<redacted>"
+    # The whole userinfo is a secret value too (a token may be all of it: https://TOKEN@host),
+    # as the results folder's scrubber has always had it.
+    assert res.record.error_message == "bad credentials <redacted>"
+    url = server.base_url.replace("http://", "http://tok-4f1e9a7c@")
+    body = orjson.dumps({"error": {"message": "bad token tok-4f1e9a7c"}})
+    server.scripts["default"] = Script(
+        parts=[(0, body)], status=401, content_type="application/json"
+    )
+    res = await _call(server, url)
+    assert res.record.error_message == "bad token <redacted>"
 
 
 # --- keys echoed back by a server -------------------------------------------------------

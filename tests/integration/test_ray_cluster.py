@@ -151,3 +151,50 @@ def test_an_unreachable_cluster_is_one_line_and_leaves_no_folder(tmp_path: Path)
         "refused (is `ray start --head` running there?)"
     ]
     assert not out.exists()
+
+
+async def test_a_worker_on_another_machine_sends_records_on_the_driver_clocks(
+    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every actor here shares this machine's clocks; one made to look remote, with a
+    measured offset of +5 s, must send records 5 s ahead of this process's clocks (it shifts
+    them itself; the driver writes them as received)."""
+    from agentload.config import build_config
+    from agentload.integrations.ray import backend
+    from agentload.integrations.ray.clock import ClockOffset
+    from agentload.runner import execute_run
+
+    skew = ClockOffset(mono_ns=5_000_000_000, wall_ns=5_000_000_000, bound_ns=1_000, samples=8)
+
+    async def measure(ask: object, samples: int = 8) -> ClockOffset:
+        return skew
+
+    monkeypatch.setattr(backend, "measure", measure)
+    monkeypatch.setattr(backend.RayBackend, "_same_machine", lambda _self, _a: False)
+    out = tmp_path / "run"
+    cfg = build_config(
+        data={
+            "out": str(out),
+            "workload": {"tasks": ["airline/000-003"], "user": "scripted"},
+            "load": {"concurrency": 2, "workers": 2},
+            "sim": {"profile": "instant"},
+            "metrics": {"enabled": False},
+            "report": False,
+            "ray": {"address": cluster.address, "start_timeout_s": 90},
+        }
+    )
+    wall0, mono0 = time.time(), time.perf_counter_ns()
+    try:
+        res = await execute_run(cfg, progress="off", say=lambda _m: None, install_signals=False)
+    finally:
+        ray.shutdown()
+    wall1, mono1 = time.time(), time.perf_counter_ns()
+    assert res.exit_code == 0, res.message
+    records = load_jsonl(out / "calls.jsonl") + load_jsonl(out / "sessions.jsonl")
+    assert len(records) > 4
+    for r in records:
+        assert wall0 + 5 <= r["started_at"] <= wall1 + 5, r
+        assert mono0 + 5e9 <= r["start_ns"] <= r["end_ns"] <= mono1 + 5e9, r
+    offsets = json.loads((out / "summary.json").read_text())["client"]["clock_offsets"]
+    assert [o["offset_s"] for o in offsets] == [5.0, 5.0]
+    assert not any(o["same_machine"] for o in offsets)

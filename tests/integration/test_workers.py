@@ -86,6 +86,8 @@ async def test_two_workers_record_every_session_once(tmp_path: Path) -> None:
         assert w["sessions"] > 0 and w["cpu_s"] > 0 and w["pid"] != os.getpid()
         assert w["event_loop_lag_s"]["p99"] is not None and w["exit"] == "done"
     assert client["cpu_s_all_processes"] > client["cpu_s"] > 0
+    # The driver's own CPU time is read once for both figures.
+    assert client["cpu_s_all_processes"] == client["cpu_s"] + sum(w["cpu_s"] for w in workers)
     assert client["episodes_finished"] == 14 and client["max_active"] <= 4
 
 

@@ -13,6 +13,27 @@ MODEL_NAME = "tiny"
 # The API key of the locked engine (the preflight tests).
 LOCKED_KEY = "agentload-test-key"
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+# The random model calls a tool only when its text is forced; tool_choice stays auto, so the
+# hermes parser (not the engine's own JSON path) turns the text into tool-call fragments.
+FORCED_CALL = {
+    "structured_outputs": {
+        "regex": '<tool_call>\n\\{"name": "get_weather", "arguments": '
+        '\\{"city": "Paris"\\}\\}\n</tool_call>'
+    }
+}
+
 
 @dataclass
 class RealServer:

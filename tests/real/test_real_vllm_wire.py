@@ -7,33 +7,12 @@ import time
 from typing import Any
 
 import pytest
-from real_helpers import metrics_text, raw_stream, run
+from real_helpers import FORCED_CALL, WEATHER_TOOL, metrics_text, raw_stream, run
 
 from agentload.client import ChatClient, EndpointConfig
 from agentload.servermetrics.parse import parse_metrics
 
 pytestmark = pytest.mark.real
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-# The random model calls a tool only when its text is forced; tool_choice stays auto, so the
-# hermes parser (not the engine's own JSON path) turns the text into tool-call fragments.
-FORCED_CALL = {
-    "structured_outputs": {
-        "regex": '<tool_call>\n\\{"name": "get_weather", "arguments": '
-        '\\{"city": "Paris"\\}\\}\n</tool_call>'
-    }
-}
 
 
 def _endpoint(server: Any) -> EndpointConfig:

@@ -15,7 +15,7 @@ from agentload.integrations.ray.clock import (
     estimate,
     measure,
     read_clocks,
-    shift_call_line,
+    shift_call,
     shift_record,
 )
 
@@ -51,10 +51,13 @@ async def test_measure_recovers_a_known_skew_within_its_bound() -> None:
 
 
 def _shifted(rec: CallRecord, off: ClockOffset) -> CallRecord:
-    return CallRecord.from_dict(orjson.loads(shift_call_line(rec.to_json(), off)))
+    before = rec.to_json()
+    got = shift_call(rec, off)
+    assert rec.to_json() == before  # a copy: the worker may still read its own record
+    return CallRecord.from_dict(orjson.loads(got.to_json()))
 
 
-def test_shift_call_line_moves_every_timestamp_and_leaves_durations() -> None:
+def test_shift_call_moves_every_timestamp_and_leaves_durations() -> None:
     rec = CallRecord(
         call_id="c",
         started_at=1_700_000_000.5,
@@ -79,7 +82,7 @@ def test_shift_call_line_moves_every_timestamp_and_leaves_durations() -> None:
     assert got.call_id == "c"
 
 
-def test_shift_call_line_keeps_missing_timestamps_missing() -> None:
+def test_shift_call_keeps_missing_timestamps_missing() -> None:
     rec = CallRecord(call_id="c", start_ns=100, end_ns=200, first_token_ns=None)
     got = _shifted(rec, ClockOffset(5, 0, 1, 1))
     assert got.first_token_ns is None and got.headers_ns is None
@@ -107,8 +110,8 @@ def test_shift_record_moves_a_session_line() -> None:
 
 
 def test_a_zero_offset_changes_nothing() -> None:
-    line = CallRecord(call_id="c", start_ns=1, end_ns=2, started_at=3.0).to_json()
+    rec = CallRecord(call_id="c", start_ns=1, end_ns=2, started_at=3.0)
     session = {"start_ns": 1, "started_at": 3.0}
-    assert shift_call_line(line, ClockOffset.zero()) is line
+    assert shift_call(rec, ClockOffset.zero()) is rec
     shift_record(session, ClockOffset.zero())
     assert session == {"start_ns": 1, "started_at": 3.0}

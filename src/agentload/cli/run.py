@@ -378,10 +378,11 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
-        from agentload.distributed.driver import describe_workers
+        if client.get("workers"):  # a run over workers (the driver is imported only then)
+            from agentload.distributed.driver import describe_workers
 
-        if line := describe_workers(client):
-            print(line)
+            if line := describe_workers(client):
+                print(line)
         html = [p for p in out.report_files if str(p).endswith(".html")]
         if html:
             print(f"report: {html[0]}")

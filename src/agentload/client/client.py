@@ -21,7 +21,6 @@ from agentload.client.http1 import Http1Error, Http1Pool
 from agentload.client.record import CallRecord, ItlSummary
 from agentload.client.safety import (
     RETRY_AFTER_MAX_S,
-    header_secrets,
     parse_retry_after,
     redact,
     split_userinfo,
@@ -32,6 +31,7 @@ from agentload.client.tokens import (
     TokenCounter,
     count_prompt_tokens,
 )
+from agentload.redact import endpoint_secrets
 from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
@@ -230,10 +230,10 @@ class ChatClient:
         self.on_record = on_record
         # Credentials in the URL (http://user:pass@host/v1) go out as a Basic header instead,
         # and only when no API key is configured; the URL itself is sent without them.
-        self._url, self._url_auth, url_secrets = split_userinfo(endpoint.chat_url)
+        self._url, self._url_auth = split_userinfo(endpoint.chat_url)
         # Values a server may echo back in an error: redacted from every message (with the
         # API key, added per call).
-        self._url_secrets = url_secrets + header_secrets(endpoint.headers)
+        self._url_secrets = tuple(endpoint_secrets(endpoint))
         self._base_headers = {"Content-Type": "application/json", **endpoint.headers}
         self._pool: Http1Pool | None = None
         self._head = b""

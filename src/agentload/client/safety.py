@@ -1,7 +1,8 @@
 """Guards the client applies to what servers send back and to what it stores.
 
 Everything here runs once per call (or once per client), never per chunk: `Retry-After`
-parsing, secret redaction, URL credentials, and checking the server's `usage` numbers.
+parsing, secret redaction (of the values `agentload.redact.endpoint_secrets` finds), URL
+credentials, and checking the server's `usage` numbers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from agentload.redact import MIN_SECRET_LEN, REDACTED, is_secret_key
+from agentload.redact import MIN_SECRET_LEN, REDACTED
 
 # The longest wait a `Retry-After` header can impose before the next attempt, in seconds. A
 # server asking for more (or for a date far ahead) gets this; the wait is in the record.
@@ -61,32 +62,30 @@ def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> floa
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of each secret replaced by the project's marker."""
-    for secret in secrets:
+    """`text` with every occurrence of each secret replaced by the project's marker (longest
+    first, so a value that holds another, `user:password`, is replaced whole)."""
+    for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= _MIN_SECRET_LEN and secret in text:
             text = text.replace(secret, REDACTED)
     return text
 
 
-def split_userinfo(url: str) -> tuple[str, str | None, tuple[str, ...]]:
-    """(url without `user:pass@`, its `Authorization: Basic` value or None, what to redact).
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """(url without `user:pass@`, its `Authorization: Basic` value or None).
 
     aiohttp refuses a request whose URL holds credentials when an `Authorization` header is
     also set, so the credentials are taken out of the URL and sent as a header by the
-    client, and only when no API key is configured.
+    client, and only when no API key is configured. (What to redact of them, in every form:
+    `agentload.redact.endpoint_secrets`.)
     """
     parts = urlsplit(url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if not at:
-        return url, None, ()
+        return url, None
     raw_user, _, raw_password = userinfo.partition(":")
     user, password = unquote(raw_user), unquote(raw_password)
     token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    auth = "Basic " + token
-    # The Basic token too: a server may echo the header it got.
-    candidates = {password, raw_password, token if password else ""}
-    secrets = tuple(s for s in candidates if len(s) >= _MIN_SECRET_LEN)
-    return urlunsplit(parts._replace(netloc=hostport)), auth, secrets
+    return urlunsplit(parts._replace(netloc=hostport)), "Basic " + token
 
 
 def without_userinfo(
@@ -94,34 +93,13 @@ def without_userinfo(
 ) -> tuple[str, dict[str, str] | None]:
     """(url, headers) for aiohttp, which refuses URL credentials next to an Authorization
     header: `user:pass@` leaves the URL and becomes a Basic header unless one is set."""
-    clean, basic, _ = split_userinfo(url)
+    clean, basic = split_userinfo(url)
     if basic is None:
         return url, dict(headers) if headers is not None else None
     out = dict(headers or {})
     if not any(k.lower() == "authorization" for k in out):
         out["Authorization"] = basic
     return clean, out
-
-
-def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
-    """The secret values in request headers (Authorization and the like) that a server could
-    echo back: each whole value, its token without the scheme, and for Basic credentials the
-    decoded password (URL credentials arrive here as a Basic header)."""
-    found: set[str] = set()
-    for name, value in headers.items():
-        if not is_secret_key(name) or not isinstance(value, str):
-            continue
-        found.add(value)
-        scheme, _, token = value.partition(" ")
-        if token:
-            found.add(token)
-            if scheme.lower() == "basic":
-                try:
-                    pair = base64.b64decode(token, validate=True).decode()
-                except (ValueError, UnicodeDecodeError):
-                    continue
-                found.update((pair, pair.partition(":")[2]))
-    return tuple(s for s in found if len(s) >= _MIN_SECRET_LEN)
 
 
 def _count(usage: Mapping[str, Any], key: str, where: str) -> int | None:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from agentload.config import RunConfig
     from agentload.scheduler.plan import WorkItem
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 StopReason = Literal["completed", "duration", "interrupted", "failed"]
 
@@ -79,6 +79,10 @@ class WorkerSpec:
     """Records are sent at least this often (and as soon as a session commits)."""
     batch_max: int = 512
     """…or as soon as this many records wait."""
+    clock_offset_ns: tuple[int, int] = (0, 0)
+    """(monotonic, wall) nanoseconds to add to this worker's clocks to get the driver's: set
+    by a backend whose worker runs on another machine (agentload.integrations.ray.clock);
+    the worker moves its call and session records by it before it sends them."""
     version: int = PROTOCOL_VERSION
 
 

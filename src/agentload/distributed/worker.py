@@ -34,6 +34,7 @@ from agentload.distributed.protocol import (
     WorkerSpec,
     WorkerStats,
 )
+from agentload.integrations.ray.clock import ClockOffset, shift_call, shift_record
 from agentload.util import gc_tuned
 
 if TYPE_CHECKING:
@@ -122,8 +123,13 @@ class Outbox:
         self._soon: asyncio.Handle | None = None
         self.n_calls = 0
         self.n_sessions = 0
+        # A worker on another machine sends its records on the driver's clocks.
+        mono, wall = spec.clock_offset_ns
+        self._clock = ClockOffset(mono, wall, 0, 0) if mono or wall else None
 
     def call(self, rec: CallRecord) -> None:
+        if self._clock is not None:
+            rec = shift_call(rec, self._clock)
         self.calls.append(rec.to_json())
         self.briefs.append(CallBrief(rec.status, rec.completion_tokens, rec.ttft_s))
         self.n_calls += 1
@@ -131,6 +137,8 @@ class Outbox:
             self.flush()
 
     def session(self, done: SessionDone) -> None:
+        if self._clock is not None:
+            shift_record(done.session, self._clock)
         self.sessions.append(done)
         self.n_sessions += 1
         if self._soon is None:

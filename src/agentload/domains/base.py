@@ -286,6 +286,53 @@ class ToolResult:
     content: str  # what goes into the tool message: JSON text or "Error: ..."
 
 
+class BadArguments(ValueError):
+    """Arguments a tool cannot be called with (not JSON, not an object, against its schema).
+
+    `str()` is what the agent is told in the tool result. `field` names the part of a tool
+    request at fault ("arguments" or "arguments/<path>", None for unparsable text) and
+    `detail` is the message that names it (it adds the name of a missing required property,
+    which jsonschema gives only inside its own sentence)."""
+
+    def __init__(self, message: str, *, field: str | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.detail = detail or message
+
+
+def check_arguments(domain: Domain, tool: Tool, arguments: Any) -> dict[str, Any]:
+    """The call's arguments as a dict (JSON text is parsed; None or blank is `{}`), checked
+    against the tool's schema; raises BadArguments."""
+    name = tool.name
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+        arguments = {}
+    elif isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError as e:
+            raise BadArguments(f"arguments of {name} are not valid JSON: {e}") from None
+    if not isinstance(arguments, Mapping):
+        raise BadArguments(f"arguments of {name} must be a JSON object", field="arguments")
+    arguments = dict(arguments)
+    err = jsonschema.exceptions.best_match(domain.validator(tool).iter_errors(arguments))
+    if err is None:
+        return arguments
+    path = "/".join(str(p) for p in err.absolute_path)
+    where = path or (_missing_property(err.message) if err.validator == "required" else "")
+    raise BadArguments(
+        f"invalid arguments for {name}: {path + ': ' if path else ''}{err.message}",
+        field="arguments" + (f"/{where}" if where else ""),
+        detail=f"invalid arguments for {name}: {where + ': ' if where else ''}{err.message}",
+    )
+
+
+def _missing_property(message: str) -> str:
+    # jsonschema: "'reservation_id' is a required property"
+    if message.startswith("'") and "' is a required property" in message:
+        return message[1 : message.index("' is a required property")]
+    return ""
+
+
 def _error(message: str) -> ToolResult:
     return ToolResult(ok=False, content=f"Error: {message}")
 
@@ -312,20 +359,15 @@ class Environment:
         tool = self.domain.tool(name)
         if tool is None:
             return _error(f"unknown tool {name!r}")
-        if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-            arguments = {}
-        elif isinstance(arguments, str):
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError as e:
-                return _error(f"arguments of {name} are not valid JSON: {e}")
-        if not isinstance(arguments, dict):
-            return _error(f"arguments of {name} must be a JSON object")
-        err = jsonschema.exceptions.best_match(self.domain.validator(tool).iter_errors(arguments))
-        if err is not None:
-            where = "/".join(str(p) for p in err.absolute_path)
-            prefix = f"{where}: " if where else ""
-            return _error(f"invalid arguments for {name}: {prefix}{err.message}")
+        try:
+            checked = check_arguments(self.domain, tool, arguments)
+        except BadArguments as e:
+            return _error(str(e))
+        return self.run(tool, checked)
+
+    def run(self, tool: Tool, arguments: dict[str, Any]) -> ToolResult:
+        """Run a call whose arguments `check_arguments` accepted (it is not checked again)."""
+        name = tool.name
         # The record and the tool each get their own copy: a tool may keep parts of its
         # arguments in the db and change them later, which must not rewrite history (or a
         # task's gold actions).

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import jsonschema
-import orjson
-
 from agentload.domains import Domain, Environment, Grade, Task, ToolResult, get_domain
-from agentload.domains.base import grade_db_hash
+from agentload.domains.base import BadArguments, Tool, check_arguments, grade_db_hash
 
 
 class ToolsError(Exception):
@@ -93,17 +90,17 @@ class ToolSession:
         goes into `log`."""
         start, t0 = time.time(), time.perf_counter()
         try:
-            checked = self._check(name, arguments)
+            tool, checked = self._check(name, arguments)
         except ToolsError as e:
             elapsed = time.perf_counter() - t0
             self.log.append(ToolCall(name, arguments, False, f"Error: {e}", False, start, elapsed))
             raise
-        result = self.env.execute(name, checked)
+        result = self.env.run(tool, checked)
         elapsed = time.perf_counter() - t0
         self.log.append(ToolCall(name, checked, result.ok, result.content, True, start, elapsed))
         return result
 
-    def _check(self, name: str, arguments: Any) -> dict[str, Any]:
+    def _check(self, name: str, arguments: Any) -> tuple[Tool, dict[str, Any]]:
         tool = self.domain.tool(name)
         if tool is None:
             known = ", ".join(t.name for t in self.domain.tools)
@@ -111,26 +108,10 @@ class ToolSession:
                 f"unknown tool {name!r} in domain {self.domain.name!r} (tools: {known})",
                 field="name",
             )
-        if arguments is None:
-            arguments = {}
-        if isinstance(arguments, str):
-            try:
-                arguments = orjson.loads(arguments) if arguments.strip() else {}
-            except orjson.JSONDecodeError as e:
-                raise ToolsError(f"arguments of {name} are not valid JSON: {e}") from None
-        if not isinstance(arguments, Mapping):
-            raise ToolsError(f"arguments of {name} must be a JSON object", field="arguments")
-        arguments = dict(arguments)
-        err = jsonschema.exceptions.best_match(self.domain.validator(tool).iter_errors(arguments))
-        if err is not None:
-            where = "/".join(str(p) for p in err.absolute_path)
-            if not where and err.validator == "required":
-                where = _missing_property(err.message)
-            raise ToolsError(
-                f"invalid arguments for {name}: {where + ': ' if where else ''}{err.message}",
-                field="arguments" + (f"/{where}" if where else ""),
-            )
-        return arguments
+        try:
+            return tool, check_arguments(self.domain, tool, arguments)
+        except BadArguments as e:
+            raise ToolsError(e.detail, field=e.field) from None
 
     @property
     def calls(self) -> int:
@@ -160,13 +141,6 @@ class ToolSession:
             "actions": [a.to_dict() for a in self.env.actions],
             "tool_calls": [c.to_dict() for c in self.log],
         }
-
-
-def _missing_property(message: str) -> str:
-    # jsonschema: "'reservation_id' is a required property"
-    if message.startswith("'") and "' is a required property" in message:
-        return message[1 : message.index("' is a required property")]
-    return ""
 
 
 class SessionStore:

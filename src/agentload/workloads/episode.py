@@ -473,15 +473,78 @@ def _finish(
     start_ns: int,
     end_ns: int,
 ) -> EpisodeResult:
-    grade_dict, reward = _grade(ep)
     llm_s, user_s = _tally_calls(ep)
-    messages = ep.agent.messages
-    task, domain = ep.task, ep.domain
+    session, trajectory = episode_records(
+        EpisodeEnd(
+            spec=ep.spec,
+            domain=ep.domain,
+            task=ep.task,
+            db_seed=ep.db_seed,
+            env=ep.env,
+            replies=ep.replies,
+            agent=ep.options.agent,
+            user=ep.options.user,
+            counts=ep.counts,
+            messages=ep.agent.messages,
+            tools=ep.agent.tools or [],
+            # "native": tools sent as `tools`; "text": described in the system prompt
+            action_format=getattr(ep.agent, "action_format", "native"),
+            termination=termination,
+            error=error,
+            started_at=started_at,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            llm_s=llm_s,
+            tool_s=ep.tool_s,
+            user_s=user_s,
+        )
+    )
+    return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
+
+
+@dataclass
+class EpisodeEnd:
+    """What an episode leaves behind: the input of `episode_records`. A native episode and
+    an external agent's episode both end with one, so their records have one form."""
+
+    spec: EpisodeSpec
+    domain: Domain
+    task: Task
+    db_seed: int
+    env: Environment | None  # the episode's database (None: no tool was called)
+    replies: Sequence[str]  # the agent's messages to the user (required outputs are in them)
+    agent: str
+    user: str
+    counts: dict[str, int]
+    messages: list[Any]
+    tools: list[Any]
+    action_format: str
+    termination: str
+    error: str | None
+    started_at: float
+    start_ns: int
+    end_ns: int
+    llm_s: float
+    tool_s: float
+    user_s: float
+
+
+def episode_records(end: EpisodeEnd) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Grade the episode and build its session and trajectory records."""
+    grade_dict, reward = _grade(end)
+    spec = end.spec
+    identity = {
+        "session_id": spec.session_id,
+        "domain": end.domain.name,
+        "task_id": spec.task_id,
+        "trial": spec.trial,
+        "seed": spec.seed,
+    }
     session = {
         "schema": SESSION_SCHEMA,
-        **_identity(ep),
-        "agent": ep.options.agent,
-        "user": ep.options.user,
+        **identity,
+        "agent": end.agent,
+        "user": end.user,
         "reward": reward,
         "reward_breakdown": {
             "db_match": grade_dict.get("db_match"),
@@ -489,62 +552,49 @@ def _finish(
             "missing_outputs": grade_dict.get("missing_outputs"),
         },
         "grader_version": grade_dict.get("grader_version"),
-        "data_version": domain.data_version,
-        "termination": termination,
-        "error": error,
-        "counts": ep.counts,
+        "data_version": end.domain.data_version,
+        "termination": end.termination,
+        "error": end.error,
+        "counts": end.counts,
         "durations": {
-            "total_s": (end_ns - start_ns) / 1e9,
-            "llm_s": llm_s,
-            "tool_s": ep.tool_s,
-            "user_s": user_s,
+            "total_s": (end.end_ns - end.start_ns) / 1e9,
+            "llm_s": end.llm_s,
+            "tool_s": end.tool_s,
+            "user_s": end.user_s,
         },
-        "started_at": started_at,
-        "start_ns": start_ns,
-        "end_ns": end_ns,
-        "num_messages": len(messages),
-        "category": task.category,
-        "db_seed": ep.db_seed,
+        "started_at": end.started_at,
+        "start_ns": end.start_ns,
+        "end_ns": end.end_ns,
+        "num_messages": len(end.messages),
+        "category": end.task.category,
+        "db_seed": end.db_seed,
     }
     trajectory = {
         "schema": TRAJECTORY_SCHEMA,
-        **_identity(ep),
-        "db_seed": ep.db_seed,
-        "messages": messages,
-        "tools": ep.agent.tools or [],
-        # "native": tools sent as `tools`; "text": described in the system prompt (react, act)
-        "action_format": getattr(ep.agent, "action_format", "native"),
+        **identity,
+        "db_seed": end.db_seed,
+        "messages": end.messages,
+        "tools": end.tools,
+        "action_format": end.action_format,
         "reward": reward,
-        "termination": termination,
+        "termination": end.termination,
         "grade": grade_dict,
     }
-    return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
+    return session, trajectory
 
 
-def _identity(ep: _Episode) -> dict[str, Any]:
-    """The fields that name an episode, first in both its session and trajectory records."""
-    spec = ep.spec
-    return {
-        "session_id": spec.session_id,
-        "domain": ep.domain.name,
-        "task_id": spec.task_id,
-        "trial": spec.trial,
-        "seed": spec.seed,
-    }
-
-
-def _grade(ep: _Episode) -> tuple[dict[str, Any], float]:
+def _grade(end: EpisodeEnd) -> tuple[dict[str, Any], float]:
     """The episode's grade as a dict, and its reward; a grader bug is recorded, not raised."""
     try:
-        g = grade_environment(ep.domain, ep.task, ep.env, ep.replies, ep.db_seed)
+        g = grade_environment(end.domain, end.task, end.env, end.replies, end.db_seed)
         return g.to_dict(), float(g.reward)
-    except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
-        log.exception("grading %s failed", ep.spec.task_id)
+    except Exception as e:  # a grader bug must not take the run down
+        log.exception("grading %s failed", end.spec.task_id)
         grade_dict = {
             "reward": 0.0,
             "db_match": False,
             "outputs_ok": False,
-            "missing_outputs": list(ep.task.required_outputs),
+            "missing_outputs": list(end.task.required_outputs),
             "error": repr(e),
         }
         return grade_dict, 0.0

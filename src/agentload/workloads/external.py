@@ -32,10 +32,10 @@ from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 from agentload.workloads.base import SessionOutcome
 from agentload.workloads.episode import (
     COUNT_KEYS,
-    SESSION_SCHEMA,
-    TRAJECTORY_SCHEMA,
+    EpisodeEnd,
+    EpisodeSpec,
+    episode_records,
     episode_seed,
-    grade_environment,
 )
 from agentload.workloads.episodes import EpisodesWorkload
 
@@ -246,65 +246,32 @@ class _Episode:
         assert wl.proxy is not None
         seen, agent_calls = wl.proxy.close(self.sid)
         tool_session = wl.tools[self.domain.name].close_session(tsid)
-        grade, reward = self.grade(tool_session.env)
-        counts = self.count(agent_calls, tool_session)
-        llm_s = sum(r.total_s for r in agent_calls)
-        user_s = sum(r.total_s for r in self.user_calls)
         messages, tools = _conversation(seen)
-        identity = {
-            "session_id": self.sid,
-            "domain": self.domain.name,
-            "task_id": self.item.task_id,
-            "trial": self.item.trial,
-            "seed": self.seed,
-        }
-        session = {
-            "schema": SESSION_SCHEMA,
-            **identity,
-            "agent": f"external:{wl.adapter.name}",
-            "user": self.options.user,
-            "reward": reward,
-            "reward_breakdown": {
-                k: grade.get(k) for k in ("db_match", "outputs_ok", "missing_outputs")
-            },
-            "grader_version": grade.get("grader_version"),
-            "data_version": self.domain.data_version,
-            "termination": termination,
-            "error": error,
-            "counts": counts,
-            "durations": {
-                "total_s": (end_ns - start_ns) / 1e9,
-                "llm_s": llm_s,
-                "tool_s": 0.0,  # the agent's own business; not observable from here
-                "user_s": user_s,
-            },
-            "started_at": started_at,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "num_messages": len(messages),
-            "category": self.task.category,
-            "db_seed": self.db_seed,
-        }
-        trajectory = {
-            "schema": TRAJECTORY_SCHEMA,
-            **identity,
-            "db_seed": self.db_seed,
-            "messages": messages,
-            "tools": tools,
-            "action_format": "native",
-            "reward": reward,
-            "termination": termination,
-            "grade": grade,
-        }
+        session, trajectory = episode_records(
+            EpisodeEnd(
+                spec=EpisodeSpec(self.item.task_id, self.item.trial, self.seed, self.sid),
+                domain=self.domain,
+                task=self.task,
+                db_seed=self.db_seed,
+                env=tool_session.env,
+                replies=self.replies,
+                agent=f"external:{wl.adapter.name}",
+                user=self.options.user,
+                counts=self.count(agent_calls, tool_session),
+                messages=messages,
+                tools=tools,
+                action_format="native",
+                termination=termination,
+                error=error,
+                started_at=started_at,
+                start_ns=start_ns,
+                end_ns=end_ns,
+                llm_s=sum(r.total_s for r in agent_calls),
+                tool_s=0.0,  # the agent's own business; not observable from here
+                user_s=sum(r.total_s for r in self.user_calls),
+            )
+        )
         return SessionOutcome(session, trajectory)
-
-    def grade(self, env: Any) -> tuple[dict[str, Any], float]:
-        try:
-            g = grade_environment(self.domain, self.task, env, self.replies, self.db_seed)
-            return g.to_dict(), float(g.reward)
-        except Exception as e:  # pragma: no cover - a grader bug is recorded, not raised
-            log.exception("grading %s failed", self.item.task_id)
-            return {"reward": 0.0, "db_match": False, "outputs_ok": False, "error": repr(e)}, 0.0
 
     def count(self, agent_calls: list[CallRecord], tool_session: Any) -> dict[str, int]:
         counts = self.counts

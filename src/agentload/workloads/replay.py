@@ -95,27 +95,6 @@ def _hold(client: ChatClient) -> _Hold:
     return hold
 
 
-_INDEXES: dict[tuple[str, int, int, str | None], Dataset] = {}
-
-
-def _indexed(path: str, fmt: str | None) -> Dataset:
-    """The dataset's index, checked once per process for an unchanged file (the run makes
-    more than one workload object: preflight asks one which roles offer tools)."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        return index_dataset(p, fmt)  # raises the one-line error
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size, fmt)
-    ds = _INDEXES.get(key)
-    if ds is None:
-        ds = index_dataset(p, fmt)
-        if len(_INDEXES) >= 4:
-            _INDEXES.pop(next(iter(_INDEXES)))
-        _INDEXES[key] = ds
-    return ds
-
-
 class ReplayWorkload(Workload):
     """Conversations of a recorded dataset, `repeat` passes."""
 
@@ -139,7 +118,7 @@ class ReplayWorkload(Workload):
                 raise ConfigError("invalid configuration: field 'replay.dataset': required")
             fmt = None if self.rc.format == "auto" else self.rc.format
             try:
-                self._dataset = _indexed(self.rc.dataset, fmt)
+                self._dataset = index_dataset(Path(self.rc.dataset), fmt)
             except DatasetError as e:
                 raise ConfigError(f"dataset {e}") from None
         return self._dataset

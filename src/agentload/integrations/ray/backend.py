@@ -6,8 +6,8 @@ records, redo of a lost worker's sessions) is the one worker processes use. Per 
 - the actor is placed with the `SPREAD` strategy and `ray.cpus_per_worker` CPUs, named
   `agentload-<run id>-worker-<i>` in the `ray.namespace` namespace;
 - the driver measures the clock offset to it (agentload.integrations.ray.clock) before it
-  starts, and again when it ends (the drift); every record it sends is moved onto the
-  driver's clocks on arrival;
+  starts, and again when it ends (the drift); the worker is started with the offset and
+  sends its records already on the driver's clocks, so they are written as received;
 - a pump task long-polls `pull`, so batches reach the driver as they are sent, and turns the
   actor's death (killed, crashed, its node lost: `RayActorError`) into `Exited` with the
   reason: the driver then runs that worker's unfinished sessions again.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import math
@@ -29,14 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from agentload.distributed.protocol import Batch, Exited, Finished, FromWorker, ToWorker, WorkerSpec
-from agentload.integrations.ray.clock import (
-    ClockOffset,
-    boot_id,
-    measure,
-    shift_call_line,
-    shift_record,
-)
+from agentload.distributed.protocol import Exited, Finished, FromWorker, ToWorker, WorkerSpec
+from agentload.integrations.ray.clock import ClockOffset, boot_id, measure
 
 if TYPE_CHECKING:
     from agentload.client import EndpointConfig
@@ -217,6 +212,9 @@ class RayBackend:
             a.measured = await measure(lambda: _ref(a.handle.clocks.remote()), CLOCK_SAMPLES)
             if not self._same_machine(a):
                 a.offset = a.measured
+                spec = dataclasses.replace(
+                    spec, clock_offset_ns=(a.offset.mono_ns, a.offset.wall_ns)
+                )
             await _ref(a.handle.start.remote(spec))
             await self._pump(a)
             with contextlib.suppress(Exception):
@@ -239,7 +237,6 @@ class RayBackend:
         while True:
             msgs, done = await _ref(a.handle.pull.remote(PULL_WAIT_S))
             for m in msgs:
-                self._correct(a, m)
                 if isinstance(m, Finished):
                     a.finished = True
                 self._queue.put_nowait(m)
@@ -249,13 +246,6 @@ class RayBackend:
     def _same_machine(self, a: _Actor) -> bool:
         here = self._boot_id
         return here is not None and a.where.get("boot_id") == here
-
-    @staticmethod
-    def _correct(a: _Actor, msg: Any) -> None:
-        if isinstance(msg, Batch) and not a.offset.is_zero:
-            msg.calls = [shift_call_line(line, a.offset) for line in msg.calls]
-            for done in msg.sessions:
-                shift_record(done.session, a.offset)
 
     def send(self, worker: int, msg: ToWorker) -> None:
         a = self._actors.get(worker)

@@ -11,26 +11,30 @@ reading was taken somewhere between t0 and t1, so
 
     offset = (t0 + t1) / 2 - r,   |error| <= (t1 - t0) / 2   (the bound)
 
-and of several exchanges the one with the shortest round trip gives the tightest bound. Every
-`*_ns` field and `started_at` of the worker's records is shifted by the offset, so the results
-folder holds one clock; the offsets and their bounds go into summary.json
-(`client.clock_offsets`). Measured again when the worker finishes, the difference is the
-clocks' drift over the run, reported beside the bound.
+and of several exchanges the one with the shortest round trip gives the tightest bound. The
+worker is told its offset when it starts and shifts every `*_ns` field and `started_at` of
+its call and session records by it before it encodes them (`shift_call`, `shift_record`), so
+the driver writes the lines as they arrive and the results folder holds one clock; the
+offsets and their bounds go into summary.json (`client.clock_offsets`). Measured again when
+the worker finishes, the difference is the clocks' drift over the run, reported beside the
+bound.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
+if TYPE_CHECKING:
+    from agentload.client.record import CallRecord
 
 ClockReading = tuple[int, int]
 """(perf_counter_ns, time_ns) read in one process."""
-
-_CALL_NS = ("start_ns", "headers_ns", "first_token_ns", "end_ns")
 
 
 def boot_id() -> str | None:
@@ -128,10 +132,25 @@ def shift_record(record: dict[str, Any], off: ClockOffset) -> None:
         record["started_at"] = started + off.wall_ns / 1e9
 
 
-def shift_call_line(line: bytes, off: ClockOffset) -> bytes:
-    """A calls.jsonl line (as a worker sends it) moved onto the driver's clocks."""
+def shift_call(rec: CallRecord, off: ClockOffset) -> CallRecord:
+    """A copy of a call record moved onto the driver's clocks, as `shift_record` moves its
+    JSON form. A copy: the worker's own code may still read the record on its own clocks."""
     if off.is_zero:
-        return line
-    record = orjson.loads(line)
-    shift_record(record, off)
-    return orjson.dumps(record)
+        return rec
+    changes: dict[str, Any] = {"started_at": rec.started_at + off.wall_ns / 1e9}
+    for name in _call_fields():
+        v = getattr(rec, name)
+        if name.endswith("_ns") and isinstance(v, int) and not isinstance(v, bool):
+            changes[name] = v + off.mono_ns
+        elif isinstance(v, dict):  # a replayed call's `replay.intended_send_ns`
+            v = copy.deepcopy(v)
+            _shift_ns_fields(v, off.mono_ns)
+            changes[name] = v
+    return dataclasses.replace(rec, **changes)
+
+
+@functools.cache
+def _call_fields() -> tuple[str, ...]:
+    from agentload.client.record import CallRecord
+
+    return tuple(f.name for f in dataclasses.fields(CallRecord))
