@@ -92,16 +92,6 @@ class GuardedConnection(asyncio.Protocol):
         self._transport.close()
 
 
-def guarded_factory(server: web.Server, header_timeout: float) -> Callable[[], asyncio.Protocol]:
-    """A protocol factory for `loop.create_server` that puts the guard before aiohttp's."""
-    loop = asyncio.get_running_loop()
-
-    def factory() -> asyncio.Protocol:
-        return GuardedConnection(server(), loop, header_timeout)
-
-    return factory
-
-
 @web.middleware
 async def guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     transport: Any = request.transport

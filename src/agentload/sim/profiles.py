@@ -59,7 +59,7 @@ class Profile(BaseModel):
 BUILTIN_PROFILES: dict[str, Profile] = {
     "instant": Profile(
         name="instant",
-        description="No model time: tokens leave as fast as the simulator can write them. "
+        description="No model time: each answer leaves in one write as soon as it is planned. "
         "For measuring a client's own capacity.",
         max_num_seqs=4096,
         max_num_batched_tokens=1 << 20,
