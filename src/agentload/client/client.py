@@ -31,6 +31,7 @@ from agentload.client.tokens import (
     TokenCounter,
     count_prompt_tokens,
 )
+from agentload.client.watchdog import Ticker, Watchdog
 from agentload.redact import endpoint_secrets
 from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
@@ -84,79 +85,6 @@ class CallResult:
             "reasoning": self.reasoning,
             "tool_calls": self.tool_calls,
         }
-
-
-class _Watchdog:
-    """One timer per attempt enforcing the first-token, idle and total deadlines.
-
-    The stream loop only stores the time of the last chunk (an attribute write); the timer
-    wakes at the earliest deadline that could be due and re-arms itself, so the hot path never
-    touches the event loop's timer heap. On expiry it cancels the task and remembers why.
-    """
-
-    __slots__ = ("_handle", "_loop", "_task", "first", "idle", "kind", "last_ns", "t0", "total")
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        task: asyncio.Task[Any],
-        t0: int,
-        first_token: float | None,
-        idle: float | None,
-        total: float | None,
-    ) -> None:
-        self._loop = loop
-        self._task = task
-        self.t0 = t0
-        self.first = None if first_token is None else int(first_token * 1e9)
-        self.idle = None if idle is None else int(idle * 1e9)
-        self.total = None if total is None else int(total * 1e9)
-        self.last_ns: int | None = None  # None until the first token
-        self.kind: str | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        # First wake-up at the earliest deadline any chunk could bring: the idle deadline is
-        # never before t0 + idle, so the first token needs no re-arming (one timer per call).
-        first_wake = [t0 + d for d in (self.total, self.first, self.idle) if d is not None]
-        if first_wake:
-            self._handle = loop.call_later(max(0, min(first_wake) - _now_ns()) / 1e9, self._check)
-
-    def _next_deadline(self) -> int | None:
-        deadlines = []
-        if self.total is not None:
-            deadlines.append(self.t0 + self.total)
-        if self.last_ns is None:
-            if self.first is not None:
-                deadlines.append(self.t0 + self.first)
-        elif self.idle is not None:
-            deadlines.append(self.last_ns + self.idle)
-        return min(deadlines) if deadlines else None
-
-    def _arm(self, now: int) -> None:
-        deadline = self._next_deadline()
-        if deadline is not None:
-            self._handle = self._loop.call_later(max(0, deadline - now) / 1e9, self._check)
-
-    def _check(self) -> None:
-        now = _now_ns()
-        if self.total is not None and now >= self.t0 + self.total:
-            self._fire("timeout_total")
-        elif self.last_ns is None and self.first is not None and now >= self.t0 + self.first:
-            self._fire("timeout_first_token")
-        elif self.last_ns is not None and self.idle is not None and now >= self.last_ns + self.idle:
-            self._fire("timeout_idle")
-        else:
-            self._arm(now)
-
-    def _fire(self, kind: str) -> None:
-        self.kind = kind
-        self._task.cancel()
-
-    def first_token(self, now: int) -> None:
-        self.last_ns = now  # from now on the idle deadline counts (see __init__)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
 
 
 def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
@@ -236,6 +164,7 @@ class ChatClient:
         self._url_secrets = tuple(endpoint_secrets(endpoint))
         self._base_headers = {"Content-Type": "application/json", **endpoint.headers}
         self._pool: Http1Pool | None = None
+        self._ticker: Ticker | None = None
         self._head = b""
         # (key, encoded request head, headers, secrets) for calls without their own headers.
         self._fixed: tuple[str | None, bytes, dict[str, str], tuple[str, ...]] | None = None
@@ -275,6 +204,9 @@ class ChatClient:
         return self._pool
 
     async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.close()
+            self._ticker = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -498,12 +430,14 @@ class ChatClient:
         if self.on_record is not None:
             self.on_record(rec)
 
-    def _watchdog(self, is_stream: bool, t0: int) -> _Watchdog:
+    def _watchdog(self, is_stream: bool, t0: int) -> Watchdog:
         t = self.endpoint.timeouts
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        return _Watchdog(loop, task, t0, t.first_token, t.idle if is_stream else None, t.total)
+        ticker = self._ticker
+        if ticker is None or ticker._loop is not asyncio.get_running_loop():
+            # One periodic check per client and loop (client.watchdog explains the precision).
+            set_s = [d for d in (t.first_token, t.idle, t.total) if d is not None]
+            ticker = self._ticker = Ticker(asyncio.get_running_loop(), min(set_s, default=1.0))
+        return ticker.watch(t0, t.first_token, t.idle if is_stream else None, t.total)
 
     async def _attempt_http1(self, wire: bytes, is_stream: bool, acc: _Attempt, t0: int) -> None:
         dog = self._watchdog(is_stream, t0)
@@ -514,7 +448,7 @@ class ChatClient:
             if dog.kind is None:
                 raise
             # Our own deadline: swallow this cancellation and report the timeout instead.
-            dog._task.uncancel()
+            dog.uncancel()
             raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
         except Http1Error as e:
             raise CallError(e.kind, e.message) from None
@@ -552,7 +486,7 @@ class ChatClient:
         except asyncio.CancelledError:
             if dog.kind is None:
                 raise
-            dog._task.uncancel()
+            dog.uncancel()
             raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
         except CallError:
             raise
@@ -575,7 +509,7 @@ class ChatClient:
             dog.stop()
 
     async def _read_stream(
-        self, resp: aiohttp.ClientResponse, acc: _Attempt, dog: _Watchdog
+        self, resp: aiohttp.ClientResponse, acc: _Attempt, dog: Watchdog
     ) -> None:
         """A streamed aiohttp response into `acc`, read by read."""
         reader = StreamReader(acc, dog)

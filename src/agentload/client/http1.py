@@ -224,16 +224,27 @@ class Http1Pool:
 
     async def request(self, data: bytes, stamps: Stamps, sink: StreamSink | None) -> Reply:
         """Send one pre-encoded request; a 200 reply's body goes to `sink` when given."""
-        conn, reused = await self._acquire()
+        # The common case inline, without a coroutine per step: an idle kept-alive connection.
+        conn = self._take_idle()
+        reused = conn is not None
+        if conn is None:
+            conn, reused = await self._acquire()
+        conn._reset(stamps, sink)
+        waiter = conn.waiter = asyncio.get_running_loop().create_future()
+        conn.transport.write(data)  # type: ignore[union-attr]
         try:
-            await self._exchange(conn, data, stamps, sink)
-        except Http1Error:
-            if not (reused and conn.fresh):
+            await waiter
+        except BaseException as e:
+            conn.waiter = None
+            conn.close()
+            if not (e.__class__ is Http1Error and reused and conn.fresh):
                 raise
             # A kept-alive connection the server closed while idle (its close not seen yet):
             # nothing of the reply arrived, so send again once on a new connection.
             conn, _ = await self._acquire(new=True)
             await self._exchange(conn, data, stamps, sink)
+        else:
+            conn.waiter = None
         pieces = conn.pieces
         body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         reply = Reply(conn.status, conn.headers, body, conn.headers_ns)
@@ -253,6 +264,14 @@ class Http1Pool:
             raise
         finally:
             conn.waiter = None
+
+    def _take_idle(self) -> _Conn | None:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.lost:
+                return conn
+        return None
 
     async def _acquire(self, new: bool = False) -> tuple[_Conn, bool]:
         """A connection, and whether it served a request before."""
