@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import os
 import random
 import time
@@ -15,9 +16,9 @@ import aiohttp
 import orjson
 
 from agentload.client import itlhist
-from agentload.client.config import EndpointConfig
+from agentload.client.config import EndpointConfig, RetryPolicy
 from agentload.client.errors import SHAPE_ERRORS, CallError, classify_http_error, why
-from agentload.client.http1 import Http1Error, Http1Pool
+from agentload.client.http1 import Http1Error, Http1Pool, Reply
 from agentload.client.record import CallRecord, ItlSummary
 from agentload.client.safety import (
     RETRY_AFTER_MAX_S,
@@ -33,7 +34,6 @@ from agentload.client.tokens import (
 )
 from agentload.client.watchdog import Ticker, Watchdog
 from agentload.redact import endpoint_secrets
-from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
 __all__ = [
@@ -93,14 +93,24 @@ def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
 
 
 def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float], list[float]]:
-    """Summary, gaps in arrival order, and the same gaps sorted (shared with the histogram)."""
-    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times_ns)]
-    n = len(gaps)
-    if not n:
-        return ItlSummary(), gaps, gaps
+    """Summary, gaps in arrival order, and the same gaps sorted (shared with the histogram).
+
+    Percentiles interpolate as stats.percentile_sorted (numpy's default), inlined: this runs
+    once per call."""
+    n = len(times_ns) - 1
+    if n < 1:
+        return ItlSummary(), [], []
+    gaps = [d / 1e9 for d in map(operator.sub, times_ns[1:], times_ns)]
     s = sorted(gaps)
-    q = percentile_sorted
-    return ItlSummary(n, sum(s) / n, q(s, 0.5), q(s, 0.9), q(s, 0.99), s[-1]), gaps, s
+    last = n - 1
+
+    def q(p: float) -> float:
+        pos = last * p
+        lo = int(pos)
+        hi = lo + 1 if lo < last else last
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return ItlSummary(n, sum(s) / n, q(0.5), q(0.9), q(0.99), s[-1]), gaps, s
 
 
 class _Request:
@@ -385,21 +395,37 @@ class ChatClient:
         attempt = 0
         err: CallError | None = None
         cancelled = False
+        wire = request.wire
         while True:
             attempt += 1
             acc = _Attempt(request.secrets)
             t0 = rec.start_ns = _now_ns()
+            dog: Watchdog | None = None
             try:
-                if request.wire:
-                    await self._attempt_http1(request.wire, is_stream, acc, t0)
+                if wire:
+                    # The HTTP/1.1 attempt inline (no coroutine of its own: one per call less).
+                    dog = self._watchdog(is_stream, t0)
+                    reader = StreamReader(acc, dog) if is_stream else None
+                    try:
+                        reply = await self._ensure_pool().request(wire, acc, reader)
+                    finally:
+                        dog.stop()
+                    _http1_reply(reply, reader, acc)
                 else:
                     await self._attempt(request.payload, request.headers, is_stream, acc, t0)
                 err = None
             except CallError as e:
                 err = e
+            except Http1Error as e:
+                err = CallError(e.kind, e.message)
             except asyncio.CancelledError:
-                err = CallError("cancelled", "cancelled by the caller")
-                cancelled = True
+                if dog is not None and dog.kind is not None:
+                    # Our own deadline: swallow this cancellation and report the timeout.
+                    dog.uncancel()
+                    err = CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded")
+                else:
+                    err = CallError("cancelled", "cancelled by the caller")
+                    cancelled = True
             except Exception as e:  # a bug of ours must still leave its record
                 err = CallError("client_error", f"{type(e).__name__}: {e}")
             rec.end_ns = _now_ns()
@@ -407,15 +433,7 @@ class ChatClient:
                 break
             if err.kind not in policy.retry_on:
                 break
-            if err.retry_after is not None:
-                # The server said when to come back (429 / 503 Retry-After): wait that long,
-                # within a bound, instead of the jittered backoff.
-                delay = min(err.retry_after, RETRY_AFTER_MAX_S)
-                rec.retry_after_s = delay
-            else:
-                ceiling = min(policy.backoff_max, policy.backoff_base * (2 ** (attempt - 1)))
-                delay = random.uniform(0, ceiling)
-            rec.retry_wait_s += delay
+            delay = _backoff(rec, err, attempt, policy)
             try:
                 await asyncio.sleep(delay)
             except asyncio.CancelledError:
@@ -438,31 +456,6 @@ class ChatClient:
             set_s = [d for d in (t.first_token, t.idle, t.total) if d is not None]
             ticker = self._ticker = Ticker(asyncio.get_running_loop(), min(set_s, default=1.0))
         return ticker.watch(t0, t.first_token, t.idle if is_stream else None, t.total)
-
-    async def _attempt_http1(self, wire: bytes, is_stream: bool, acc: _Attempt, t0: int) -> None:
-        dog = self._watchdog(is_stream, t0)
-        reader = StreamReader(acc, dog) if is_stream else None
-        try:
-            reply = await self._ensure_pool().request(wire, acc, reader)
-        except asyncio.CancelledError:
-            if dog.kind is None:
-                raise
-            # Our own deadline: swallow this cancellation and report the timeout instead.
-            dog.uncancel()
-            raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
-        except Http1Error as e:
-            raise CallError(e.kind, e.message) from None
-        finally:
-            dog.stop()
-        if reply.status != 200:
-            err = classify_http_error(reply.status, reply.body, acc.secrets)
-            if reply.status in (429, 503):
-                err.retry_after = parse_retry_after(reply.header("Retry-After"))
-            raise err
-        if reader is not None:
-            reader.end()
-        else:
-            parse_full(reply.body, acc)
 
     async def _attempt(
         self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, t0: int
@@ -529,6 +522,33 @@ class ChatClient:
         keep_itl: bool,
     ) -> None:
         finish_call(rec, result, acc, err, messages, tools, self._counter, keep_itl)
+
+
+def _backoff(rec: CallRecord, err: CallError, attempt: int, policy: RetryPolicy) -> float:
+    """Seconds to wait before the next attempt (counted in `rec`)."""
+    if err.retry_after is not None:
+        # The server said when to come back (429 / 503 Retry-After): wait that long,
+        # within a bound, instead of the jittered backoff.
+        delay = min(err.retry_after, RETRY_AFTER_MAX_S)
+        rec.retry_after_s = delay
+    else:
+        ceiling = min(policy.backoff_max, policy.backoff_base * (2 ** (attempt - 1)))
+        delay = random.uniform(0, ceiling)
+    rec.retry_wait_s += delay
+    return delay
+
+
+def _http1_reply(reply: Reply, reader: StreamReader | None, acc: _Attempt) -> None:
+    """An HTTP/1.1 reply into `acc`: an error status raises, a body is parsed or checked."""
+    if reply.status != 200:
+        err = classify_http_error(reply.status, reply.body, acc.secrets)
+        if reply.status in (429, 503):
+            err.retry_after = parse_retry_after(reply.header("Retry-After"))
+        raise err
+    if reader is not None:
+        reader.end()
+    else:
+        parse_full(reply.body, acc)
 
 
 def finish_call(
