@@ -28,8 +28,6 @@ _MIN_SECRET_LEN = MIN_SECRET_LEN
 # Token counts at or above 2**53 cannot be real and no longer survive a float round trip.
 _MAX_COUNT = 1 << 53
 
-_USAGE_FIELDS = ("prompt_tokens", "completion_tokens")
-
 
 class BadShape(Exception):
     """A reply whose structure or value types are not the OpenAI ones; carries the reason."""
@@ -121,7 +119,8 @@ def usage_counts(
     """
     if usage.__class__ is not dict:
         raise BadShape(f"usage is not an object: {str(usage)[:60]!r}")
-    prompt, completion = (_count(usage, k, "usage.") for k in _USAGE_FIELDS)
+    prompt = _count(usage, "prompt_tokens", "usage.")
+    completion = _count(usage, "completion_tokens", "usage.")
     cached = reasoning = None
     ptd = usage.get("prompt_tokens_details")
     if ptd is not None:

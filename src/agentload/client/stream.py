@@ -145,43 +145,48 @@ class StreamReader:
         """The usual read: every chunk decoded into structs of the expected field types."""
         acc = self.acc
         add_content = acc.content.append
-        add_time = acc.token_times.append
-        for data, obj in zip(events, chunks, strict=True):
-            try:
-                choices = obj.choices
-                if choices:
-                    ch = choices[0]
-                    delta = ch.delta
-                    if delta is not None:
-                        c = delta.content
-                        if c:
-                            add_content(c)
-                        r = delta.reasoning_content or delta.reasoning
-                        if r:
-                            acc.reasoning.append(r)
-                        tcs = delta.tool_calls
-                        if tcs:
-                            merge_tool_calls(acc.tool_slots, tcs)
-                        if c or r or tcs:
-                            add_time(now)
-                            if acc.first_token_ns is None:
-                                acc.first_token_ns = now
-                                self.dog.first_token(now)
-                    elif ch.message is not msgspec.UNSET:
-                        raise BadShape("a non-streamed message inside a stream")
-                    if ch.finish_reason:
-                        acc.finish_reason = ch.finish_reason
-                elif obj.error is not msgspec.UNSET:
-                    raise_error_event(obj.error, acc.secrets)
-                u = obj.usage
-                if u is not None:
-                    acc.counts = usage_counts(u)
-                    acc.usage = u
-            except SHAPE_ERRORS as e:
-                raise CallError(
-                    "malformed_stream",
-                    f"chunk of the wrong shape ({why(e)}): {raw_excerpt(data, acc.secrets)}",
-                ) from None
+        tokens = 0  # token-bearing chunks of this read, stamped once at the end
+        try:
+            for data, obj in zip(events, chunks, strict=True):
+                try:
+                    choices = obj.choices
+                    if choices:
+                        ch = choices[0]
+                        delta = ch.delta
+                        if delta is not None:
+                            c = delta.content
+                            if c:
+                                add_content(c)
+                            r = delta.reasoning_content or delta.reasoning
+                            if r:
+                                acc.reasoning.append(r)
+                            tcs = delta.tool_calls
+                            if tcs:
+                                merge_tool_calls(acc.tool_slots, tcs)
+                            if c or r or tcs:
+                                tokens += 1
+                        elif ch.message is not msgspec.UNSET:
+                            raise BadShape("a non-streamed message inside a stream")
+                        if ch.finish_reason:
+                            acc.finish_reason = ch.finish_reason
+                    elif obj.error is not msgspec.UNSET:
+                        raise_error_event(obj.error, acc.secrets)
+                    u = obj.usage
+                    if u is not None:
+                        acc.counts = usage_counts(u)
+                        acc.usage = u
+                except SHAPE_ERRORS as e:
+                    raise CallError(
+                        "malformed_stream",
+                        f"chunk of the wrong shape ({why(e)}): {raw_excerpt(data, acc.secrets)}",
+                    ) from None
+        finally:
+            # Also when a chunk fails: the tokens before it were received.
+            if tokens:
+                acc.token_times += [now] * tokens
+                if acc.first_token_ns is None:
+                    acc.first_token_ns = now
+                    self.dog.first_token(now)
 
     def _fold_dicts(self, events: list[bytes], now: int) -> None:
         """Any read the typed decoder refused: dicts, checked field by field."""
