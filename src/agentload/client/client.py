@@ -214,9 +214,9 @@ class ChatClient:
         return self._pool
 
     async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.close()
-            self._ticker = None
+        # Calls still in flight keep their deadline checks: the old ticker stops by itself
+        # once they end.
+        self._ticker = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None

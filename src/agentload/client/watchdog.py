@@ -110,9 +110,3 @@ class Ticker:
             active.discard(dog)
             dog._task.cancel()
         self._handle = self._loop.call_later(self.period, self._tick) if active else None
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self.active.clear()
