@@ -319,7 +319,7 @@ class ChatClient:
             return result
         acc, err, cancelled = await self._attempts(rec, request, is_stream)
         try:
-            self._finish(rec, result, acc, err, messages, tools, keep_itl)
+            finish_call(rec, result, acc, err, messages, tools, self._counter, keep_itl)
         except Exception as e:  # never lose the record, even to a bug in the accounting
             rec.status, rec.error_kind = "error", "client_error"
             rec.error_message = f"{type(e).__name__}: {e}"
@@ -510,18 +510,6 @@ class ChatClient:
         async for raw in resp.content.iter_any():
             feed(raw, _now_ns())
         reader.end()
-
-    def _finish(
-        self,
-        rec: CallRecord,
-        result: CallResult,
-        acc: _Attempt,
-        err: CallError | None,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        keep_itl: bool,
-    ) -> None:
-        finish_call(rec, result, acc, err, messages, tools, self._counter, keep_itl)
 
 
 def _backoff(rec: CallRecord, err: CallError, attempt: int, policy: RetryPolicy) -> float:

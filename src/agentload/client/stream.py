@@ -176,10 +176,7 @@ class StreamReader:
                         acc.counts = usage_counts(u)
                         acc.usage = u
                 except SHAPE_ERRORS as e:
-                    raise CallError(
-                        "malformed_stream",
-                        f"chunk of the wrong shape ({why(e)}): {raw_excerpt(data, acc.secrets)}",
-                    ) from None
+                    raise _wrong_shape(e, data, acc.secrets) from None
         finally:
             # Also when a chunk fails: the tokens before it were received.
             if tokens:
@@ -243,10 +240,13 @@ class StreamReader:
                     acc.counts = usage_counts(u)
                     acc.usage = u
             except SHAPE_ERRORS as e:
-                raise CallError(
-                    "malformed_stream",
-                    f"chunk of the wrong shape ({why(e)}): {raw_excerpt(data, secrets)}",
-                ) from None
+                raise _wrong_shape(e, data, secrets) from None
+
+
+def _wrong_shape(e: Exception, data: bytes, secrets: Sequence[str]) -> CallError:
+    return CallError(
+        "malformed_stream", f"chunk of the wrong shape ({why(e)}): {raw_excerpt(data, secrets)}"
+    )
 
 
 def _load_one(data: bytes, secrets: tuple[str, ...]) -> Any:
