@@ -34,7 +34,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
 from agentload.sim.guard import GuardedConnection
-from agentload.sim.server import MAX_BODY, error_body
+from agentload.sim.server import _END, MAX_BODY, error_body
 
 if TYPE_CHECKING:
     from agentload.sim.server import SimApp
@@ -45,7 +45,6 @@ _PATHS = {b"/v1/chat/completions": True, b"/v1/completions": False}
 _SERVER = b"Server: " + SERVER_SOFTWARE.encode() + b"\r\n"
 _SSE_TYPE = b"Content-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n"
 _JSON_TYPE = b"Content-Type: application/json\r\n"
-_END = b"0\r\n\r\n"
 
 _date_cache: list[Any] = [0, b""]
 
@@ -56,7 +55,7 @@ def _date_header() -> bytes:
     if now != _date_cache[0]:
         _date_cache[0] = now
         _date_cache[1] = b"Date: " + email.utils.formatdate(now, usegmt=True).encode() + b"\r\n"
-    return bytes(_date_cache[1])
+    return _date_cache[1]
 
 
 def _status_line(status: int) -> bytes:
@@ -161,6 +160,7 @@ class FastConnection(GuardedConnection):
         "_last_done",
         "_make_inner",
         "_parser",
+        "_path",
         "_pending",
         "_pipelined",
         "_queue",
@@ -188,6 +188,7 @@ class FastConnection(GuardedConnection):
         self._complete = False  # a request ended in the current read
         self._in_message = False
         self._url = b""
+        self._path = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
         self._raw: list[bytes] = []
@@ -301,6 +302,7 @@ class FastConnection(GuardedConnection):
             return
         self._fast = True
         self._raw = []
+        self._path = path
         self.request_started()
         self._body_timer = self._loop.call_later(
             self._sim.config.body_timeout_s, self._body_expired, path.decode("latin-1")
@@ -319,7 +321,7 @@ class FastConnection(GuardedConnection):
             self._body_timer.cancel()
             self._body_timer = None
         self._fast = False
-        path = self._url.partition(b"?")[0]
+        path = self._path
         headers: CIMultiDict[str] = CIMultiDict(
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in self._headers
         )
@@ -353,9 +355,7 @@ class FastConnection(GuardedConnection):
         sim = self._sim
         front = FastFront(req, transport)
         try:
-            key = sim.config.api_key
-            if key and req.headers.get("Authorization", "") != f"Bearer {key}":
-                sim.metrics.count_http(req.path, 401)
+            if sim.unauthorized(req.path, req.headers):
                 front.reply(401, b'{"error":"Unauthorized"}')
             else:
                 await sim.generate(front, chat=req.chat)
@@ -377,25 +377,17 @@ class FastConnection(GuardedConnection):
         elif self._pending:
             pending, self._pending = self._pending, []
             for data in pending:
-                if self._handed or self._serving:
-                    self.data_received(data)
-                else:
-                    self._feed(data)
+                self.data_received(data)
 
-    def _bad_request(self, message: str) -> None:
-        body = orjson.dumps(error_body(message, 400))
+    def _reply_and_close(self, status: int, body: bytes) -> None:
         transport = self._conn
         if transport is not None and not transport.is_closing():
-            transport.write(
-                _status_line(400)
-                + _JSON_TYPE
-                + b"Content-Length: %d\r\n" % len(body)
-                + _date_header()
-                + _SERVER
-                + b"Connection: close\r\n\r\n"
-                + body
-            )
+            front = FastFront(_Request("", True, CIMultiDict(), b"", False), transport)
+            front.reply(status, body, close=True)
             transport.close()
+
+    def _bad_request(self, message: str) -> None:
+        self._reply_and_close(400, orjson.dumps(error_body(message, 400)))
         self._queue.clear()
 
     def _hand_over(self) -> None:
@@ -419,14 +411,8 @@ class FastConnection(GuardedConnection):
         self._fast = False
         sim = self._sim
         sim.metrics.count_http(path, 408)
-        seconds = sim.config.body_timeout_s
-        transport = self._conn
-        if transport is None or transport.is_closing():
-            return
-        front = FastFront(_Request(path, True, CIMultiDict(), b"", False), transport)
-        message = f"The request body did not arrive within {seconds:g} s."
-        front.reply(408, orjson.dumps(error_body(message, 408)), close=True)
-        transport.close()
+        message = f"The request body did not arrive within {sim.config.body_timeout_s:g} s."
+        self._reply_and_close(408, orjson.dumps(error_body(message, 408)))
 
     # -- idle connections ------------------------------------------------------------------
     def _arm_idle(self, after: float) -> None:

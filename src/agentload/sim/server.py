@@ -716,15 +716,17 @@ class SimApp:
     # -- middleware ------------------------------------------------------------------------
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        key = self.config.api_key
-        if (
-            key
-            and request.path.startswith("/v1")
-            and request.headers.get("Authorization", "") != f"Bearer {key}"
-        ):
-            self.metrics.count_http(request.path, 401)
+        if request.path.startswith("/v1") and self.unauthorized(request.path, request.headers):
             return json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
+
+    def unauthorized(self, path: str, headers: Mapping[str, str]) -> bool:
+        """A request to `path` without the configured API key (counted as a 401)."""
+        key = self.config.api_key
+        if key and headers.get("Authorization", "") != f"Bearer {key}":
+            self.metrics.count_http(path, 401)
+            return True
+        return False
 
     # -- simple endpoints ------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
