@@ -24,18 +24,9 @@ from agentload.client.tokens import HeuristicCounter
 _COUNTER = HeuristicCounter()
 
 
-class Failure(Exception):
-    """Why a proxied call counts as failed: an error kind of the taxonomy (record.ERROR_KINDS)."""
-
-    def __init__(self, kind: str, message: str = "", http_status: int | None = None) -> None:
-        super().__init__(message or kind)
-        self.kind = kind
-        self.message = message
-        self.http_status = http_status
-
-
-def _failure(err: CallError | None) -> Failure | None:
-    return None if err is None else Failure(err.kind, err.message, err.http_status)
+# Why a proxied call counts as failed: the client's own error, with a kind of the taxonomy
+# (record.ERROR_KINDS).
+Failure = CallError
 
 
 class Answer:
@@ -64,8 +55,7 @@ class Answer:
 
 def http_failure(status: int, body: bytes, secrets: Sequence[str]) -> Failure:
     """The failure an HTTP error reply stands for (`http_<status>` or `context_overflow`)."""
-    e = classify_http_error(status, body, secrets)
-    return Failure(e.kind, e.message, e.http_status)
+    return classify_http_error(status, body, secrets)
 
 
 def parse_stream(
@@ -73,7 +63,7 @@ def parse_stream(
 ) -> tuple[Answer, Failure | None]:
     """The answer an SSE reply carried; `times[i]` is when `chunks[i]` arrived."""
     acc, err = fold_stream(chunks, times, secrets)
-    return Answer(acc), _failure(err)
+    return Answer(acc), err
 
 
 def parse_body(raw: bytes, arrived: int, secrets: Sequence[str]) -> tuple[Answer, Failure | None]:
@@ -82,7 +72,7 @@ def parse_body(raw: bytes, arrived: int, secrets: Sequence[str]) -> tuple[Answer
     if err is None and (acc.content or acc.reasoning or acc.tool_slots):
         acc.token_times.append(arrived)
         acc.first_token_ns = arrived
-    return Answer(acc), _failure(err)
+    return Answer(acc), err
 
 
 def finish_record(
@@ -95,7 +85,6 @@ def finish_record(
     """Fill `rec` (whose start_ns, end_ns and headers_ns are set) from the answer."""
     acc = ans.acc
     acc.headers_ns = rec.headers_ns
-    cerr = None if err is None else CallError(err.kind, err.message, err.http_status)
     ans.result = CallResult(rec)
-    finish_call(rec, ans.result, acc, cerr, messages, tools, _COUNTER)
+    finish_call(rec, ans.result, acc, err, messages, tools, _COUNTER)
     rec.total_s = rec.e2e_s or 0.0
