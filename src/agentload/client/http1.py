@@ -274,12 +274,8 @@ class Http1Pool:
         return None
 
     async def _acquire(self, new: bool = False) -> tuple[_Conn, bool]:
-        """A connection, and whether it served a request before."""
-        idle = self._idle
-        while idle and not new:
-            conn = idle.pop()
-            if not conn.lost:
-                return conn, True
+        """A connection, and whether it served a request before. Callers have found no idle
+        one (or want a `new` one); a wait for a free slot may leave one idle."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
@@ -291,10 +287,8 @@ class Http1Pool:
                     finally:
                         if w in self._waiters:
                             self._waiters.remove(w)
-                    while idle and not new:
-                        conn = idle.pop()
-                        if not conn.lost:
-                            return conn, True
+                    if not new and (idle_conn := self._take_idle()) is not None:
+                        return idle_conn, True
                 self._connecting += 1
                 try:
                     _, conn = await loop.create_connection(

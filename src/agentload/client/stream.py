@@ -57,7 +57,7 @@ _TYPED_ERRORS = (msgspec.MsgspecError, ValueError)
 
 
 class Deadlines(Protocol):
-    """What the reader tells the attempt's watchdog (see client._Watchdog)."""
+    """What the reader tells the attempt's watchdog (see watchdog.Watchdog)."""
 
     last_ns: int | None
 
