@@ -13,6 +13,7 @@ have the form of a native episode's: the agent's calls as the proxy measured the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import shutil
@@ -34,6 +35,7 @@ from agentload.workloads.episode import (
     COUNT_KEYS,
     EpisodeEnd,
     EpisodeSpec,
+    _Stop,
     episode_records,
     episode_seed,
 )
@@ -48,12 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentload.external")
 _now_ns = time.perf_counter_ns
-
-
-class _Stop(Exception):
-    def __init__(self, termination: str, error: str | None = None) -> None:
-        super().__init__(termination)
-        self.termination, self.error = termination, error
 
 
 class ExternalWorkload(EpisodesWorkload):
@@ -215,7 +211,7 @@ class _Episode:
         termination, error = "infra_error", None
         try:
             await self.wl.adapter.open(session)
-            async with _budget(self.options.budget_s):
+            async with asyncio.timeout(self.options.budget_s):
                 await self.loop(session, tsid)
         except _Stop as stop:
             termination, error = stop.termination, stop.error
@@ -283,12 +279,6 @@ class _Episode:
         counts["steps"] = len(agent_calls)
         counts["user_turns"] = self.user_turns
         return counts
-
-
-def _budget(budget_s: float | None) -> Any:
-    import asyncio
-
-    return asyncio.timeout(budget_s)
 
 
 def _conversation(seen: ProxySession | None) -> tuple[list[Any], list[Any]]:
