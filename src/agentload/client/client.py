@@ -468,10 +468,10 @@ class ChatClient:
                 acc.headers_ns = _now_ns()
                 got_headers = True
                 if resp.status != 200:
-                    err = classify_http_error(resp.status, await resp.read(), acc.secrets)
-                    if resp.status in (429, 503):
-                        err.retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                    raise err
+                    body = await resp.read()
+                    raise _status_error(
+                        resp.status, body, resp.headers.get("Retry-After"), acc.secrets
+                    )
                 if is_stream:
                     await self._read_stream(resp, acc, dog)
                 else:
@@ -526,13 +526,20 @@ def _backoff(rec: CallRecord, err: CallError, attempt: int, policy: RetryPolicy)
     return delay
 
 
+def _status_error(
+    status: int, body: bytes, retry_after: str | None, secrets: Sequence[str]
+) -> CallError:
+    """The error a non-200 reply stands for; 429 and 503 keep the server's Retry-After."""
+    err = classify_http_error(status, body, secrets)
+    if status in (429, 503):
+        err.retry_after = parse_retry_after(retry_after)
+    return err
+
+
 def _http1_reply(reply: Reply, reader: StreamReader | None, acc: _Attempt) -> None:
     """An HTTP/1.1 reply into `acc`: an error status raises, a body is parsed or checked."""
     if reply.status != 200:
-        err = classify_http_error(reply.status, reply.body, acc.secrets)
-        if reply.status in (429, 503):
-            err.retry_after = parse_retry_after(reply.header("Retry-After"))
-        raise err
+        raise _status_error(reply.status, reply.body, reply.header("Retry-After"), acc.secrets)
     if reader is not None:
         reader.end()
     else:
