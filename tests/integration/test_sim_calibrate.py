@@ -29,6 +29,7 @@ KNOWN = Profile(
     prefill_attention_s=2.0e-8,
     decode_context_token_s=1.0e-7,
     decode_max_context_s=5.0e-7,
+    decode_kv_token_s=3.0e-7,
     request_overhead_s=0.02,
     frontend_token_s=2.0e-6,
     max_num_seqs=64,
