@@ -284,6 +284,7 @@ async def calibrate(
             "decode_contexts": plan.decode_contexts,
             "distinct_batches": plan.distinct_batches,
             "distinct_contexts": plan.distinct_contexts,
+            "first_chunk_streams": plan.first_chunk_streams,
             "repeats": plan.repeats,
             "tokenizer": Path(tokenizer).name if tokenizer else None,
         },

@@ -10,9 +10,12 @@ of the timing model.
 * **interference**: a cold prefill arriving while a stream decodes (the longest gap of that
   stream is one mixed step).
 
+* **first chunk**: single streams over a short cached prompt, each after a short pause (a
+  stream starting on a lightly loaded server, as in a TTFT measurement): how many tokens each
+  one's first chunk carried, for the first-token hold of the output coalescing.
+
 Every pattern is repeated and summarised by its median, which keeps a loaded machine's
-outliers out of the fit. Every stream's first chunk (how many tokens it carried) is kept for
-the first-token hold of the output coalescing.
+outliers out of the fit.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class ProbePlan:
     distinct_batches: list[int] = field(default_factory=lambda: [3, 6])
     distinct_contexts: list[int] = field(default_factory=lambda: [1536, 2560])
     """Decode over distinct cold contexts (sizes unlike the fidelity workloads')."""
+    first_chunk_streams: int = 8
+    first_chunk_tokens: int = 32
+    first_chunk_pause_s: float = 0.1
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
     block_size: int = 16
@@ -81,6 +87,9 @@ class ProbePlan:
             interference_prompts=[min(p, self.budget // 2, top) for p in self.interference_prompts],
             distinct_batches=self.distinct_batches,
             distinct_contexts=[min(c, top) for c in self.distinct_contexts],
+            first_chunk_streams=self.first_chunk_streams,
+            first_chunk_tokens=self.first_chunk_tokens,
+            first_chunk_pause_s=self.first_chunk_pause_s,
             budget=self.budget,
             block_size=self.block_size,
             max_model_len=self.max_model_len,
@@ -109,7 +118,7 @@ class ProbeResult:
     """Mean tokens per chunk (after the first) by decode batch size, on the wire."""
     requests: int = 0
     first_chunks: list[tuple[int, int]] = field(default_factory=list)
-    """(tokens in the first chunk, tokens in the stream) of every stream of two or more."""
+    """(tokens in the first chunk, tokens in the stream) of the first-chunk pattern's streams."""
 
 
 class Probe:
@@ -134,8 +143,6 @@ class Probe:
     async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
         c = await stream_call(self.http, self.t, prompt, max_tokens, into)
         self.result.requests += 1
-        if c.tokens >= 2:
-            self.result.first_chunks.append((c.counts[0], c.tokens))
         return c
 
     async def clocked(self, calls: list[Call]) -> list[Call]:
@@ -170,6 +177,9 @@ class Probe:
         for p in pl.interference_prompts:
             est = 160 * pilot.step(1) + pilot.ttft(p) + 0.1
             steps.append((f"interference {p}", est, partial(self.interference, p)))
+        if pl.first_chunk_streams:
+            each = pl.first_chunk_pause_s + pilot.ttft(256) + pl.first_chunk_tokens * pilot.step(1)
+            steps.append(("first chunk", pl.first_chunk_streams * each, self.first_chunk))
         return steps
 
     async def run(self, steps: list[tuple[str, float, Callable[[], Awaitable[None]]]]) -> None:
@@ -258,6 +268,17 @@ class Probe:
             "decode", label, statistics.median(per), window_features(windows, self.plan.block_size)
         )
         return True
+
+    async def first_chunk(self) -> None:
+        """Single streams, each after a pause: the tokens in each one's first chunk."""
+        pl = self.plan
+        prompt = self.prompts.text(256)
+        await self.call(prompt, 1)  # cached from here on: the stream starts at once
+        for _ in range(pl.first_chunk_streams):
+            await asyncio.sleep(pl.first_chunk_pause_s)
+            c = await self.call(prompt, pl.first_chunk_tokens)
+            if c.tokens >= 2:
+                self.result.first_chunks.append((c.counts[0], c.tokens))
 
     async def interference(self, p: int, attempts: int = 3) -> None:
         # A prefill that reached the engine after the stream had finished (a late client on a
