@@ -30,6 +30,11 @@ from agentload.client.sse import SSEParser
 
 _loads = orjson.loads
 _DONE = b"[DONE]"
+_DATA = b"data: "
+_NEXT_DATA = b"\n\ndata: "
+_BLANK = b"\n\n"
+_NL = b"\n"
+_CR = b"\r"
 
 
 class _Delta(msgspec.Struct, gc=False):
@@ -103,42 +108,63 @@ class StreamReader:
     def __init__(self, acc: _Attempt, dog: Deadlines) -> None:
         self.acc = acc
         self.dog = dog
-        self.parser = SSEParser()
+        self.parser: SSEParser | None = None  # made by the first read the fast path declines
 
     def http_body(self, raw: bytes, now: int) -> None:
         dog = self.dog
         if dog.last_ns is not None:
             dog.last_ns = now
-        events = self.parser.feed(raw)
+        parser = self.parser
+        # The usual read: whole single-line `data: ` events and nothing held from the read
+        # before, split in one C call and joined as the JSON array the decoder takes.
+        if (
+            raw.startswith(_DATA)
+            and raw.endswith(_BLANK)
+            and (parser is None or parser.idle)
+            and _CR not in raw
+        ):
+            events = raw[6:-2].split(_NEXT_DATA)
+            done = events[-1] == _DONE  # where the end usually is: last event, last read
+            if done:
+                events.pop()
+            array = b"[" + b",".join(events) + b"]"
+            # A line break left inside an event means a comment, another field or a
+            # multi-line `data:` among them: then the full parser below decides.
+            if _NL not in array:
+                if done:
+                    self.acc.saw_done = True
+                if events:
+                    self._fold(events, array, now)
+                return
+        if parser is None:
+            parser = self.parser = SSEParser()
+        events = parser.feed(raw)
         if events:
-            self._events(events, now)
+            self._fold(events, b"[" + b",".join(events) + b"]", now)
 
     def end(self) -> None:
         """The reply ended: check it was complete."""
-        for data in self.parser.flush():
-            if data == _DONE:
-                self.acc.saw_done = True
+        if self.parser is not None:
+            for data in self.parser.flush():
+                if data == _DONE:
+                    self.acc.saw_done = True
         if not self.acc.saw_done:
             raise CallError("malformed_stream", "stream ended without [DONE]")
 
-    def _events(self, events: list[bytes], now: int) -> None:
-        acc = self.acc
-        if events[-1] == _DONE:  # where it usually is: the last event of the last read
-            acc.saw_done = True
-            events.pop()
-            if not events:
-                return
-        if _DONE in events:
-            acc.saw_done = True
-            events = [e for e in events if e != _DONE]
+    def _fold(self, events: list[bytes], array: bytes, now: int) -> None:
+        """One read's events (`array`: the same joined as a JSON array) into the accumulators."""
         try:
-            chunks = _typed(b"[" + b",".join(events) + b"]")
+            chunks = _typed(array)
         except _TYPED_ERRORS:
             chunks = None
         # An event holding several values ("{},{}") would add elements: then count them.
         if chunks is not None and len(chunks) == len(events):
             self._fold_typed(events, chunks, now)
-        else:
+            return
+        if _DONE in events:  # the end of the stream not last (it is no JSON value)
+            self.acc.saw_done = True
+            events = [e for e in events if e != _DONE]
+        if events:
             self._fold_dicts(events, now)
 
     def _fold_typed(self, events: list[bytes], chunks: list[_Chunk], now: int) -> None:
