@@ -450,12 +450,17 @@ class ChatClient:
 
     def _watchdog(self, is_stream: bool, t0: int) -> Watchdog:
         t = self.endpoint.timeouts
+        first, idle, total = t.first_token, t.idle if is_stream else None, t.total
         ticker = self._ticker
-        if ticker is None or ticker._loop is not asyncio.get_running_loop():
+        # The ticker finds no task of its own loop when the client moved to another loop.
+        dog = None if ticker is None else ticker.watch(t0, first, idle, total)
+        if dog is None:
             # One periodic check per client and loop (client.watchdog explains the precision).
             set_s = [d for d in (t.first_token, t.idle, t.total) if d is not None]
             ticker = self._ticker = Ticker(asyncio.get_running_loop(), min(set_s, default=1.0))
-        return ticker.watch(t0, t.first_token, t.idle if is_stream else None, t.total)
+            dog = ticker.watch(t0, first, idle, total)
+            assert dog is not None
+        return dog
 
     async def _attempt(
         self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, t0: int
