@@ -57,6 +57,7 @@ class _Chunk(msgspec.Struct, gc=False):
 
 
 _typed = msgspec.json.Decoder(list[_Chunk]).decode
+_UNSET = msgspec.UNSET
 # Invalid UTF-8 surfaces as UnicodeDecodeError (a ValueError), not as a DecodeError.
 _TYPED_ERRORS = (msgspec.MsgspecError, ValueError)
 
@@ -172,37 +173,33 @@ class StreamReader:
         acc = self.acc
         add_content = acc.content.append
         tokens = 0  # token-bearing chunks of this read, stamped once at the end
+        obj = None
         try:
-            for data, obj in zip(events, chunks, strict=True):
-                try:
-                    choices = obj.choices
-                    if choices:
-                        ch = choices[0]
-                        delta = ch.delta
-                        if delta is not None:
-                            c = delta.content
-                            if c:
-                                add_content(c)
-                            r = delta.reasoning_content or delta.reasoning
-                            if r:
-                                acc.reasoning.append(r)
-                            tcs = delta.tool_calls
-                            if tcs:
-                                merge_tool_calls(acc.tool_slots, tcs)
-                            if c or r or tcs:
-                                tokens += 1
-                        elif ch.message is not msgspec.UNSET:
-                            raise BadShape("a non-streamed message inside a stream")
-                        if ch.finish_reason:
-                            acc.finish_reason = ch.finish_reason
-                    elif obj.error is not msgspec.UNSET:
-                        raise_error_event(obj.error, acc.secrets)
-                    u = obj.usage
-                    if u is not None:
-                        acc.counts = usage_counts(u)
-                        acc.usage = u
-                except SHAPE_ERRORS as e:
-                    raise _wrong_shape(e, data, acc.secrets) from None
+            for obj in chunks:
+                choices = obj.choices
+                if choices:
+                    ch = choices[0]
+                    delta = ch.delta
+                    if delta is not None:
+                        c = delta.content
+                        if c:
+                            add_content(c)
+                            tokens += 1
+                        if delta.reasoning_content or delta.reasoning or delta.tool_calls:
+                            tokens += _rest_of_typed_delta(acc, delta, c)
+                    elif ch.message is not _UNSET:
+                        raise BadShape("a non-streamed message inside a stream")
+                    if ch.finish_reason:
+                        acc.finish_reason = ch.finish_reason
+                elif obj.error is not _UNSET:
+                    raise_error_event(obj.error, acc.secrets)
+                u = obj.usage
+                if u is not None:
+                    acc.counts = usage_counts(u)
+                    acc.usage = u
+        except SHAPE_ERRORS as e:
+            data = events[next(i for i, o in enumerate(chunks) if o is obj)]
+            raise _wrong_shape(e, data, acc.secrets) from None
         finally:
             # Also when a chunk fails: the tokens before it were received.
             if tokens:
@@ -316,6 +313,18 @@ def _rest_of_delta(acc: _Attempt, delta: dict[str, Any], c: Any) -> bool:
     elif tcs is not None and tcs.__class__ is not list:
         raise BadShape("delta.tool_calls is not a list")
     return tok
+
+
+def _rest_of_typed_delta(acc: _Attempt, delta: _Delta, c: str | None) -> int:
+    """Reasoning and tool-call pieces of a typed delta; 1 if it carried a token that its
+    content did not already count."""
+    r = delta.reasoning_content or delta.reasoning
+    if r:
+        acc.reasoning.append(r)
+    tcs = delta.tool_calls
+    if tcs:
+        merge_tool_calls(acc.tool_slots, tcs)
+    return 0 if c else 1
 
 
 def parse_full(raw: bytes, acc: _Attempt) -> None:
