@@ -453,12 +453,17 @@ def fold_body(raw: bytes, secrets: Sequence[str] = ()) -> tuple[_Attempt, CallEr
 def assemble(acc: _Attempt, call_id: str) -> tuple[str, str, list[dict[str, Any]]]:
     """Text, reasoning and tool calls of the accumulators; raises one of SHAPE_ERRORS when a
     piece has the wrong type (content 123), which the fold lets through to be caught here."""
-    tool_calls = [
-        {
-            "id": s[0] or f"call_{call_id}_{i}",
-            "type": s[1] or "function",
-            "function": {"name": s[2], "arguments": "".join(s[3])},
-        }
-        for i, s in sorted(acc.tool_slots.items())
-    ]
-    return "".join(acc.content), "".join(acc.reasoning), tool_calls
+    tool_calls = (
+        [
+            {
+                "id": s[0] or f"call_{call_id}_{i}",
+                "type": s[1] or "function",
+                "function": {"name": s[2], "arguments": "".join(s[3])},
+            }
+            for i, s in sorted(acc.tool_slots.items())
+        ]
+        if acc.tool_slots
+        else []
+    )
+    reasoning = "".join(acc.reasoning) if acc.reasoning else ""
+    return "".join(acc.content), reasoning, tool_calls
