@@ -408,12 +408,11 @@ class ChatClient:
         while True:
             attempt += 1
             acc = _Attempt(request.secrets)
-            t0 = rec.start_ns = _now_ns()
-            dog: Watchdog | None = None
+            dog = self._watchdog(is_stream, _now_ns())
+            rec.start_ns = dog.t0
             try:
                 if wire:
                     # The HTTP/1.1 attempt inline (no coroutine of its own: one per call less).
-                    dog = self._watchdog(is_stream, t0)
                     reader = StreamReader(acc, dog) if is_stream else None
                     try:
                         reply = await self._ensure_pool().request(wire, acc, reader)
@@ -421,14 +420,14 @@ class ChatClient:
                         dog.stop()
                     _http1_reply(reply, reader, acc)
                 else:
-                    await self._attempt(request.payload, request.headers, is_stream, acc, t0)
+                    await self._attempt(request.payload, request.headers, is_stream, acc, dog)
                 err = None
             except CallError as e:
                 err = e
             except Http1Error as e:
                 err = CallError(e.kind, e.message)
             except asyncio.CancelledError:
-                if dog is not None and dog.kind is not None:
+                if dog.kind is not None:
                     # Our own deadline: swallow this cancellation and report the timeout.
                     dog.uncancel()
                     err = CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded")
@@ -472,10 +471,11 @@ class ChatClient:
         return dog
 
     async def _attempt(
-        self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, t0: int
+        self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, dog: Watchdog
     ) -> None:
+        """One attempt through aiohttp (HTTPS, or a caller's own session); `dog` is stopped
+        here, and a cancellation it made reaches _attempts, which reports the timeout."""
         session = self._ensure_session()
-        dog = self._watchdog(is_stream, t0)
         got_headers = False
         try:
             async with session.post(self._url, data=payload, headers=hdrs) as resp:
@@ -490,11 +490,6 @@ class ChatClient:
                     await self._read_stream(resp, acc, dog)
                 else:
                     parse_full(await resp.read(), acc)
-        except asyncio.CancelledError:
-            if dog.kind is None:
-                raise
-            dog.uncancel()
-            raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
         except CallError:
             raise
         except aiohttp.ConnectionTimeoutError as e:
