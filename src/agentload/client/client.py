@@ -463,12 +463,22 @@ class ChatClient:
         # The ticker finds no task of its own loop when the client moved to another loop.
         dog = None if ticker is None else ticker.watch(t0, first, idle, total)
         if dog is None:
+            if ticker is not None:
+                self._left_loop()
             # One periodic check per client and loop (client.watchdog explains the precision).
             set_s = [d for d in (t.first_token, t.idle, t.total) if d is not None]
             ticker = self._ticker = Ticker(asyncio.get_running_loop(), min(set_s, default=1.0))
             dog = ticker.watch(t0, first, idle, total)
             assert dog is not None
         return dog
+
+    def _left_loop(self) -> None:
+        """The client is now used on another event loop (a sync caller running asyncio.run
+        per call): connections of the old loop cannot serve this one, so start afresh."""
+        self._pool = None  # its sockets went with the old loop
+        if self._own_session and self._session is not None:
+            self._session.detach()  # bound to the old loop; a new one is made on demand
+            self._session = None
 
     async def _attempt(
         self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, dog: Watchdog
