@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,3 +67,13 @@ def test_done_before_more_events_still_ends_the_stream() -> None:
     content, _, _, times, saw_done, err = _fold(reads)
     assert saw_done and err is None
     assert content == ["late"] and times == [5]
+
+
+def test_a_stream_cut_mid_event_stays_on_the_typed_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_dicts(*_: Any) -> None:
+        raise AssertionError("the dict path ran")
+
+    monkeypatch.setattr(StreamReader, "_fold_dicts", no_dicts)
+    text = b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'
+    content, _, _, times, saw_done, err = _fold([text[:20], text[20:]])
+    assert (content, times, saw_done, err) == (["a"], [5], True, None)

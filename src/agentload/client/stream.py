@@ -140,6 +140,9 @@ class StreamReader:
         if parser is None:
             parser = self.parser = SSEParser()
         events = parser.feed(raw)
+        if events and events[-1] == _DONE:
+            self.acc.saw_done = True
+            events.pop()
         if events:
             self._fold(events, b"[" + b",".join(events) + b"]", now)
 
