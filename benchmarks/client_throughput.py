@@ -14,6 +14,11 @@ per round, so both sides see the same machine load:
 
     git archive main | tar -x -C /tmp/base
     python benchmarks/client_throughput.py --ab /tmp/base/src --rounds 6 --concurrency 16 64
+
+A series of runs (each a fresh process, cycling through the concurrencies) and their median,
+the figure benchmarks/README.md reports, since one run on a shared VM moves by +-15 %:
+
+    python benchmarks/client_throughput.py --series 12 --concurrency 16 32 64
 """
 
 from __future__ import annotations
@@ -201,6 +206,30 @@ def _ab(args: argparse.Namespace, extra: list[str]) -> None:
     print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
 
 
+def _series(args: argparse.Namespace, extra: list[str]) -> None:
+    """`args.series` runs of this tree, cycling through the concurrencies; each run and the
+    median, min and max of requests/s and client CPU per request."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    runs = []
+    for i in range(args.series):
+        c = args.concurrency[i % len(args.concurrency)]
+        r = _one(src, args.seconds, c, extra)
+        r["load"] = round(os.getloadavg()[0], 1)
+        print(orjson.dumps(r).decode(), file=sys.stderr, flush=True)
+        runs.append(r)
+    report: dict[str, object] = {"runs": runs}
+    for key in ("requests_per_s", "client_us_per_request"):
+        vals = [float(r[key]) for r in runs]
+        report[key] = {
+            "median": round(statistics.median(vals), 1),
+            "min": min(vals),
+            "max": max(vals),
+        }
+    report["runs_at_or_over_20000"] = sum(r["requests_per_s"] >= 20_000 for r in runs)
+    report["errors"] = sum(int(r["errors"]) for r in runs)
+    print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -209,6 +238,9 @@ def main() -> None:
     )
     ap.add_argument("--ab", metavar="SRC", help="paired A/B against the agentload under SRC")
     ap.add_argument("--rounds", type=int, default=4, help="A/B rounds per concurrency")
+    ap.add_argument(
+        "--series", type=int, default=0, metavar="N", help="N runs of this tree and their median"
+    )
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--server-core", type=int, default=1)
     ap.add_argument(
@@ -217,12 +249,13 @@ def main() -> None:
         help="keep CPython's default GC thresholds (runs use agentload.util.gc_tuned)",
     )
     args = ap.parse_args()
-    if args.ab:
+    if args.ab or args.series:
         extra = ["--client-core", str(args.client_core), "--server-core", str(args.server_core)]
-        _ab(args, extra + (["--default-gc"] if args.default_gc else []))
+        extra += ["--default-gc"] if args.default_gc else []
+        (_ab if args.ab else _series)(args, extra)
         return
     if len(args.concurrency) != 1:
-        ap.error("one --concurrency value without --ab")
+        ap.error("one --concurrency value without --ab or --series")
     args.concurrency = args.concurrency[0]
     _, n_events = canned_stream()
     q: mp.Queue = mp.Queue()

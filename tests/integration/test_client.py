@@ -7,6 +7,7 @@ import itertools
 import socket
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 
@@ -382,6 +383,24 @@ async def test_timeout_total(server: ScriptedServer) -> None:
     res = await one(server, script, timeouts=Timeouts(total=0.3, idle=5))
     assert res.record.error_kind == "timeout_total"
     assert res.record.e2e_s == pytest.approx(0.3, abs=0.05)
+
+
+async def test_deadlines_on_a_callers_own_session(server: ScriptedServer) -> None:
+    """The aiohttp path (a caller's session, or HTTPS) reports its deadlines like the pool's."""
+    first = Script(parts=[(0.0, sse(chunk({"role": "assistant", "content": ""})))], end="hang")
+    idle = Script(parts=[(0.0, sse(chunk({"content": "a"})))], end="hang")
+    async with aiohttp.ClientSession() as session:
+        for script, kind, limit in (
+            (first, "timeout_first_token", Timeouts(first_token=0.25)),
+            (idle, "timeout_idle", Timeouts(idle=0.25)),
+        ):
+            server.scripts["default"] = script
+            ep = endpoint(server.base_url, timeouts=limit)
+            async with ChatClient(ep, session=session) as c:
+                res = await c.chat(MSGS)
+            assert res.record.error_kind == kind
+            assert res.record.e2e_s == pytest.approx(0.25, abs=0.06)
+        assert not session.closed  # a caller's session stays the caller's
 
 
 async def test_http_error_with_excerpt(server: ScriptedServer) -> None:

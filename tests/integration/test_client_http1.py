@@ -8,6 +8,9 @@ when a connection goes away, and count the connections the client opens.
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
+import time
 from collections.abc import AsyncIterator
 
 import orjson
@@ -172,3 +175,56 @@ async def test_server_closing_an_idle_connection_is_survived(chunked: RawServer)
         await asyncio.sleep(0.05)
         assert (await c.chat(MSGS)).ok
     assert chunked.connections == 2
+
+
+def _one_loop_per_call(url: str, calls: int) -> list[tuple[str, str]]:
+    client = ChatClient(EndpointConfig(base_url=url, model="m"))
+
+    async def one() -> tuple[str, str]:
+        # Bounded: a client still bound to a closed loop used to wait forever here.
+        res = await asyncio.wait_for(client.chat(MSGS), 10)
+        return res.record.status, res.content
+
+    return [asyncio.run(one()) for _ in range(calls)]
+
+
+def test_a_client_serves_one_event_loop_after_another() -> None:
+    """A synchronous caller running asyncio.run per call: each loop gets its own connections
+    (the previous loop's cannot serve it) and every call succeeds."""
+
+    ready = threading.Event()
+    holder: dict[str, object] = {}
+
+    def serve() -> None:
+        async def main() -> None:
+            async with RawServer(_stream(["a", "b"])) as srv:
+                holder["url"], holder["srv"] = srv.url, srv
+                stop = asyncio.Event()
+                holder["stop"] = stop
+                ready.set()
+                await stop.wait()
+
+        loop = asyncio.new_event_loop()
+        holder["loop"] = loop
+        loop.run_until_complete(main())
+        loop.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        assert _one_loop_per_call(str(holder["url"]), 3) == [("ok", "ab")] * 3
+        srv = holder["srv"]
+        assert isinstance(srv, RawServer)
+        assert len(srv.requests) == 3 and srv.connections == 3
+        # The old loops' connections close when collected; then the server's handlers end.
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while srv.open_now and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.open_now == 0
+    finally:
+        loop, stop = holder["loop"], holder["stop"]
+        assert isinstance(loop, asyncio.AbstractEventLoop) and isinstance(stop, asyncio.Event)
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)

@@ -12,7 +12,7 @@ import httptools
 import orjson
 import pytest
 
-from agentload.sim import SimConfig, SimServer
+from agentload.sim import SimConfig, SimServer, fasthttp
 
 CHAT = b"/v1/chat/completions"
 
@@ -276,3 +276,22 @@ async def test_client_that_leaves_mid_stream_frees_its_sequence() -> None:
         [reply] = await c.replies_done(1)
         assert reply.status == 200
         c.close()
+
+
+async def test_chunked_body_over_the_limit_gets_413_and_close(
+    sim: SimServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunked body has no length up front; the fast path counts it as it comes.
+    monkeypatch.setattr(fasthttp, "MAX_BODY", 4096)
+    c = await Conn.open(sim.port)
+    await c.send(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    piece = b"x" * 1000
+    for _ in range(5):  # never ends: only the limit stops it
+        await c.send(b"%x\r\n%b\r\n" % (len(piece), piece))
+    [reply] = await c.replies_done(1)
+    assert reply.status == 413
+    assert "over 4096 bytes" in reply.json()["error"]["message"]
+    assert await c.closed()
+    c.close()

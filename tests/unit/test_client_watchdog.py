@@ -24,6 +24,7 @@ async def _hang(
 ) -> tuple[str | None, float]:
     t0 = time.perf_counter_ns()
     dog = ticker.watch(t0, first, idle, total)
+    assert dog is not None
     try:
         await asyncio.sleep(5)
     except asyncio.CancelledError:
@@ -49,6 +50,7 @@ async def test_idle_counts_from_the_last_token() -> None:
     ticker = Ticker(asyncio.get_running_loop(), 0.15)
     t0 = time.perf_counter_ns()
     dog = ticker.watch(t0, 0.15, 0.15, None)
+    assert dog is not None
     task = asyncio.current_task()
     assert task is not None
     try:
@@ -68,5 +70,18 @@ async def test_idle_counts_from_the_last_token() -> None:
 async def test_no_deadlines_no_timer() -> None:
     ticker = Ticker(asyncio.get_running_loop(), 1.0)
     dog = ticker.watch(time.perf_counter_ns(), None, None, None)
+    assert dog is not None
     assert not ticker.active and ticker._handle is None
     dog.stop()
+
+
+def test_a_ticker_of_another_loop_watches_nothing() -> None:
+    old = asyncio.new_event_loop()
+    ticker = Ticker(old, 1.0)
+    old.close()
+
+    async def watch() -> object:
+        return ticker.watch(time.perf_counter_ns(), 1.0, None, None)
+
+    assert asyncio.run(watch()) is None  # the client then makes a ticker for this loop
+    assert not ticker.active

@@ -96,21 +96,30 @@ def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float], list[float]]
     """Summary, gaps in arrival order, and the same gaps sorted (shared with the histogram).
 
     Percentiles interpolate as stats.percentile_sorted (numpy's default), inlined: this runs
-    once per call."""
+    once per call, and maps over C callables instead of a comprehension's frame."""
     n = len(times_ns) - 1
     if n < 1:
         return ItlSummary(), [], []
-    gaps = [d / 1e9 for d in map(operator.sub, times_ns[1:], times_ns)]
+    gaps = list(map(_div, map(_sub, times_ns[1:], times_ns), _NS_PER_S))
     s = sorted(gaps)
     last = n - 1
+    return (
+        ItlSummary(n, sum(s) / n, _q(s, last, 0.5), _q(s, last, 0.9), _q(s, last, 0.99), s[-1]),
+        gaps,
+        s,
+    )
 
-    def q(p: float) -> float:
-        pos = last * p
-        lo = int(pos)
-        hi = lo + 1 if lo < last else last
-        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
-    return ItlSummary(n, sum(s) / n, q(0.5), q(0.9), q(0.99), s[-1]), gaps, s
+_sub = operator.sub
+_div = operator.truediv
+_NS_PER_S = itertools.repeat(1e9)  # endless: map() stops at the shorter input
+
+
+def _q(s: list[float], last: int, p: float) -> float:
+    pos = last * p
+    lo = int(pos)
+    hi = lo + 1 if lo < last else last
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 class _Request:
@@ -399,12 +408,11 @@ class ChatClient:
         while True:
             attempt += 1
             acc = _Attempt(request.secrets)
-            t0 = rec.start_ns = _now_ns()
-            dog: Watchdog | None = None
+            dog = self._watchdog(is_stream, _now_ns())
+            rec.start_ns = dog.t0
             try:
                 if wire:
                     # The HTTP/1.1 attempt inline (no coroutine of its own: one per call less).
-                    dog = self._watchdog(is_stream, t0)
                     reader = StreamReader(acc, dog) if is_stream else None
                     try:
                         reply = await self._ensure_pool().request(wire, acc, reader)
@@ -412,14 +420,14 @@ class ChatClient:
                         dog.stop()
                     _http1_reply(reply, reader, acc)
                 else:
-                    await self._attempt(request.payload, request.headers, is_stream, acc, t0)
+                    await self._attempt(request.payload, request.headers, is_stream, acc, dog)
                 err = None
             except CallError as e:
                 err = e
             except Http1Error as e:
                 err = CallError(e.kind, e.message)
             except asyncio.CancelledError:
-                if dog is not None and dog.kind is not None:
+                if dog.kind is not None:
                     # Our own deadline: swallow this cancellation and report the timeout.
                     dog.uncancel()
                     err = CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded")
@@ -450,18 +458,34 @@ class ChatClient:
 
     def _watchdog(self, is_stream: bool, t0: int) -> Watchdog:
         t = self.endpoint.timeouts
+        first, idle, total = t.first_token, t.idle if is_stream else None, t.total
         ticker = self._ticker
-        if ticker is None or ticker._loop is not asyncio.get_running_loop():
+        # The ticker finds no task of its own loop when the client moved to another loop.
+        dog = None if ticker is None else ticker.watch(t0, first, idle, total)
+        if dog is None:
+            if ticker is not None:
+                self._left_loop()
             # One periodic check per client and loop (client.watchdog explains the precision).
             set_s = [d for d in (t.first_token, t.idle, t.total) if d is not None]
             ticker = self._ticker = Ticker(asyncio.get_running_loop(), min(set_s, default=1.0))
-        return ticker.watch(t0, t.first_token, t.idle if is_stream else None, t.total)
+            dog = ticker.watch(t0, first, idle, total)
+            assert dog is not None
+        return dog
+
+    def _left_loop(self) -> None:
+        """The client is now used on another event loop (a sync caller running asyncio.run
+        per call): connections of the old loop cannot serve this one, so start afresh."""
+        self._pool = None  # its sockets went with the old loop
+        if self._own_session and self._session is not None:
+            self._session.detach()  # bound to the old loop; a new one is made on demand
+            self._session = None
 
     async def _attempt(
-        self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, t0: int
+        self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, dog: Watchdog
     ) -> None:
+        """One attempt through aiohttp (HTTPS, or a caller's own session); `dog` is stopped
+        here, and a cancellation it made reaches _attempts, which reports the timeout."""
         session = self._ensure_session()
-        dog = self._watchdog(is_stream, t0)
         got_headers = False
         try:
             async with session.post(self._url, data=payload, headers=hdrs) as resp:
@@ -476,11 +500,6 @@ class ChatClient:
                     await self._read_stream(resp, acc, dog)
                 else:
                     parse_full(await resp.read(), acc)
-        except asyncio.CancelledError:
-            if dog.kind is None:
-                raise
-            dog.uncancel()
-            raise CallError(dog.kind, f"{dog.kind.replace('_', ' ')} exceeded") from None
         except CallError:
             raise
         except aiohttp.ConnectionTimeoutError as e:

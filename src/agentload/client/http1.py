@@ -87,6 +87,9 @@ class _Conn(asyncio.Protocol):
 
     def __init__(self, pool: Http1Pool) -> None:
         self.pool = pool
+        # Made inside the loop (create_connection's factory). asyncio.get_running_loop() per
+        # request would cost a getpid() system call each time (CPython 3.11 checks the pid).
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.lost = False
@@ -230,7 +233,7 @@ class Http1Pool:
         if conn is None:
             conn, reused = await self._acquire()
         conn._reset(stamps, sink)
-        waiter = conn.waiter = asyncio.get_running_loop().create_future()
+        waiter = conn.waiter = conn.loop.create_future()
         conn.transport.write(data)  # type: ignore[union-attr]
         try:
             await waiter
@@ -255,7 +258,7 @@ class Http1Pool:
         self, conn: _Conn, data: bytes, stamps: Stamps, sink: StreamSink | None
     ) -> None:
         conn._reset(stamps, sink)
-        waiter = conn.waiter = asyncio.get_running_loop().create_future()
+        waiter = conn.waiter = conn.loop.create_future()
         conn.transport.write(data)  # type: ignore[union-attr]
         try:
             await waiter

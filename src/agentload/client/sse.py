@@ -80,6 +80,11 @@ class SSEParser:
                     out.append(data)
         return out
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held from an earlier read."""
+        return not self._pending and not self._cr
+
     def _parse_block(self, block: bytes) -> bytes | None:
         data: list[bytes] = []
         for line in block.split(_NL):

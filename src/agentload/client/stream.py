@@ -30,6 +30,11 @@ from agentload.client.sse import SSEParser
 
 _loads = orjson.loads
 _DONE = b"[DONE]"
+_DATA = b"data: "
+_NEXT_DATA = b"\n\ndata: "
+_BLANK = b"\n\n"
+_NL = b"\n"
+_CR = b"\r"
 
 
 class _Delta(msgspec.Struct, gc=False):
@@ -52,6 +57,7 @@ class _Chunk(msgspec.Struct, gc=False):
 
 
 _typed = msgspec.json.Decoder(list[_Chunk]).decode
+_UNSET = msgspec.UNSET
 # Invalid UTF-8 surfaces as UnicodeDecodeError (a ValueError), not as a DecodeError.
 _TYPED_ERRORS = (msgspec.MsgspecError, ValueError)
 
@@ -103,42 +109,66 @@ class StreamReader:
     def __init__(self, acc: _Attempt, dog: Deadlines) -> None:
         self.acc = acc
         self.dog = dog
-        self.parser = SSEParser()
+        self.parser: SSEParser | None = None  # made by the first read the fast path declines
 
     def http_body(self, raw: bytes, now: int) -> None:
         dog = self.dog
         if dog.last_ns is not None:
             dog.last_ns = now
-        events = self.parser.feed(raw)
+        parser = self.parser
+        # The usual read: whole single-line `data: ` events and nothing held from the read
+        # before, split in one C call and joined as the JSON array the decoder takes.
+        if (
+            raw.startswith(_DATA)
+            and raw.endswith(_BLANK)
+            and (parser is None or parser.idle)
+            and _CR not in raw
+        ):
+            events = raw[6:-2].split(_NEXT_DATA)
+            done = events[-1] == _DONE  # where the end usually is: last event, last read
+            if done:
+                events.pop()
+            array = b"[" + b",".join(events) + b"]"
+            # A line break left inside an event means a comment, another field or a
+            # multi-line `data:` among them: then the full parser below decides.
+            if _NL not in array:
+                if done:
+                    self.acc.saw_done = True
+                if events:
+                    self._fold(events, array, now)
+                return
+        if parser is None:
+            parser = self.parser = SSEParser()
+        events = parser.feed(raw)
+        if events and events[-1] == _DONE:
+            self.acc.saw_done = True
+            events.pop()
         if events:
-            self._events(events, now)
+            self._fold(events, b"[" + b",".join(events) + b"]", now)
 
     def end(self) -> None:
         """The reply ended: check it was complete."""
-        for data in self.parser.flush():
-            if data == _DONE:
-                self.acc.saw_done = True
+        if self.parser is not None:
+            for data in self.parser.flush():
+                if data == _DONE:
+                    self.acc.saw_done = True
         if not self.acc.saw_done:
             raise CallError("malformed_stream", "stream ended without [DONE]")
 
-    def _events(self, events: list[bytes], now: int) -> None:
-        acc = self.acc
-        if events[-1] == _DONE:  # where it usually is: the last event of the last read
-            acc.saw_done = True
-            events.pop()
-            if not events:
-                return
-        if _DONE in events:
-            acc.saw_done = True
-            events = [e for e in events if e != _DONE]
+    def _fold(self, events: list[bytes], array: bytes, now: int) -> None:
+        """One read's events (`array`: the same joined as a JSON array) into the accumulators."""
         try:
-            chunks = _typed(b"[" + b",".join(events) + b"]")
+            chunks = _typed(array)
         except _TYPED_ERRORS:
             chunks = None
         # An event holding several values ("{},{}") would add elements: then count them.
         if chunks is not None and len(chunks) == len(events):
             self._fold_typed(events, chunks, now)
-        else:
+            return
+        if _DONE in events:  # the end of the stream not last (it is no JSON value)
+            self.acc.saw_done = True
+            events = [e for e in events if e != _DONE]
+        if events:
             self._fold_dicts(events, now)
 
     def _fold_typed(self, events: list[bytes], chunks: list[_Chunk], now: int) -> None:
@@ -146,37 +176,33 @@ class StreamReader:
         acc = self.acc
         add_content = acc.content.append
         tokens = 0  # token-bearing chunks of this read, stamped once at the end
+        obj = None
         try:
-            for data, obj in zip(events, chunks, strict=True):
-                try:
-                    choices = obj.choices
-                    if choices:
-                        ch = choices[0]
-                        delta = ch.delta
-                        if delta is not None:
-                            c = delta.content
-                            if c:
-                                add_content(c)
-                            r = delta.reasoning_content or delta.reasoning
-                            if r:
-                                acc.reasoning.append(r)
-                            tcs = delta.tool_calls
-                            if tcs:
-                                merge_tool_calls(acc.tool_slots, tcs)
-                            if c or r or tcs:
-                                tokens += 1
-                        elif ch.message is not msgspec.UNSET:
-                            raise BadShape("a non-streamed message inside a stream")
-                        if ch.finish_reason:
-                            acc.finish_reason = ch.finish_reason
-                    elif obj.error is not msgspec.UNSET:
-                        raise_error_event(obj.error, acc.secrets)
-                    u = obj.usage
-                    if u is not None:
-                        acc.counts = usage_counts(u)
-                        acc.usage = u
-                except SHAPE_ERRORS as e:
-                    raise _wrong_shape(e, data, acc.secrets) from None
+            for obj in chunks:
+                choices = obj.choices
+                if choices:
+                    ch = choices[0]
+                    delta = ch.delta
+                    if delta is not None:
+                        c = delta.content
+                        if c:
+                            add_content(c)
+                            tokens += 1
+                        if delta.reasoning_content or delta.reasoning or delta.tool_calls:
+                            tokens += _rest_of_typed_delta(acc, delta, c)
+                    elif ch.message is not _UNSET:
+                        raise BadShape("a non-streamed message inside a stream")
+                    if ch.finish_reason:
+                        acc.finish_reason = ch.finish_reason
+                elif obj.error is not _UNSET:
+                    raise_error_event(obj.error, acc.secrets)
+                u = obj.usage
+                if u is not None:
+                    acc.counts = usage_counts(u)
+                    acc.usage = u
+        except SHAPE_ERRORS as e:
+            data = events[next(i for i, o in enumerate(chunks) if o is obj)]
+            raise _wrong_shape(e, data, acc.secrets) from None
         finally:
             # Also when a chunk fails: the tokens before it were received.
             if tokens:
@@ -290,6 +316,18 @@ def _rest_of_delta(acc: _Attempt, delta: dict[str, Any], c: Any) -> bool:
     elif tcs is not None and tcs.__class__ is not list:
         raise BadShape("delta.tool_calls is not a list")
     return tok
+
+
+def _rest_of_typed_delta(acc: _Attempt, delta: _Delta, c: str | None) -> int:
+    """Reasoning and tool-call pieces of a typed delta; 1 if it carried a token that its
+    content did not already count."""
+    r = delta.reasoning_content or delta.reasoning
+    if r:
+        acc.reasoning.append(r)
+    tcs = delta.tool_calls
+    if tcs:
+        merge_tool_calls(acc.tool_slots, tcs)
+    return 0 if c else 1
 
 
 def parse_full(raw: bytes, acc: _Attempt) -> None:
@@ -418,12 +456,17 @@ def fold_body(raw: bytes, secrets: Sequence[str] = ()) -> tuple[_Attempt, CallEr
 def assemble(acc: _Attempt, call_id: str) -> tuple[str, str, list[dict[str, Any]]]:
     """Text, reasoning and tool calls of the accumulators; raises one of SHAPE_ERRORS when a
     piece has the wrong type (content 123), which the fold lets through to be caught here."""
-    tool_calls = [
-        {
-            "id": s[0] or f"call_{call_id}_{i}",
-            "type": s[1] or "function",
-            "function": {"name": s[2], "arguments": "".join(s[3])},
-        }
-        for i, s in sorted(acc.tool_slots.items())
-    ]
-    return "".join(acc.content), "".join(acc.reasoning), tool_calls
+    tool_calls = (
+        [
+            {
+                "id": s[0] or f"call_{call_id}_{i}",
+                "type": s[1] or "function",
+                "function": {"name": s[2], "arguments": "".join(s[3])},
+            }
+            for i, s in sorted(acc.tool_slots.items())
+        ]
+        if acc.tool_slots
+        else []
+    )
+    reasoning = "".join(acc.reasoning) if acc.reasoning else ""
+    return "".join(acc.content), reasoning, tool_calls

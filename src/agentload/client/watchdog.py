@@ -79,10 +79,15 @@ class Ticker:
 
     def watch(
         self, t0: int, first: float | None, idle: float | None, total: float | None
-    ) -> Watchdog:
-        """A watchdog for the current task's attempt started at `t0` (ns)."""
+    ) -> Watchdog | None:
+        """A watchdog for the current task's attempt started at `t0` (ns); None when no task
+        of this ticker's loop is running (the caller is on another loop).
+
+        Asked of this loop, not of the running one: asyncio.current_task() without a loop
+        costs a getpid() system call (CPython 3.11 checks the pid), once per call."""
         task = asyncio.current_task(self._loop)
-        assert task is not None
+        if task is None:
+            return None
         dog = Watchdog(
             self,
             task,

@@ -148,6 +148,7 @@ class FastConnection(GuardedConnection):
 
     __slots__ = (
         "_body",
+        "_body_size",
         "_body_timer",
         "_complete",
         "_conn",
@@ -166,6 +167,7 @@ class FastConnection(GuardedConnection):
         "_queue",
         "_raw",
         "_reject",
+        "_reject_status",
         "_serving",
         "_sim",
         "_url",
@@ -196,6 +198,8 @@ class FastConnection(GuardedConnection):
         self._pending: list[bytes] = []
         self._serving = False
         self._reject: str | None = None  # a 400 to answer once the queued requests are done
+        self._reject_status = 400
+        self._body_size = 0
         self._body_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_done = loop.time()
@@ -265,6 +269,7 @@ class FastConnection(GuardedConnection):
         self._url = b""
         self._headers = []
         self._body = []
+        self._body_size = 0
         self._fast = False
 
     def on_url(self, url: bytes) -> None:
@@ -310,6 +315,13 @@ class FastConnection(GuardedConnection):
 
     def on_body(self, body: bytes) -> None:
         if self._fast and self._reject is None:
+            # A chunked body has no length to check up front: count it as it comes.
+            self._body_size += len(body)
+            if self._body_size > MAX_BODY:
+                self._body = []
+                self._reject_status = 413
+                self._reject = f"Request body over {MAX_BODY} bytes."
+                return
             self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -387,7 +399,8 @@ class FastConnection(GuardedConnection):
             transport.close()
 
     def _bad_request(self, message: str) -> None:
-        self._reply_and_close(400, orjson.dumps(error_body(message, 400)))
+        status = self._reject_status
+        self._reply_and_close(status, orjson.dumps(error_body(message, status)))
         self._queue.clear()
 
     def _hand_over(self) -> None:

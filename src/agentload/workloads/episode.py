@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agentload.agents.base import AgentTurn, ToolCall, ToolOutcome
 from agentload.agents.strategies import AGENTS, make_agent, transfer_tool_name
@@ -298,18 +298,7 @@ class _Episode:
     # --- the loop -------------------------------------------------------------------------
 
     async def user_says(self, agent_text: str | None) -> str:
-        if self.user_turns >= self.options.max_user_turns:
-            raise _Stop("max_steps", f"user turn limit ({self.options.max_user_turns}) reached")
-        ut = await self.user.reply(agent_text, self.user_llm)
-        if ut.result is not None and not ut.result.ok:
-            raise self._failed(ut.result, "user")
-        self.user_turns += 1
-        if not ut.text.strip():
-            why = ut.result.record.finish_reason if ut.result is not None else None
-            raise _Stop(
-                "protocol_error", "user: empty message" + (f" (finish_reason {why})" if why else "")
-            )
-        return ut.text
+        return await next_user_message(self, agent_text)
 
     async def run(self) -> None:
         agent = self.agent
@@ -617,3 +606,30 @@ def _tally_calls(ep: _Episode) -> tuple[float, float]:
     counts["steps"] = ep.steps
     counts["user_turns"] = ep.user_turns
     return llm_s, user_s
+
+
+class _UserSide(Protocol):
+    """What a simulated user's turn needs of an episode (native or external)."""
+
+    user: Any
+    user_turns: int
+    options: Any
+
+    async def user_llm(self, messages: list[dict[str, Any]], tools: Any) -> CallResult: ...
+
+
+async def next_user_message(ep: _UserSide, agent_text: str | None) -> str:
+    """The simulated user's next message (counted in `ep.user_turns`); raises _Stop when the
+    user cannot go on: the turn limit, a failed user call, or an empty message."""
+    if ep.user_turns >= ep.options.max_user_turns:
+        raise _Stop("max_steps", f"user turn limit ({ep.options.max_user_turns}) reached")
+    ut = await ep.user.reply(agent_text, ep.user_llm)
+    if ut.result is not None and not ut.result.ok:
+        raise _Episode._failed(ut.result, "user")
+    ep.user_turns += 1
+    if not ut.text.strip():
+        why = ut.result.record.finish_reason if ut.result is not None else None
+        raise _Stop(
+            "protocol_error", "user: empty message" + (f" (finish_reason {why})" if why else "")
+        )
+    return ut.text

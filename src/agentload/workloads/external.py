@@ -38,6 +38,7 @@ from agentload.workloads.episode import (
     _Stop,
     episode_records,
     episode_seed,
+    next_user_message,
 )
 from agentload.workloads.episodes import EpisodesWorkload
 
@@ -147,20 +148,7 @@ class _Episode:
         return res
 
     async def user_says(self, agent_text: str | None) -> str:
-        if self.user_turns >= self.options.max_user_turns:
-            raise _Stop("max_steps", f"user turn limit ({self.options.max_user_turns}) reached")
-        ut = await self.user.reply(agent_text, self.user_llm)
-        if ut.result is not None and not ut.result.ok:
-            rec = ut.result.record
-            kind = rec.error_kind or "error"
-            raise _Stop(
-                "context_overflow" if kind == "context_overflow" else "infra_error",
-                f"user call {kind}" + (f": {rec.error_message}" if rec.error_message else ""),
-            )
-        self.user_turns += 1
-        if not ut.text.strip():
-            raise _Stop("protocol_error", "user: empty message")
-        return ut.text
+        return await next_user_message(self, agent_text)
 
     def open(self) -> tuple[AgentSession, str]:
         wl = self.wl
