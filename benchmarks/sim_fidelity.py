@@ -114,6 +114,8 @@ def main() -> None:
         results = {}
         for p in [str(profile), *args.compare]:
             name = Path(p).stem
+            if p != str(profile) and name == args.name:
+                name += "-shipped"  # the built-in profile the new one would replace
             dest = args.out / f"fidelity-{name}.json"
             sh(
                 [*agentload, "fidelity", "--real", base, *common, "--profile", p, "-o", str(dest)],

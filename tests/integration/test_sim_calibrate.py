@@ -29,8 +29,11 @@ KNOWN = Profile(
     prefill_attention_s=2.0e-8,
     decode_context_token_s=1.0e-7,
     decode_max_context_s=5.0e-7,
+    decode_kv_token_s=3.0e-7,
     request_overhead_s=0.02,
     frontend_token_s=2.0e-6,
+    coalesce_first_p=0.25,
+    coalesce_first_run=0.7,
     max_num_seqs=64,
     max_num_batched_tokens=2048,
     kv_blocks=4096,
@@ -61,6 +64,10 @@ async def test_calibration_recovers_the_simulators_profile() -> None:
     assert cal["clock"] == "model"
     assert cal["server"]["engine"] == "agentload-sim"
     assert cal["fit"]["all"]["max_abs_error"] < 0.01
+    # 8 first-chunk streams on consecutive requests: the van der Corput draw holds 2 of them
+    assert result.profile.coalesce_first_p == pytest.approx(0.25, abs=0.13)
+    assert result.profile.coalesce_first_run > 0
+    assert cal["first_chunk"]["streams"] == 8
     assert "load_avg_1m_before" in cal["host"]
     assert any("the probe takes about" in line for line in lines)
     assert any("2048 tokens per step" in line for line in lines)

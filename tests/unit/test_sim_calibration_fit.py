@@ -27,6 +27,7 @@ TRUE = {
     "prefill_attention_s": 3.0e-8,
     "decode_context_token_s": 9.0e-8,
     "decode_max_context_s": 6.0e-7,
+    "decode_kv_token_s": 2.5e-7,
 }
 
 
@@ -42,8 +43,12 @@ def _probe_like(budget: int = 2048) -> list[Obs]:
             obs.append(Obs("ttft", f"{p}/{cached}", _y(x), x))
     for b in (1, 2, 4, 8):
         for ctx in (256, 4096):
-            x = decode_features(b, b * ctx, ctx)
+            # a shared context: each stream's own 32 tokens beside it
+            x = decode_features(b, b * ctx, ctx, ctx + 32 * (b - 1))
             obs.append(Obs("decode", f"{b}/{ctx}", _y(x), x))
+    for b in (3, 6):
+        x = decode_features(b, b * 2048, 2048)  # distinct contexts
+        obs.append(Obs("decode", f"{b}/distinct", _y(x), x))
     x = mixed_features(1024, 0, 1, 300, 300)
     obs.append(Obs("interference", "1024", _y(x), x))
     return obs

@@ -125,6 +125,12 @@ class Seq:
         self.model_times: list[float] | None = None
 
 
+def kv_tokens(blocks: int, block_size: int, context_sum: int) -> int:
+    """KV tokens read by a step's decoding sequences that hold `blocks` distinct blocks and
+    `context_sum` tokens of context in all: whole blocks, at most the context itself."""
+    return min(blocks * block_size, context_sum)
+
+
 def _nothing() -> None:
     return None
 
@@ -324,6 +330,9 @@ class Engine:
         decode_seqs = 0
         decode_ctx = 0
         decode_max = 0
+        # blocks read by decoding sequences, a shared one once (only when the profile has the
+        # term: a set union per step is not free at GPU batch sizes)
+        kv_blocks: set[int] | None = set() if p.decode_kv_token_s else None
         running = self.running
         preempted = False
         i = 0
@@ -355,6 +364,8 @@ class Engine:
                 decode_ctx += before + 1
                 if before >= decode_max:
                     decode_max = before + 1
+                if kv_blocks is not None:
+                    kv_blocks.update(seq.blocks)
             else:
                 prefill_tokens += n
                 prefill_pairs += n * before + n * (n + 1) / 2
@@ -373,6 +384,8 @@ class Engine:
                 + p.decode_context_token_s * decode_ctx
                 + p.decode_max_context_s * decode_max
             )
+            if kv_blocks:
+                dt += p.decode_kv_token_s * kv_tokens(len(kv_blocks), bs, decode_ctx)
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
 

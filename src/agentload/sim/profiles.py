@@ -26,6 +26,7 @@ class Profile(BaseModel):
     #           + prefill_attention_s * (query, key) pairs attended by prefill tokens
     #           + decode_context_token_s * context tokens read by decoding sequences
     #           + decode_max_context_s * longest context among decoding sequences
+    #           + decode_kv_token_s * distinct KV tokens read by decoding sequences
     step_overhead_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
@@ -34,6 +35,10 @@ class Profile(BaseModel):
     # × the longest context among the step's decoding sequences: engines whose decode cost
     # follows the longest sequence rather than the sum (measured on vLLM's CPU backend)
     decode_max_context_s: float = Field(default=0.0, ge=0)
+    # × the KV tokens the step's decoding sequences read, a block shared by several of them
+    # (a cached prefix) counted once: on a CPU, a shared block is read from cache after the
+    # first sequence, distinct contexts each come from memory (measured on vLLM's CPU backend)
+    decode_kv_token_s: float = Field(default=0.0, ge=0)
     # front end (HTTP, chat template, tokenisation) before a request reaches the queue
     request_overhead_s: float = Field(default=0.0, ge=0)
     frontend_token_s: float = Field(default=0.0, ge=0)
@@ -41,6 +46,10 @@ class Profile(BaseModel):
     # (see agentload.sim.coalesce); grows with the number of running sequences
     coalesce_p: float = Field(default=0.0, ge=0, le=0.95)
     coalesce_per_seq: float = Field(default=0.0, ge=0, le=0.95)
+    # a stream's first token held back (a front end that did not run when it came): the share
+    # of streams that start held, and the chance that each later token extends the hold
+    coalesce_first_p: float = Field(default=0.0, ge=0, le=1)
+    coalesce_first_run: float = Field(default=0.0, ge=0, le=0.99)
     # engine defaults (CLI flags override them)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentload.engines.detect import detect_server
-from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing
+from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing, fit_first_hold
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import (
@@ -152,6 +152,16 @@ async def detect_budget(
     return int(min(chunk, grown[-1])) if math.isfinite(grown[-1]) else chunk
 
 
+def _first_chunk_note(streams: list[tuple[int, int]]) -> dict[str, Any]:
+    """How many of the probe's streams came with a held first chunk, and how long it was."""
+    held = [k for k, _ in streams if k > 1]
+    return {
+        "streams": len(streams),
+        "held": len(held),
+        "mean_tokens_when_held": round(sum(held) / len(held), 2) if held else None,
+    }
+
+
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
@@ -174,6 +184,7 @@ def build_profile(
     extra: dict[str, Any],
 ) -> Profile:
     p0, p1 = fit_coalescing(list(probe.chunking.items()))
+    first_p, first_run = fit_first_hold(probe.first_chunks)
     fields = base.model_dump()
     fields.update({k: _round(v) for k, v in f.params.items()})
     fields.update(
@@ -182,11 +193,14 @@ def build_profile(
         f" ({dt.date.today().isoformat()}).".replace("  ", " "),
         coalesce_p=p0,
         coalesce_per_seq=p1,
+        coalesce_first_p=first_p,
+        coalesce_first_run=first_run,
         calibration={
             "server": info.as_dict(),
             **extra,
             "fit": f.quality(),
             "chunking": {str(b): round(m, 3) for b, m in probe.chunking.items()},
+            "first_chunk": _first_chunk_note(probe.first_chunks),
             "observations": f.table(),
         },
     )
@@ -268,6 +282,9 @@ async def calibrate(
             "prompt_lengths": plan.prompt_lengths,
             "decode_batches": plan.decode_batches,
             "decode_contexts": plan.decode_contexts,
+            "distinct_batches": plan.distinct_batches,
+            "distinct_contexts": plan.distinct_contexts,
+            "first_chunk_streams": plan.first_chunk_streams,
             "repeats": plan.repeats,
             "tokenizer": Path(tokenizer).name if tokenizer else None,
         },
@@ -319,6 +336,8 @@ def summary_lines(c: Calibration) -> list[str]:
         lines.append(f"{k:<24} {getattr(p, k):>12.4g}")
     lines.append(f"{'coalesce_p':<24} {p.coalesce_p:>12.4g}")
     lines.append(f"{'coalesce_per_seq':<24} {p.coalesce_per_seq:>12.4g}")
+    lines.append(f"{'coalesce_first_p':<24} {p.coalesce_first_p:>12.4g}")
+    lines.append(f"{'coalesce_first_run':<24} {p.coalesce_first_run:>12.4g}")
     q = c.fit.quality()
     for kind, v in q.items():
         med, worst = 100 * (v["median_abs_error"] or 0), 100 * (v["max_abs_error"] or 0)

@@ -25,6 +25,7 @@ PARAMS = (
     "prefill_attention_s",
     "decode_context_token_s",
     "decode_max_context_s",
+    "decode_kv_token_s",
 )
 
 
@@ -49,17 +50,25 @@ def ttft_features(prompt: int, cached: int, budget: int) -> list[float]:
     """TTFT of a request on an idle engine: front end, then ceil(r / budget) prefill steps."""
     r = max(1, prompt - cached)
     steps = float(math.ceil(r / budget))
-    return [1.0, float(prompt), steps, float(r), 0.0, pairs(r, cached), 0.0, 0.0]
+    return [1.0, float(prompt), steps, float(r), 0.0, pairs(r, cached), 0.0, 0.0, 0.0]
 
 
-def decode_features(batch: int, context_sum: float, context_max: float) -> list[float]:
+def decode_features(
+    batch: int, context_sum: float, context_max: float, kv: float | None = None
+) -> list[float]:
     """One decode step of `batch` sequences holding `context_sum` tokens of context, the
-    longest `context_max`."""
-    return [0.0, 0.0, 1.0, 0.0, float(batch), 0.0, float(context_sum), float(context_max)]
+    longest `context_max`, `kv` distinct KV tokens in all (default: no block shared)."""
+    kv = context_sum if kv is None else kv
+    return [0.0, 0.0, 1.0, 0.0, float(batch), 0.0, float(context_sum), float(context_max), kv]
 
 
 def mixed_features(
-    prefill: int, cached: int, batch: int, context_sum: float, context_max: float
+    prefill: int,
+    cached: int,
+    batch: int,
+    context_sum: float,
+    context_max: float,
+    kv: float | None = None,
 ) -> list[float]:
     """A step that prefills `prefill` tokens beside `batch` decoding sequences."""
     return [
@@ -71,6 +80,7 @@ def mixed_features(
         pairs(prefill, cached),
         context_sum,
         context_max,
+        context_sum if kv is None else kv,
     ]
 
 
@@ -187,3 +197,27 @@ def fit_coalescing(batches: list[tuple[int, float]]) -> tuple[float, float]:
     yp = np.array([p for _, p in pts])
     p0, p1 = nnls(xb, yp)
     return round(min(0.95, float(p0)), 4), round(min(0.95, float(p1)), 4)
+
+
+def fit_first_hold(streams: list[tuple[int, int]]) -> tuple[float, float]:
+    """`coalesce_first_p`, `coalesce_first_run` from (tokens in the first chunk, tokens in the
+    stream) of streams of at least two tokens.
+
+    A stream starts held with probability p; a held stream's hold then takes each next token
+    with probability r, so the first chunk of a held stream holds 1 + a geometric number of
+    tokens and the token that ended the hold, cut at the stream's end (a hold that lasted to
+    the end is censored). p is the share of streams whose first chunk carries more than one
+    token; r is the censored geometric's maximum-likelihood estimate."""
+    usable = [(k, n) for k, n in streams if n >= 2 and 1 <= k <= n]
+    if not usable:
+        return 0.0, 0.0
+    held = [(k, n) for k, n in usable if k > 1]
+    p = len(held) / len(usable)
+    if not held:
+        return 0.0, 0.0
+    # each held stream took k - 2 extensions after its second token; it stopped on its own
+    # (one failed extension) unless the hold reached the end of the stream
+    taken = sum(k - 2 for k, _ in held)
+    stopped = sum(1 for k, n in held if k < n)
+    r = taken / (taken + stopped) if taken + stopped else 0.0
+    return round(min(1.0, p), 4), round(min(0.99, r), 4)

@@ -173,7 +173,9 @@ def calibrate_from_run(
             "is underdetermined (the run had too few prompt lengths or batch sizes); a probe "
             "(--base-url) pins down every term"
         )
-    f = fit(obs)
+    # A run's calls do not say which KV blocks their neighbours shared: that term is the
+    # per-context one's twin here, so it is left out (a probe measures it).
+    f = fit(obs, fixed={"decode_kv_token_s": 0.0})
     probe = ProbeResult(obs=obs, chunking=chunking, requests=len(calls))
     info = ServerInfo(
         engine="unknown",

@@ -4,9 +4,15 @@ of the timing model.
 * **prefill**: cold prompts across lengths (the linear and the quadratic prefill terms), each
   sent again at once (a prefix-cache hit: the front end and the per-token front-end cost);
 * **decode**: batches of 1-8 streams over a short and a long shared context (per-step,
-  per-sequence and per-context-token decode costs), measured while every stream decodes;
+  per-sequence and per-context-token decode costs), measured while every stream decodes, and
+  batches of 3-6 streams over distinct cold contexts (prefilled one after the other while the
+  first ones decode): what reading a block each sequence holds alone costs beside a shared one;
 * **interference**: a cold prefill arriving while a stream decodes (the longest gap of that
   stream is one mixed step).
+
+* **first chunk**: single streams over a short cached prompt, each after a short pause (a
+  stream starting on a lightly loaded server, as in a TTFT measurement): how many tokens each
+  one's first chunk carried, for the first-token hold of the output coalescing.
 
 Every pattern is repeated and summarised by its median, which keeps a loaded machine's
 outliers out of the fit.
@@ -44,6 +50,12 @@ class ProbePlan:
     decode_contexts: list[int] = field(default_factory=lambda: [256, 2048, 6144])
     decode_tokens: int = 96
     interference_prompts: list[int] = field(default_factory=lambda: [1024, 2048])
+    distinct_batches: list[int] = field(default_factory=lambda: [3, 6])
+    distinct_contexts: list[int] = field(default_factory=lambda: [1536, 2560])
+    """Decode over distinct cold contexts (sizes unlike the fidelity workloads')."""
+    first_chunk_streams: int = 8
+    first_chunk_tokens: int = 32
+    first_chunk_pause_s: float = 0.1
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
     block_size: int = 16
@@ -59,6 +71,8 @@ class ProbePlan:
             decode_contexts=[256, 2048],
             decode_tokens=32,
             interference_prompts=[1024],
+            distinct_batches=[2, 3],
+            distinct_contexts=[1024],
         )
 
     def fitted(self) -> ProbePlan:
@@ -71,6 +85,11 @@ class ProbePlan:
             decode_contexts=[min(c, top) for c in self.decode_contexts],
             decode_tokens=self.decode_tokens,
             interference_prompts=[min(p, self.budget // 2, top) for p in self.interference_prompts],
+            distinct_batches=self.distinct_batches,
+            distinct_contexts=[min(c, top) for c in self.distinct_contexts],
+            first_chunk_streams=self.first_chunk_streams,
+            first_chunk_tokens=self.first_chunk_tokens,
+            first_chunk_pause_s=self.first_chunk_pause_s,
             budget=self.budget,
             block_size=self.block_size,
             max_model_len=self.max_model_len,
@@ -98,6 +117,8 @@ class ProbeResult:
     chunking: dict[int, float] = field(default_factory=dict)
     """Mean tokens per chunk (after the first) by decode batch size, on the wire."""
     requests: int = 0
+    first_chunks: list[tuple[int, int]] = field(default_factory=list)
+    """(tokens in the first chunk, tokens in the stream) of the first-chunk pattern's streams."""
 
 
 class Probe:
@@ -148,9 +169,17 @@ class Probe:
             for b in pl.decode_batches:
                 est = pilot.ttft(32 * b) + pl.decode_tokens * pilot.step(b) + 0.05
                 steps.append((f"decode b={b} ctx={ctx}", est, partial(self.decode, ctx, b)))
+        for ctx in pl.distinct_contexts:
+            for b in pl.distinct_batches:
+                est = b * pilot.ttft(ctx) + pl.decode_tokens * pilot.step(b) + 0.05
+                name = f"decode b={b} distinct ctx={ctx}"
+                steps.append((name, est, partial(self.decode, ctx, b, shared=False)))
         for p in pl.interference_prompts:
             est = 160 * pilot.step(1) + pilot.ttft(p) + 0.1
             steps.append((f"interference {p}", est, partial(self.interference, p)))
+        if pl.first_chunk_streams:
+            each = pl.first_chunk_pause_s + pilot.ttft(256) + pl.first_chunk_tokens * pilot.step(1)
+            steps.append(("first chunk", pl.first_chunk_streams * each, self.first_chunk))
         return steps
 
     async def run(self, steps: list[tuple[str, float, Callable[[], Awaitable[None]]]]) -> None:
@@ -202,28 +231,30 @@ class Probe:
             feats = ttft_features(c.prompt_tokens, self._cached(c, is_warm), budget)
             self._sample("ttft", f"{label} {p}", c.ttft, feats)
 
-    async def decode(self, ctx: int, batch: int, attempts: int = 3) -> None:
+    async def decode(self, ctx: int, batch: int, attempts: int = 3, shared: bool = True) -> None:
         # Streams that did not decode side by side long enough (one started late, e.g. on a
         # busy client host) give no sample; try again rather than leave the pattern out.
         for _ in range(attempts):
-            if await self._decode_once(ctx, batch):
+            if await self._decode_once(ctx, batch, shared):
                 return
 
-    async def _decode_once(self, ctx: int, batch: int) -> bool:
+    async def _decode_once(self, ctx: int, batch: int, shared: bool = True) -> bool:
         pm = self.prompts
-        if ctx not in self._prefixes:
-            self._prefixes[ctx] = pm.text(max(1, ctx - 32))
-        prefix = self._prefixes[ctx]
-        await self.call(prefix, 1)  # (re)caches the shared prefix
-        prompts = [pm.prompt(ctx, prefix) for _ in range(batch)]
+        if shared:
+            if ctx not in self._prefixes:
+                self._prefixes[ctx] = pm.text(max(1, ctx - 32))
+            prefix = self._prefixes[ctx]
+            await self.call(prefix, 1)  # (re)caches the shared prefix
+            prompts = [pm.prompt(ctx, prefix) for _ in range(batch)]
+        else:
+            prompts = [pm.prompt(ctx) for _ in range(batch)]
         wire = await asyncio.gather(*(self.call(q, self.plan.decode_tokens) for q in prompts))
         for c in wire:
             self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
         calls = await self.clocked(list(wire))
         w0 = max(c.times[0] for c in calls)
         w1 = min(c.times[-1] for c in calls)
-        ctx_sum = 0.0
-        ctx_max = 0.0
+        windows: list[tuple[Call, int, int]] = []
         per: list[float] = []
         for c in calls:
             idx = [i for i, t in enumerate(c.times) if w0 <= t <= w1]
@@ -231,16 +262,23 @@ class Probe:
                 return False  # the streams did not decode together long enough
             a, b = idx[0], idx[-1]
             per.append((c.times[b] - c.times[a]) / (c.counts[b] - c.counts[a]))
-            own = c.prompt_tokens + (c.counts[a] + c.counts[b] - 1) / 2
-            ctx_sum += own
-            ctx_max = max(ctx_max, own)
+            windows.append((c, c.counts[a], c.counts[b]))
+        label = f"batch {batch} context {ctx}" if shared else f"batch {batch} distinct {ctx}"
         self._sample(
-            "decode",
-            f"batch {batch} context {ctx}",
-            statistics.median(per),
-            decode_features(batch, ctx_sum, ctx_max),
+            "decode", label, statistics.median(per), window_features(windows, self.plan.block_size)
         )
         return True
+
+    async def first_chunk(self) -> None:
+        """Single streams, each after a pause: the tokens in each one's first chunk."""
+        pl = self.plan
+        prompt = self.prompts.text(256)
+        await self.call(prompt, 1)  # cached from here on: the stream starts at once
+        for _ in range(pl.first_chunk_streams):
+            await asyncio.sleep(pl.first_chunk_pause_s)
+            c = await self.call(prompt, pl.first_chunk_tokens)
+            if c.tokens >= 2:
+                self.result.first_chunks.append((c.counts[0], c.tokens))
 
     async def interference(self, p: int, attempts: int = 3) -> None:
         # A prefill that reached the engine after the stream had finished (a late client on a
@@ -293,6 +331,30 @@ class Probe:
         extra = dec.counts[i + 1] - dec.counts[i] - 1
         step = decode_features(1, ctx, ctx)
         return gap, [f + extra * s for f, s in zip(feats, step, strict=True)]
+
+
+def window_features(windows: list[tuple[Call, int, int]], block_size: int) -> list[float]:
+    """Mean decode-step features over the window in which every stream decoded: each stream's
+    (call, tokens at the window's start, tokens at its end).
+
+    A stream that has `m` tokens decodes its next one over a context of `prompt + m` tokens
+    in `ceil((prompt + m) / block_size)` KV blocks, of which its cached prompt blocks are the
+    ones it shares with the others (the shared prefix, counted once)."""
+    ctx_sum = 0.0
+    ctx_max = 0.0
+    own_blocks = 0.0
+    shared = 0
+    for c, m0, m1 in windows:
+        steps = range(m0, m1)
+        mean = c.prompt_tokens + (m0 + m1 - 1) / 2
+        ctx_sum += mean
+        ctx_max = max(ctx_max, mean)
+        hit = (c.cached_tokens or 0) // block_size
+        shared = max(shared, hit)
+        blocks = [-(-(c.prompt_tokens + m) // block_size) - hit for m in steps]
+        own_blocks += statistics.fmean(blocks) if blocks else 0.0
+    kv = min((shared + own_blocks) * block_size, ctx_sum)
+    return decode_features(len(windows), ctx_sum, ctx_max, kv)
 
 
 __all__ = ["Pilot", "Probe", "ProbeError", "ProbePlan", "ProbeResult"]
