@@ -124,6 +124,9 @@ class Caller(asyncio.Protocol):
         self.max_body = max_body
         self.live = live
         self.parser = httptools.HttpRequestParser(self)
+        # Made inside the loop (the server's factory). asyncio.get_running_loop() per request
+        # would cost a getpid() system call each time (CPython 3.11 checks the pid).
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.refused = False
@@ -218,7 +221,7 @@ class Caller(asyncio.Protocol):
         )
         self.queue.append(req)
         if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self._serve())
+            self.task = self.loop.create_task(self._serve())
 
     # -- replies ---------------------------------------------------------------------------
     async def _serve(self) -> None:
@@ -248,7 +251,7 @@ class Caller(asyncio.Protocol):
     async def drain(self) -> None:
         """Wait while the caller's socket buffer is full."""
         while self.paused and not self.closed:
-            self.drained = asyncio.get_running_loop().create_future()
+            self.drained = self.loop.create_future()
             await self.drained
         if self.closed:
             raise ConnectionResetError("the caller closed the connection")
@@ -276,7 +279,7 @@ class Caller(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             if transport.can_write_eof():
                 transport.write_eof()
-            asyncio.get_running_loop().call_later(_LINGER_S, self.abort)
+            self.loop.call_later(_LINGER_S, self.abort)
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
