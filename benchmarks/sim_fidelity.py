@@ -86,6 +86,9 @@ def main() -> None:
     ap.add_argument("--compare", action="append", default=[], help="more profiles to check")
     ap.add_argument("--name", default="vllm-cpu-tiny", help="name of the calibrated profile")
     ap.add_argument("--skip-calibrate", action="store_true")
+    ap.add_argument(
+        "--passes", type=int, default=1, help="fidelity --passes: medians over N passes"
+    )
     # vLLM's CPU build serves with these by default (vllm/engine/arg_utils.py) and /metrics
     # shows neither; give the server's own values with --url.
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -118,7 +121,19 @@ def main() -> None:
                 name += "-shipped"  # the built-in profile the new one would replace
             dest = args.out / f"fidelity-{name}.json"
             sh(
-                [*agentload, "fidelity", "--real", base, *common, "--profile", p, "-o", str(dest)],
+                [
+                    *agentload,
+                    "fidelity",
+                    "--real",
+                    base,
+                    *common,
+                    "--profile",
+                    p,
+                    "--passes",
+                    str(args.passes),
+                    "-o",
+                    str(dest),
+                ],
                 log,
             )
             if dest.is_file():

@@ -202,6 +202,35 @@ def test_fidelity_of_a_profile_against_itself(tmp_path: Path) -> None:
     assert result["salt"] == 7
 
 
+def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> None:
+    out = tmp_path / "fid.json"
+    with SimProcess(SimConfig(port=0, profile="tiny-cpu", model="m")) as real:
+        r = CliRunner().invoke(
+            app,
+            ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile", "tiny-cpu",
+             "-w", "shared-prefix", "--passes", "2", "--seed", "3", "-o", str(out)],
+        )  # fmt: skip
+    assert r.exit_code in (0, 3), r.output
+    assert "pass 2 of 2 done" in r.output and "real spread" in r.output
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert result["passes"] == 2
+    spread = row["real_spread"]
+    assert set(spread) >= {"ttft_p50_s", "ttft_p90_s", "tpot_mean_s"}
+    assert all(0 <= v < 1 for v in spread.values())  # the same simulator, pass after pass
+    assert 0.7 < row["sim"]["tpot_mean_s"] / row["real"]["tpot_mean_s"] < 1.4
+
+
+def test_fidelity_rejects_zero_passes() -> None:
+    r = CliRunner().invoke(
+        app,
+        ["sim", "fidelity", "--real", "http://127.0.0.1:9/v1", "--model", "m", "--profile",
+         "tiny-cpu", "--passes", "0"],
+    )  # fmt: skip
+    assert r.exit_code == 2
+    assert "--passes" in r.output
+
+
 def test_fidelity_rejects_unknown_workload() -> None:
     r = CliRunner().invoke(
         app,

@@ -158,6 +158,9 @@ FIDELITY_OPTIONS = [
         "Only these workloads (repeatable): prefill-heavy, decode-heavy, shared-prefix, "
         "concurrent.", PROBE, [], metavar="NAME"),
     Opt("seed", ("--seed",), int | None, "Prompt salt (default: the time).", PROBE, metavar="N"),
+    Opt("passes", ("--passes",), int,
+        "Run every workload N times on both sides and compare medians; the table then shows "
+        "how far the real server moved between passes.", PROBE, 1, metavar="N"),
     Opt("out", ("--out", "-o"), Path | None, "Also write the result as JSON here.", OUT,
         metavar="FILE"),
     Opt("as_json", ("--json",), bool, "Print the result as JSON on stdout.", OUT, False),
@@ -187,6 +190,8 @@ def fidelity_command(**a: Any) -> None:
     if unknown:
         known = ", ".join(by_name)
         raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
+    if a["passes"] < 1:
+        raise _fail("fidelity", f"--passes: expected 1 or more, got {a['passes']}", 2)
     if not prof.calibrated:
         say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
     key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
@@ -199,6 +204,7 @@ def fidelity_command(**a: Any) -> None:
                 workloads=[by_name[w] for w in a["workload"]] or None,
                 say=say,
                 seed=a["seed"],
+                passes=a["passes"],
             )
         )
     except _probe_errors() as exc:
@@ -218,5 +224,11 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
             f"\nload average (1 min) {lb['load_avg_1m']} before, {la['load_avg_1m']} after; "
             f"prompt salt {result['salt']}"
         )
+        if result.get("unresolved"):
+            print(
+                "note: the real server moved by more than 10 % between passes on "
+                + ", ".join(result["unresolved"])
+                + ": an error of that size there is within its own swings"
+            )
     if not result["within_goal"]:
         raise typer.Exit(3)

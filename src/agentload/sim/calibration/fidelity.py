@@ -117,22 +117,53 @@ async def measure(
 
 
 def compare(
-    real: dict[str, dict[str, float]], sim: dict[str, dict[str, float]]
+    real: dict[str, dict[str, float]],
+    sim: dict[str, dict[str, float]],
+    spread: dict[str, dict[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
     rows = []
     for name, r in real.items():
         s = sim[name]
         errors = {m: (s[m] / r[m] - 1) if r[m] else float("nan") for m in METRICS}
-        rows.append(
-            {
-                "workload": name,
-                "real": r,
-                "sim": s,
-                "error": errors,
-                "within_goal": all(abs(errors[m]) <= GOAL for m in GOAL_METRICS),
-            }
-        )
+        row: dict[str, Any] = {
+            "workload": name,
+            "real": r,
+            "sim": s,
+            "error": errors,
+            "within_goal": all(abs(errors[m]) <= GOAL for m in GOAL_METRICS),
+        }
+        if spread is not None:
+            row["real_spread"] = spread[name]
+        rows.append(row)
     return rows
+
+
+def combine(
+    passes: list[dict[str, dict[str, float]]],
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Per workload and metric, the median over passes, and the spread of the passes
+    ((max - min) / median): how far the server moved between passes of the same workload."""
+    median: dict[str, dict[str, float]] = {}
+    spread: dict[str, dict[str, float]] = {}
+    for name in passes[0]:
+        median[name], spread[name] = {}, {}
+        for m in METRICS:
+            vals = [p[name][m] for p in passes]
+            mid = statistics.median(vals)
+            median[name][m] = mid
+            spread[name][m] = (max(vals) - min(vals)) / mid if mid else float("nan")
+    return median, spread
+
+
+def unresolved(rows: list[dict[str, Any]]) -> list[str]:
+    """`workload metric` pairs whose real values moved between passes by more than the
+    goal: there an error of the goal's size cannot be told from the server's own swings."""
+    return [
+        f"{r['workload']} {m.removesuffix('_s')}"
+        for r in rows
+        for m in GOAL_METRICS
+        if r.get("real_spread", {}).get(m, 0.0) > GOAL
+    ]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -151,12 +182,20 @@ def table(rows: list[dict[str, Any]]) -> str:
     def plain(r: dict[str, Any], m: str, fmt: str) -> str:
         return f"{r['real'][m]:{fmt}} / {r['sim'][m]:{fmt}} ({100 * r['error'][m]:+.0f} %)"
 
+    spreads = all("real_spread" in r for r in rows)
+    if spreads:
+        lines[0] += " real spread TTFT p50 / p90 / TPOT |"
+        lines[1] += "---|"
     for r in rows:
-        lines.append(
+        line = (
             f"| {r['workload']} | {ms(r, 'ttft_p50_s')} | {ms(r, 'ttft_p90_s')} | "
             f"{ms(r, 'tpot_mean_s')} | {ms(r, 'itl_mean_s')} | {plain(r, 'output_tok_s', '.0f')} "
             f"| {plain(r, 'tokens_per_chunk', '.2f')} |"
         )
+        if spreads:
+            line += " " + " / ".join(f"{100 * r['real_spread'][m]:.0f} %" for m in GOAL_METRICS)
+            line += " |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -173,41 +212,60 @@ async def fidelity(
     workloads: list[Workload] | None = None,
     say: Callable[[str], None] = lambda s: None,
     seed: int | None = None,
+    passes: int = 1,
 ) -> dict[str, Any]:
     """Run the workloads on the real server, then on a simulator (its own process) with
-    `profile`; the comparison, the load average and the salt that made the prompts."""
+    `profile`; the comparison, the load average and the salt that made the prompts.
+
+    With `passes` > 1 every workload runs that many times on both sides (fresh prompts each
+    pass), each metric is the median over passes, and each row carries the real server's
+    spread between passes."""
     from agentload.sim.api import SimProcess
     from agentload.sim.config import SimConfig
 
     chosen = workloads or list(WORKLOADS)
     salt = seed if seed is not None else int(time.time())
-    maker = PromptMaker(tokenizer, salt)
-    plans = {w.name: workload_prompts(w, maker) for w in chosen}
     load_before = load_note()
     config = SimConfig(
         port=0, profile=profile, model=real.model, tokenizer=tokenizer, log_interval_s=0
     )
     sim = SimProcess(config)
     await asyncio.to_thread(sim.start)
-    real_m: dict[str, dict[str, float]] = {}
-    sim_m: dict[str, dict[str, float]] = {}
+    real_passes: list[dict[str, dict[str, float]]] = []
+    sim_passes: list[dict[str, dict[str, float]]] = []
     try:
         sim_t = Target(sim.base_url, real.model)
-        # Each workload on the real server, then at once on the simulator: a change in the
-        # machine's load between workloads does not fall on one side only.
-        for w in chosen:
-            real_m.update(await measure(real, [w], plans, say, "real"))
-            sim_m.update(await measure(sim_t, [w], plans, say, "sim"))
+        for k in range(passes):
+            # A new salt per pass: nothing of an earlier pass is in the real prefix cache.
+            maker = PromptMaker(tokenizer, salt + k)
+            plans = {w.name: workload_prompts(w, maker) for w in chosen}
+            real_m: dict[str, dict[str, float]] = {}
+            sim_m: dict[str, dict[str, float]] = {}
+            # Each workload on the real server, then at once on the simulator: a change in
+            # the machine's load between workloads does not fall on one side only.
+            for w in chosen:
+                real_m.update(await measure(real, [w], plans, say, "real"))
+                sim_m.update(await measure(sim_t, [w], plans, say, "sim"))
+            real_passes.append(real_m)
+            sim_passes.append(sim_m)
+            if passes > 1:
+                say(f"fidelity: pass {k + 1} of {passes} done")
     finally:
         await asyncio.to_thread(sim.stop)
-    rows = compare(real_m, sim_m)
+    if passes > 1:
+        real_med, spread = combine(real_passes)
+        rows = compare(real_med, combine(sim_passes)[0], spread)
+    else:
+        rows = compare(real_passes[0], sim_passes[0])
     return {
         "real_url": real.base_url,
         "profile": profile,
         "salt": salt,
+        "passes": passes,
         "load_before": load_before,
         "load_after": load_note(),
         "workloads": [w.__dict__ for w in chosen],
         "rows": rows,
         "within_goal": all(r["within_goal"] for r in rows),
+        "unresolved": unresolved(rows),
     }
