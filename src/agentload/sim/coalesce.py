@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from agentload.sim.engine import Engine, Output, Seq
 
 if TYPE_CHECKING:
+    from agentload.sim.profiles import Profile
     from agentload.sim.server import StreamOut
 
 COALESCE_MAX = 0.95
@@ -48,49 +49,28 @@ def van_der_corput(n: int) -> float:
 class CoalescingOutput:
     """Wraps a stream's output: holds some tokens' events and writes them with the next."""
 
-    __slots__ = (
-        "engine",
-        "first_p",
-        "first_run",
-        "holding_first",
-        "inner",
-        "p0",
-        "per_seq",
-        "rng",
-        "seed",
-    )
+    __slots__ = ("engine", "holding_first", "inner", "profile", "rng", "seed")
 
-    def __init__(
-        self,
-        inner: StreamOut,
-        engine: Engine,
-        p0: float,
-        per_seq: float,
-        seed: int,
-        first_p: float = 0.0,
-        first_run: float = 0.0,
-    ):
+    def __init__(self, inner: StreamOut, engine: Engine, profile: Profile, seed: int):
         self.inner = inner
         self.engine = engine
-        self.p0 = p0
-        self.per_seq = per_seq
+        self.profile = profile  # coalesce_p, coalesce_per_seq, coalesce_first_p and _run
         self.rng = random.Random(seed)
         self.seed = seed
-        self.first_p = first_p
-        self.first_run = first_run
         self.holding_first = False
 
     def _hold(self, index: int, finish: str | None) -> bool:
         if finish is not None:
             return False
+        p = self.profile
         if index == 0:
-            self.holding_first = van_der_corput(self.seed + 1) < self.first_p
+            self.holding_first = van_der_corput(self.seed + 1) < p.coalesce_first_p
             return self.holding_first
         if self.holding_first:
-            self.holding_first = self.rng.random() < self.first_run
+            self.holding_first = self.rng.random() < p.coalesce_first_run
             return self.holding_first
-        p = hold_probability(self.p0, self.per_seq, len(self.engine.running))
-        return self.rng.random() < p
+        held = hold_probability(p.coalesce_p, p.coalesce_per_seq, len(self.engine.running))
+        return self.rng.random() < held
 
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
         inner = self.inner
@@ -105,20 +85,13 @@ class CoalescingOutput:
         self.inner.aborted(seq)
 
 
-def coalescing(
-    out: Output,
-    engine: Engine,
-    p0: float,
-    per_seq: float,
-    seed: int,
-    first_p: float = 0.0,
-    first_run: float = 0.0,
-) -> Output:
+def coalescing(out: Output, engine: Engine, profile: Profile, seed: int) -> Output:
     """`out` itself when the profile does not coalesce or `out` is not a plain stream."""
-    if p0 <= 0 and per_seq <= 0 and first_p <= 0:
+    p = profile
+    if p.coalesce_p <= 0 and p.coalesce_per_seq <= 0 and p.coalesce_first_p <= 0:
         return out
     from agentload.sim.server import StreamOut
 
     if not isinstance(out, StreamOut) or out.fault is not None:
         return out
-    return CoalescingOutput(out, engine, p0, per_seq, seed, first_p, first_run)
+    return CoalescingOutput(out, engine, profile, seed)

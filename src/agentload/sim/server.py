@@ -1072,15 +1072,7 @@ class SimApp:
             adm.hashes,
             adm.max_tokens,
             len(items),
-            coalescing(
-                out,
-                self.engine,
-                p.coalesce_p,
-                p.coalesce_per_seq,
-                adm.counter,
-                p.coalesce_first_p,
-                p.coalesce_first_run,
-            ),
+            coalescing(out, self.engine, p, adm.counter),
             ignore_eos=bool(adm.body.get("ignore_eos")),
             arrival_t=arrival,
         )
