@@ -160,7 +160,7 @@ FIDELITY_OPTIONS = [
     Opt("seed", ("--seed",), int | None, "Prompt salt (default: the time).", PROBE, metavar="N"),
     Opt("passes", ("--passes",), int,
         "Run every workload N times on both sides and compare medians; the table then shows "
-        "how far the real server moved between passes.", PROBE, 1, metavar="N"),
+        "how far the real server moved between passes.", PROBE, 1, metavar="N", min=1),
     Opt("out", ("--out", "-o"), Path | None, "Also write the result as JSON here.", OUT,
         metavar="FILE"),
     Opt("as_json", ("--json",), bool, "Print the result as JSON on stdout.", OUT, False),
@@ -190,8 +190,6 @@ def fidelity_command(**a: Any) -> None:
     if unknown:
         known = ", ".join(by_name)
         raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
-    if a["passes"] < 1:
-        raise _fail("fidelity", f"--passes: expected 1 or more, got {a['passes']}", 2)
     if not prof.calibrated:
         say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
     key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
@@ -213,6 +211,8 @@ def fidelity_command(**a: Any) -> None:
 
 
 def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
+    from agentload.sim.calibration.fidelity import GOAL
+
     if out is not None:
         out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     if as_json:
@@ -226,7 +226,7 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
         )
         if result.get("unresolved"):
             print(
-                "note: the real server moved by more than 10 % between passes on "
+                f"note: the real server moved by more than {GOAL:.0%} between passes on "
                 + ", ".join(result["unresolved"])
                 + ": an error of that size there is within its own swings"
             )

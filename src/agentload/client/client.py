@@ -34,6 +34,7 @@ from agentload.client.tokens import (
 )
 from agentload.client.watchdog import Ticker, Watchdog
 from agentload.redact import endpoint_secrets
+from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
 
 __all__ = [
@@ -95,31 +96,19 @@ def itl_summary(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float]]:
 def _itl(times_ns: Sequence[int]) -> tuple[ItlSummary, list[float], list[float]]:
     """Summary, gaps in arrival order, and the same gaps sorted (shared with the histogram).
 
-    Percentiles interpolate as stats.percentile_sorted (numpy's default), inlined: this runs
-    once per call, and maps over C callables instead of a comprehension's frame."""
+    The gaps go through C maps instead of a comprehension's frame: this runs once per call."""
     n = len(times_ns) - 1
     if n < 1:
         return ItlSummary(), [], []
     gaps = list(map(_div, map(_sub, times_ns[1:], times_ns), _NS_PER_S))
     s = sorted(gaps)
-    last = n - 1
-    return (
-        ItlSummary(n, sum(s) / n, _q(s, last, 0.5), _q(s, last, 0.9), _q(s, last, 0.99), s[-1]),
-        gaps,
-        s,
-    )
+    q = percentile_sorted
+    return ItlSummary(n, sum(s) / n, q(s, 0.5), q(s, 0.9), q(s, 0.99), s[-1]), gaps, s
 
 
 _sub = operator.sub
 _div = operator.truediv
 _NS_PER_S = itertools.repeat(1e9)  # endless: map() stops at the shorter input
-
-
-def _q(s: list[float], last: int, p: float) -> float:
-    pos = last * p
-    lo = int(pos)
-    hi = lo + 1 if lo < last else last
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 class _Request:

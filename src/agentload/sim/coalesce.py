@@ -49,22 +49,21 @@ def van_der_corput(n: int) -> float:
 class CoalescingOutput:
     """Wraps a stream's output: holds some tokens' events and writes them with the next."""
 
-    __slots__ = ("engine", "holding_first", "inner", "profile", "rng", "seed")
+    __slots__ = ("engine", "holding_first", "inner", "profile", "rng")
 
     def __init__(self, inner: StreamOut, engine: Engine, profile: Profile, seed: int):
         self.inner = inner
         self.engine = engine
         self.profile = profile  # coalesce_p, coalesce_per_seq, coalesce_first_p and _run
         self.rng = random.Random(seed)
-        self.seed = seed
-        self.holding_first = False
+        # Whether this stream's first token is held: decided by its place in the sequence.
+        self.holding_first = van_der_corput(seed + 1) < profile.coalesce_first_p
 
     def _hold(self, index: int, finish: str | None) -> bool:
         if finish is not None:
             return False
         p = self.profile
         if index == 0:
-            self.holding_first = van_der_corput(self.seed + 1) < p.coalesce_first_p
             return self.holding_first
         if self.holding_first:
             self.holding_first = self.rng.random() < p.coalesce_first_run

@@ -125,9 +125,10 @@ class Seq:
         self.model_times: list[float] | None = None
 
 
-def kv_tokens(blocks: int, block_size: int, context_sum: int) -> int:
+def kv_tokens(blocks: float, block_size: int, context_sum: float) -> float:
     """KV tokens read by a step's decoding sequences that hold `blocks` distinct blocks and
-    `context_sum` tokens of context in all: whole blocks, at most the context itself."""
+    `context_sum` tokens of context in all: whole blocks, at most the context itself (means
+    of both in the probe's features)."""
     return min(blocks * block_size, context_sum)
 
 

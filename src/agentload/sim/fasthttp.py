@@ -167,7 +167,6 @@ class FastConnection(GuardedConnection):
         "_queue",
         "_raw",
         "_reject",
-        "_reject_status",
         "_serving",
         "_sim",
         "_url",
@@ -198,7 +197,6 @@ class FastConnection(GuardedConnection):
         self._pending: list[bytes] = []
         self._serving = False
         self._reject: str | None = None  # a 400 to answer once the queued requests are done
-        self._reject_status = 400
         self._body_size = 0
         self._body_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -319,7 +317,6 @@ class FastConnection(GuardedConnection):
             self._body_size += len(body)
             if self._body_size > MAX_BODY:
                 self._body = []
-                self._reject_status = 413
                 self._reject = f"Request body over {MAX_BODY} bytes."
                 return
             self._body.append(body)
@@ -399,7 +396,7 @@ class FastConnection(GuardedConnection):
             transport.close()
 
     def _bad_request(self, message: str) -> None:
-        status = self._reject_status
+        status = 413 if self._body_size > MAX_BODY else 400
         self._reply_and_close(status, orjson.dumps(error_body(message, status)))
         self._queue.clear()
 

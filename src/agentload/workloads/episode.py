@@ -287,14 +287,6 @@ class _Episode:
     ) -> CallResult:
         return await self._call("user", messages, tools)
 
-    @staticmethod
-    def _failed(res: CallResult, role: str) -> _Stop:
-        rec = res.record
-        kind = rec.error_kind or "error"
-        termination = "context_overflow" if kind == "context_overflow" else "infra_error"
-        detail = f": {rec.error_message}" if rec.error_message else ""
-        return _Stop(termination, f"{role} call {kind}{detail}")
-
     # --- the loop -------------------------------------------------------------------------
 
     async def user_says(self, agent_text: str | None) -> str:
@@ -313,7 +305,7 @@ class _Episode:
             turn: AgentTurn = await agent.step(self.agent_llm)
             self.steps += 1
             if turn.result is not None and not turn.result.ok:
-                raise self._failed(turn.result, "agent")
+                raise _failed(turn.result, "agent")
             if turn.parse_error is not None:
                 self.counts["parse_errors"] += 1
                 self.errors += 1
@@ -608,6 +600,15 @@ def _tally_calls(ep: _Episode) -> tuple[float, float]:
     return llm_s, user_s
 
 
+def _failed(res: CallResult, role: str) -> _Stop:
+    """The stop a failed agent or user call ends the episode with."""
+    rec = res.record
+    kind = rec.error_kind or "error"
+    termination = "context_overflow" if kind == "context_overflow" else "infra_error"
+    detail = f": {rec.error_message}" if rec.error_message else ""
+    return _Stop(termination, f"{role} call {kind}{detail}")
+
+
 class _UserSide(Protocol):
     """What a simulated user's turn needs of an episode (native or external)."""
 
@@ -625,7 +626,7 @@ async def next_user_message(ep: _UserSide, agent_text: str | None) -> str:
         raise _Stop("max_steps", f"user turn limit ({ep.options.max_user_turns}) reached")
     ut = await ep.user.reply(agent_text, ep.user_llm)
     if ut.result is not None and not ut.result.ok:
-        raise _Episode._failed(ut.result, "user")
+        raise _failed(ut.result, "user")
     ep.user_turns += 1
     if not ut.text.strip():
         why = ut.result.record.finish_reason if ut.result is not None else None

@@ -252,11 +252,8 @@ async def fidelity(
                 say(f"fidelity: pass {k + 1} of {passes} done")
     finally:
         await asyncio.to_thread(sim.stop)
-    if passes > 1:
-        real_med, spread = combine(real_passes)
-        rows = compare(real_med, combine(sim_passes)[0], spread)
-    else:
-        rows = compare(real_passes[0], sim_passes[0])
+    real_med, spread = combine(real_passes)
+    rows = compare(real_med, combine(sim_passes)[0], spread if passes > 1 else None)
     return {
         "real_url": real.base_url,
         "profile": profile,

@@ -37,6 +37,7 @@ from agentload.sim.calibration.fit import (
 )
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, ProbeError, Target, model_clock, stream_call
+from agentload.sim.engine import kv_tokens
 
 Progress = Callable[[str, float, float, float], None]
 """(phase, elapsed s, estimated s done, estimated s in all)."""
@@ -353,7 +354,7 @@ def window_features(windows: list[tuple[Call, int, int]], block_size: int) -> li
         shared = max(shared, hit)
         blocks = [-(-(c.prompt_tokens + m) // block_size) - hit for m in steps]
         own_blocks += statistics.fmean(blocks) if blocks else 0.0
-    kv = min((shared + own_blocks) * block_size, ctx_sum)
+    kv = kv_tokens(shared + own_blocks, block_size, ctx_sum)
     return decode_features(len(windows), ctx_sum, ctx_max, kv)
 
 
