@@ -1,5 +1,5 @@
-"""A read of whole single-line `data:` events takes a fast split; every other read goes to the
-full SSE parser. Whatever the read, the fold must come out as the full parser's would."""
+"""A read of whole single-line `data:` events takes the SSE parser's fast split; every other
+read its general path. Whatever the read, the fold must come out as the general path's would."""
 
 from __future__ import annotations
 
@@ -52,14 +52,6 @@ def test_whole_read_folds_as_the_full_parser(blocks: list[bytes], crlf: bool) ->
     # One byte per read: no read is whole events, so the full parser takes every byte.
     byte_reads = _fold([text[i : i + 1] for i in range(len(text))])
     assert one_read == byte_reads
-
-
-def test_usual_read_needs_no_sse_parser() -> None:
-    reader = StreamReader(_Attempt(()), _NoDeadlines())
-    reader.http_body(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n', 5)
-    reader.end()
-    assert reader.parser is None
-    assert reader.acc.content == ["a"] and reader.acc.saw_done
 
 
 def test_done_before_more_events_still_ends_the_stream() -> None:

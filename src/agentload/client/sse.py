@@ -59,10 +59,11 @@ class SSEParser:
         end = buf.rindex(_BLANK) + 2
         done = buf[:end] if end < len(buf) else buf
         # The usual read: nothing but single-line `data: ` events. Split them all in C; it
-        # was that shape if every newline is one of the separators the split consumed.
+        # was that shape if no newline is left inside an event (else a comment, another
+        # field or a multi-line `data:` is among them: the general path below decides).
         if done.startswith(_DATA):
             events = done[6:-2].split(_NEXT_DATA)
-            if done.count(_NL) == 2 * len(events):
+            if _NL not in b"".join(events):
                 if end < len(buf):
                     self._pending.append(buf[end:])
                 return events
@@ -79,11 +80,6 @@ class SSEParser:
                 if data is not None:
                     out.append(data)
         return out
-
-    @property
-    def idle(self) -> bool:
-        """Nothing held from an earlier read."""
-        return not self._pending and not self._cr
 
     def _parse_block(self, block: bytes) -> bytes | None:
         data: list[bytes] = []

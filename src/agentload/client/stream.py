@@ -30,11 +30,6 @@ from agentload.client.sse import SSEParser
 
 _loads = orjson.loads
 _DONE = b"[DONE]"
-_DATA = b"data: "
-_NEXT_DATA = b"\n\ndata: "
-_BLANK = b"\n\n"
-_NL = b"\n"
-_CR = b"\r"
 
 
 class _Delta(msgspec.Struct, gc=False):
@@ -109,56 +104,33 @@ class StreamReader:
     def __init__(self, acc: _Attempt, dog: Deadlines) -> None:
         self.acc = acc
         self.dog = dog
-        self.parser: SSEParser | None = None  # made by the first read the fast path declines
+        self.parser = SSEParser()
 
     def http_body(self, raw: bytes, now: int) -> None:
         dog = self.dog
         if dog.last_ns is not None:
             dog.last_ns = now
-        parser = self.parser
-        # The usual read: whole single-line `data: ` events and nothing held from the read
-        # before, split in one C call and joined as the JSON array the decoder takes.
-        if (
-            raw.startswith(_DATA)
-            and raw.endswith(_BLANK)
-            and (parser is None or parser.idle)
-            and _CR not in raw
-        ):
-            events = raw[6:-2].split(_NEXT_DATA)
-            done = events[-1] == _DONE  # where the end usually is: last event, last read
-            if done:
-                events.pop()
-            array = b"[" + b",".join(events) + b"]"
-            # A line break left inside an event means a comment, another field or a
-            # multi-line `data:` among them: then the full parser below decides.
-            if _NL not in array:
-                if done:
-                    self.acc.saw_done = True
-                if events:
-                    self._fold(events, array, now)
-                return
-        if parser is None:
-            parser = self.parser = SSEParser()
-        events = parser.feed(raw)
-        if events and events[-1] == _DONE:
-            self.acc.saw_done = True
-            events.pop()
+        events = self.parser.feed(raw)
         if events:
-            self._fold(events, b"[" + b",".join(events) + b"]", now)
+            if events[-1] == _DONE:  # where the end usually is: last event, last read
+                self.acc.saw_done = True
+                events.pop()
+                if not events:
+                    return
+            self._fold(events, now)
 
     def end(self) -> None:
         """The reply ended: check it was complete."""
-        if self.parser is not None:
-            for data in self.parser.flush():
-                if data == _DONE:
-                    self.acc.saw_done = True
+        for data in self.parser.flush():
+            if data == _DONE:
+                self.acc.saw_done = True
         if not self.acc.saw_done:
             raise CallError("malformed_stream", "stream ended without [DONE]")
 
-    def _fold(self, events: list[bytes], array: bytes, now: int) -> None:
-        """One read's events (`array`: the same joined as a JSON array) into the accumulators."""
+    def _fold(self, events: list[bytes], now: int) -> None:
+        """One read's events into the accumulators: all decoded by one call when it can."""
         try:
-            chunks = _typed(array)
+            chunks = _typed(b"[" + b",".join(events) + b"]")
         except _TYPED_ERRORS:
             chunks = None
         # An event holding several values ("{},{}") would add elements: then count them.
