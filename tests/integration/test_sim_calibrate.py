@@ -221,21 +221,14 @@ def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> N
     assert 0.7 < row["sim"]["tpot_mean_s"] / row["real"]["tpot_mean_s"] < 1.4
 
 
-def test_fidelity_rejects_zero_passes() -> None:
+@pytest.mark.parametrize(
+    ("args", "said"), [(["-w", "nope"], "unknown 'nope'"), (["--passes", "0"], "--passes")]
+)
+def test_fidelity_rejects_bad_arguments(args: list[str], said: str) -> None:
     r = CliRunner().invoke(
         app,
         ["sim", "fidelity", "--real", "http://127.0.0.1:9/v1", "--model", "m", "--profile",
-         "tiny-cpu", "--passes", "0"],
+         "tiny-cpu", *args],
     )  # fmt: skip
     assert r.exit_code == 2
-    assert "--passes" in r.output
-
-
-def test_fidelity_rejects_unknown_workload() -> None:
-    r = CliRunner().invoke(
-        app,
-        ["sim", "fidelity", "--real", "http://127.0.0.1:9/v1", "--model", "m", "--profile",
-         "tiny-cpu", "-w", "nope"],
-    )  # fmt: skip
-    assert r.exit_code == 2
-    assert "unknown 'nope'" in r.output
+    assert said in r.output
