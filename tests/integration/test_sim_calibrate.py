@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -181,19 +182,24 @@ async def test_output_coalescing_groups_tokens_without_changing_their_timing() -
     assert tpot_held == pytest.approx(tpot_plain, rel=1e-6)
 
 
-def test_fidelity_of_a_profile_against_itself(tmp_path: Path) -> None:
-    """The "real" server is a simulator with the same profile: errors come from the host only."""
+def _fidelity_against_itself(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any]]:
+    """`sim fidelity` of tiny-cpu where the "real" server is a simulator with that profile:
+    errors come from the host only. The command's output and its JSON result."""
     out = tmp_path / "fid.json"
     with SimProcess(SimConfig(port=0, profile="tiny-cpu", model="m")) as real:
         r = CliRunner().invoke(
             app,
             ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile", "tiny-cpu",
-             "-w", "decode-heavy", "--seed", "7", "-o", str(out)],
+             *args, "-o", str(out)],
         )  # fmt: skip
     assert r.exit_code in (0, 3), r.output
-    assert "not calibrated" in r.output
-    assert "| decode-heavy |" in r.output
-    result = json.loads(out.read_text())
+    return r.output, json.loads(out.read_text())
+
+
+def test_fidelity_of_a_profile_against_itself(tmp_path: Path) -> None:
+    output, result = _fidelity_against_itself(tmp_path, "-w", "decode-heavy", "--seed", "7")
+    assert "not calibrated" in output
+    assert "| decode-heavy |" in output
     (row,) = result["rows"]
     for metric in ("ttft_p50_s", "tpot_mean_s"):
         assert 0.7 < row["sim"][metric] / row["real"][metric] < 1.4, (metric, row)
@@ -203,16 +209,10 @@ def test_fidelity_of_a_profile_against_itself(tmp_path: Path) -> None:
 
 
 def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> None:
-    out = tmp_path / "fid.json"
-    with SimProcess(SimConfig(port=0, profile="tiny-cpu", model="m")) as real:
-        r = CliRunner().invoke(
-            app,
-            ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile", "tiny-cpu",
-             "-w", "shared-prefix", "--passes", "2", "--seed", "3", "-o", str(out)],
-        )  # fmt: skip
-    assert r.exit_code in (0, 3), r.output
-    assert "pass 2 of 2 done" in r.output and "real spread" in r.output
-    result = json.loads(out.read_text())
+    output, result = _fidelity_against_itself(
+        tmp_path, "-w", "shared-prefix", "--passes", "2", "--seed", "3"
+    )
+    assert "pass 2 of 2 done" in output and "real spread" in output
     (row,) = result["rows"]
     assert result["passes"] == 2
     spread = row["real_spread"]
