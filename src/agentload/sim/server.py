@@ -221,7 +221,9 @@ class _Out:
         self.tool_ids = tool_ids
         self.has_tools = bool(tool_ids)
         self.fault = fault
-        self.future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # The engine's loop: asyncio.get_running_loop() per request would cost a getpid()
+        # system call each time (CPython 3.11 checks the pid).
+        self.future: asyncio.Future[str] = sim.loop().create_future()
 
     def _resolve(self, value: str) -> None:
         if not self.future.done():
@@ -634,6 +636,7 @@ class SimApp:
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.profile = config.resolved_profile()
         # A profile without model time (instant): every timing coefficient zero.
         self.zero_time = not any(
@@ -701,7 +704,12 @@ class SimApp:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_engine(self) -> None:
-        self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
+        self._loop = asyncio.get_running_loop()
+        self._engine_task = self._loop.create_task(self.engine.run())
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the engine runs on (the running one before the engine starts)."""
+        return self._loop or asyncio.get_running_loop()
 
     async def stop_engine(self) -> None:
         self.engine.shutdown()
