@@ -111,6 +111,13 @@ class _Conn(asyncio.Protocol):
         self.reusable = False
         self.fresh = True  # no byte of the reply yet
 
+    def send(self, data: bytes, stamps: Stamps, sink: StreamSink | None) -> asyncio.Future[None]:
+        """Write one request; the future completes when its reply has."""
+        self._reset(stamps, sink)
+        waiter = self.waiter = self.loop.create_future()
+        self.transport.write(data)  # type: ignore[union-attr]
+        return waiter
+
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -232,9 +239,7 @@ class Http1Pool:
         reused = conn is not None
         if conn is None:
             conn, reused = await self._acquire()
-        conn._reset(stamps, sink)
-        waiter = conn.waiter = conn.loop.create_future()
-        conn.transport.write(data)  # type: ignore[union-attr]
+        waiter = conn.send(data, stamps, sink)
         try:
             await waiter
         except BaseException as e:
@@ -257,9 +262,7 @@ class Http1Pool:
     async def _exchange(
         self, conn: _Conn, data: bytes, stamps: Stamps, sink: StreamSink | None
     ) -> None:
-        conn._reset(stamps, sink)
-        waiter = conn.waiter = conn.loop.create_future()
-        conn.transport.write(data)  # type: ignore[union-attr]
+        waiter = conn.send(data, stamps, sink)
         try:
             await waiter
         except BaseException:
