@@ -63,25 +63,13 @@ def decode_features(
 
 
 def mixed_features(
-    prefill: int,
-    cached: int,
-    batch: int,
-    context_sum: float,
-    context_max: float,
-    kv: float | None = None,
+    prefill: int, cached: int, batch: int, context_sum: float, context_max: float
 ) -> list[float]:
-    """A step that prefills `prefill` tokens beside `batch` decoding sequences."""
-    return [
-        0.0,
-        0.0,
-        1.0,
-        float(prefill),
-        float(batch),
-        pairs(prefill, cached),
-        context_sum,
-        context_max,
-        context_sum if kv is None else kv,
-    ]
+    """A step that prefills `prefill` tokens beside `batch` decoding sequences: a decode
+    step's features plus the prefill's tokens and attention pairs."""
+    f = decode_features(batch, context_sum, context_max)
+    f[3], f[5] = float(prefill), pairs(prefill, cached)
+    return f
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
