@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentload.client.client import CallResult, finish_call
-from agentload.client.errors import SHAPE_ERRORS, CallError, classify_http_error
+from agentload.client.errors import SHAPE_ERRORS, CallError
 from agentload.client.record import CallRecord
 from agentload.client.stream import _Attempt, assemble, fold_body, fold_stream
 from agentload.client.tokens import HeuristicCounter
@@ -51,11 +51,6 @@ class Answer:
         if calls:
             msg["tool_calls"] = calls
         return msg
-
-
-def http_failure(status: int, body: bytes, secrets: Sequence[str]) -> Failure:
-    """The failure an HTTP error reply stands for (`http_<status>` or `context_overflow`)."""
-    return classify_http_error(status, body, secrets)
 
 
 def parse_stream(

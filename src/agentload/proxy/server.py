@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
+from agentload.client.errors import classify_http_error
 from agentload.client.record import CallRecord
 from agentload.client.safety import redact
 from agentload.proxy.caller import (
@@ -39,7 +40,6 @@ from agentload.proxy.meter import (
     Answer,
     Failure,
     finish_record,
-    http_failure,
     parse_body,
     parse_stream,
 )
@@ -448,7 +448,7 @@ class ProxyServer:
         ans = Answer()
         try:
             if err is None and p.status is not None and p.status != 200:
-                err = http_failure(p.status, b"".join(p.chunks), secrets)
+                err = classify_http_error(p.status, b"".join(p.chunks), secrets)
             elif err is None and p.sse:
                 ans, err = parse_stream(p.chunks, p.times, secrets)
             elif err is None:
