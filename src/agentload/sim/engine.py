@@ -644,8 +644,10 @@ class Engine:
             target = deadline - lead
             delay = target - clock()
             if delay > 0:
-                if delay > SPIN_S:
-                    await asyncio.sleep(delay - SPIN_S)
+                # Yield at least once per step, even to spin: steps shorter than the spin (a
+                # high --speedup) would otherwise starve the loop, and arrivals, timers and
+                # anything sharing the loop would wait until the engine went idle.
+                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
                 # The loop's timers have millisecond resolution: end the wait by spinning, so
                 # the step starts on time rather than up to a millisecond late.
                 while clock() < target:
