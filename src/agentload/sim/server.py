@@ -1087,7 +1087,9 @@ class SimApp:
         if record:
             seq.model_times = []
         frontend = p.request_overhead_s + p.frontend_token_s * adm.prompt_len
-        delay = frontend / self.config.speedup
+        # The model's front end began when the request came: the simulator's own parsing,
+        # tokenising and planning since then are part of it, not added to it.
+        delay = frontend / self.config.speedup - (time.monotonic() - arrival)
         if delay > 0:
             await asyncio.sleep(delay)
         self.active.add(out)
