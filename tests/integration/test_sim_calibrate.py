@@ -33,6 +33,7 @@ KNOWN = Profile(
     decode_kv_token_s=3.0e-7,
     request_overhead_s=0.02,
     frontend_token_s=2.0e-6,
+    frontend_step_s=0.003,
     coalesce_first_p=0.25,
     coalesce_first_run=0.7,
     max_num_seqs=64,

@@ -14,7 +14,7 @@ from agentload.sim.calibration.fromrun import calibrate_from_run
 from agentload.sim.profiles import load_profile
 
 TRUE = dict(
-    zip(PARAMS, (0.012, 2.0e-6, 0.003, 4.0e-5, 0.0008, 3.0e-8, 9.0e-8, 0.0, 0.0), strict=True),
+    zip(PARAMS, (0.012, 2.0e-6, 0.003, 4.0e-5, 0.0008, 3.0e-8, 9.0e-8, 0.0, 0.0, 0.0), strict=True),
 )
 
 

@@ -28,6 +28,7 @@ TRUE = {
     "decode_context_token_s": 9.0e-8,
     "decode_max_context_s": 6.0e-7,
     "decode_kv_token_s": 2.5e-7,
+    "frontend_step_s": 0.004,
 }
 
 
@@ -51,6 +52,9 @@ def _probe_like(budget: int = 2048) -> list[Obs]:
         obs.append(Obs("decode", f"{b}/distinct", _y(x), x))
     x = mixed_features(1024, 0, 1, 300, 300)
     obs.append(Obs("interference", "1024", _y(x), x))
+    for ctx in (1100, 1200):
+        x = decode_features(1, ctx, ctx, frontend=1.0)
+        obs.append(Obs("frontend", f"{ctx}", _y(x), x))
     return obs
 
 

@@ -240,6 +240,8 @@ class Engine:
         self._stopped = False
         self._aborts = 0
         self.steps = 0
+        # requests in their front-end delay (the server counts them): see frontend_step_s
+        self.in_frontend = 0
         self.emit_cost = 5e-6
         # Set by the server: gather each stream's writes during a burst of zero-time steps.
         self.write_gather_begin: Callable[[], None] = _nothing
@@ -387,6 +389,8 @@ class Engine:
             )
             if kv_blocks:
                 dt += p.decode_kv_token_s * kv_tokens(len(kv_blocks), bs, decode_ctx)
+            if self.in_frontend:
+                dt += p.frontend_step_s
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
 

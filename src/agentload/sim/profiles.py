@@ -27,6 +27,7 @@ class Profile(BaseModel):
     #           + decode_context_token_s * context tokens read by decoding sequences
     #           + decode_max_context_s * longest context among decoding sequences
     #           + decode_kv_token_s * distinct KV tokens read by decoding sequences
+    #           + frontend_step_s if a request is in the front end
     step_overhead_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
@@ -42,6 +43,10 @@ class Profile(BaseModel):
     # front end (HTTP, chat template, tokenisation) before a request reaches the queue
     request_overhead_s: float = Field(default=0.0, ge=0)
     frontend_token_s: float = Field(default=0.0, ge=0)
+    # added to every engine step that starts while a request is in the front end: a front end
+    # that shares a CPU with the engine's scheduler slows its steps (measured on vLLM's CPU
+    # backend, whose API server and engine core share the core its worker leaves free)
+    frontend_step_s: float = Field(default=0.0, ge=0)
     # output coalescing: chance that a token's event waits and leaves with the next one
     # (see agentload.sim.coalesce); grows with the number of running sequences
     coalesce_p: float = Field(default=0.0, ge=0, le=0.95)

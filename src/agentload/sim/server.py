@@ -1091,7 +1091,12 @@ class SimApp:
         # tokenising and planning since then are part of it, not added to it.
         delay = frontend / self.config.speedup - (time.monotonic() - arrival)
         if delay > 0:
-            await asyncio.sleep(delay)
+            engine = self.engine
+            engine.in_frontend += 1
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                engine.in_frontend -= 1
         self.active.add(out)
         try:
             self.engine.add(seq)

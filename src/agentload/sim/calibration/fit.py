@@ -26,6 +26,7 @@ PARAMS = (
     "decode_context_token_s",
     "decode_max_context_s",
     "decode_kv_token_s",
+    "frontend_step_s",
 )
 
 
@@ -50,16 +51,32 @@ def ttft_features(prompt: int, cached: int, budget: int) -> list[float]:
     """TTFT of a request on an idle engine: front end, then ceil(r / budget) prefill steps."""
     r = max(1, prompt - cached)
     steps = float(math.ceil(r / budget))
-    return [1.0, float(prompt), steps, float(r), 0.0, pairs(r, cached), 0.0, 0.0, 0.0]
+    return [1.0, float(prompt), steps, float(r), 0.0, pairs(r, cached), 0.0, 0.0, 0.0, 0.0]
 
 
 def decode_features(
-    batch: int, context_sum: float, context_max: float, kv: float | None = None
+    batch: int,
+    context_sum: float,
+    context_max: float,
+    kv: float | None = None,
+    frontend: float = 0.0,
 ) -> list[float]:
     """One decode step of `batch` sequences holding `context_sum` tokens of context, the
-    longest `context_max`, `kv` distinct KV tokens in all (default: no block shared)."""
+    longest `context_max`, `kv` distinct KV tokens in all (default: no block shared);
+    `frontend` 1 for a step that started while a request was in the front end."""
     kv = context_sum if kv is None else kv
-    return [0.0, 0.0, 1.0, 0.0, float(batch), 0.0, float(context_sum), float(context_max), kv]
+    return [
+        0.0,
+        0.0,
+        1.0,
+        0.0,
+        float(batch),
+        0.0,
+        float(context_sum),
+        float(context_max),
+        kv,
+        frontend,
+    ]
 
 
 def mixed_features(

@@ -175,7 +175,7 @@ def calibrate_from_run(
         )
     # A run's calls do not say which KV blocks their neighbours shared: that term is the
     # per-context one's twin here, so it is left out (a probe measures it).
-    f = fit(obs, fixed={"decode_kv_token_s": 0.0})
+    f = fit(obs, fixed={"decode_kv_token_s": 0.0, "frontend_step_s": 0.0})
     probe = ProbeResult(obs=obs, chunking=chunking, requests=len(calls))
     info = ServerInfo(
         engine="unknown",

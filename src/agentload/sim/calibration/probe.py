@@ -10,6 +10,10 @@ of the timing model.
 * **interference**: a cold prefill arriving while a stream decodes (the longest gap of that
   stream is one mixed step).
 
+* **front end**: a stream decoding while long cached prompts arrive one after another (much
+  front-end work, little prefill): its steps while each arrival is in the front end, against
+  its plain decode steps, show what a busy front end costs the engine's steps.
+
 * **first chunk**: single streams over a short cached prompt, each after a short pause (a
   stream starting on a lightly loaded server, as in a TTFT measurement): how many tokens each
   one's first chunk carried, for the first-token hold of the output coalescing.
@@ -57,6 +61,10 @@ class ProbePlan:
     first_chunk_streams: int = 8
     first_chunk_tokens: int = 32
     first_chunk_pause_s: float = 0.1
+    frontend_prompts: list[int] = field(default_factory=lambda: [4096, 8192])
+    """Cached prompts that arrive while a stream decodes (long: their front end is long)."""
+    frontend_context: int = 1024
+    frontend_arrivals: int = 3
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
     block_size: int = 16
@@ -74,6 +82,7 @@ class ProbePlan:
             interference_prompts=[1024],
             distinct_batches=[2, 3],
             distinct_contexts=[1024],
+            frontend_prompts=[4096],
         )
 
     def fitted(self) -> ProbePlan:
@@ -91,6 +100,9 @@ class ProbePlan:
             first_chunk_streams=self.first_chunk_streams,
             first_chunk_tokens=self.first_chunk_tokens,
             first_chunk_pause_s=self.first_chunk_pause_s,
+            frontend_prompts=[min(p, top) for p in self.frontend_prompts],
+            frontend_context=min(self.frontend_context, top),
+            frontend_arrivals=self.frontend_arrivals,
             budget=self.budget,
             block_size=self.block_size,
             max_model_len=self.max_model_len,
@@ -178,6 +190,9 @@ class Probe:
         for p in pl.interference_prompts:
             est = 160 * pilot.step(1) + pilot.ttft(p) + 0.1
             steps.append((f"interference {p}", est, partial(self.interference, p)))
+        for p in pl.frontend_prompts:
+            est = pl.first_chunk_pause_s + pilot.ttft(pl.frontend_context) + 160 * pilot.step(1)
+            steps.append((f"front end {p}", est + 0.1, partial(self.frontend, p)))
         if pl.first_chunk_streams:
             each = pl.first_chunk_pause_s + pilot.ttft(256) + pl.first_chunk_tokens * pilot.step(1)
             steps.append(("first chunk", pl.first_chunk_streams * each, self.first_chunk))
@@ -281,6 +296,42 @@ class Probe:
             if c.tokens >= 2:
                 self.result.first_chunks.append((c.counts[0], c.tokens))
 
+    async def frontend(self, p: int, attempts: int = 3) -> None:
+        # A stream whose chunks the server held (no gaps to read) gives no sample: try again.
+        for _ in range(attempts):
+            if await self._frontend_once(p):
+                return
+
+    async def _frontend_once(self, p: int) -> bool:
+        pl = self.plan
+        if p not in self._prefixes:
+            self._prefixes[p] = self.prompts.text(p)
+        long = self._prefixes[p]
+        await self.call(long, 1)  # cached: each arrival is front end and one block of prefill
+        # a stream started on an idle server after a pause has its tokens sent as they come
+        await asyncio.sleep(pl.first_chunk_pause_s)
+        dec = Call(start=0.0)
+        task = asyncio.ensure_future(self.call(self.prompts.text(pl.frontend_context), 160, dec))
+        arrivals: list[Call] = []
+        try:
+            while (not dec.counts or dec.counts[-1] < 16) and not task.done():  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+            for _ in range(pl.frontend_arrivals):
+                if task.done():
+                    break
+                arrivals.append(await self.call(long, 1))
+                await asyncio.sleep(0.01)  # a few plain steps between two arrivals
+        finally:
+            await task
+        dec_c, *pres = await self.clocked([task.result(), *arrivals])
+        gaps = frontend_gaps(dec_c, pres)
+        if not gaps:
+            return False
+        ctx = dec_c.prompt_tokens + dec_c.tokens / 2
+        feats = decode_features(1, ctx, ctx, frontend=1.0)
+        self._sample("frontend", f"arrivals of {p}", statistics.median(gaps), feats)
+        return True
+
     async def interference(self, p: int, attempts: int = 3) -> None:
         # A prefill that reached the engine after the stream had finished (a late client on a
         # busy host) shows no mixed step: try again rather than fit a plain decode step.
@@ -332,6 +383,28 @@ class Probe:
         extra = dec.counts[i + 1] - dec.counts[i] - 1
         step = decode_features(1, ctx, ctx)
         return gap, [f + extra * s for f, s in zip(feats, step, strict=True)]
+
+
+def frontend_gaps(dec: Call, arrivals: list[Call]) -> list[float]:
+    """The decoding stream's steps that started while an arrival was in the front end: the
+    gaps that began after the arrival was sent and ended before the step holding its prefill
+    (the one that gave it its first token) began. Chunks of several tokens are left out (a
+    held token would hide a step)."""
+    out: list[float] = []
+    t, n = dec.times, dec.counts
+    for a in arrivals:
+        if not a.times:
+            continue
+        first = a.times[0]
+        # the gap whose end is nearest the arrival's first token holds its prefill
+        ends = [i for i in range(1, len(t)) if t[i - 1] < first]
+        if not ends:
+            continue
+        mixed = min(ends, key=lambda i: abs(t[i] - first))
+        for i in range(1, mixed):
+            if t[i - 1] >= a.start and n[i] - n[i - 1] == 1:
+                out.append(t[i] - t[i - 1])
+    return out
 
 
 def window_features(windows: list[tuple[Call, int, int]], block_size: int) -> list[float]:
