@@ -87,7 +87,11 @@ def main() -> None:
     ap.add_argument("--name", default="vllm-cpu-tiny", help="name of the calibrated profile")
     ap.add_argument("--skip-calibrate", action="store_true")
     ap.add_argument(
-        "--passes", type=int, default=1, help="fidelity --passes: medians over N passes"
+        "--passes",
+        type=int,
+        default=5,
+        help="fidelity --passes: medians over N passes (one pass of 6-16 requests is a small "
+        "sample on a real server that moves between minutes)",
     )
     # vLLM's CPU build serves with these by default (vllm/engine/arg_utils.py) and /metrics
     # shows neither; give the server's own values with --url.
