@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 import pytest
 
+from agentload.sim import SimConfig, SimServer
 from agentload.sim.calibration.probe import frontend_gaps
 from agentload.sim.calibration.stream import Call
 from agentload.sim.engine import Engine, Seq
@@ -62,3 +66,28 @@ def test_frontend_gaps_are_the_steps_between_an_arrival_and_its_prefill() -> Non
     # an arrival that never got a token, or came after the stream, gives nothing
     assert frontend_gaps(dec, [_call(0.0105, [], [])]) == []
     assert frontend_gaps(dec, [_call(0.04, [0.05], [1])]) == []
+
+
+async def test_a_request_counts_in_the_front_end_from_arrival_to_the_queue_only() -> None:
+    slow_front = Profile(request_overhead_s=0.3, step_overhead_s=0.001, block_size=16)
+    async with SimServer(SimConfig(port=0, profile=slow_front, model="m")) as sim:
+        engine = sim.sim.engine
+        url = f"{sim.base_url}/chat/completions"
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        async with aiohttp.ClientSession() as http:
+            task = asyncio.ensure_future(http.post(url, json=body))
+            await asyncio.sleep(0.1)
+            assert engine.in_frontend == 1  # still in its 300 ms front end
+            async with await task as r:
+                assert r.status == 200
+                await r.read()
+            assert engine.in_frontend == 0
+            # a request refused before the engine leaves the count too
+            async with http.post(url, json=dict(body, max_tokens=10**9)) as r:
+                assert r.status == 400
+            # and so does one whose client went away during its front end
+            gone = asyncio.ensure_future(http.post(url, json=body))
+            await asyncio.sleep(0.1)
+            gone.cancel()
+            await asyncio.sleep(0.4)
+            assert engine.in_frontend == 0

@@ -217,6 +217,22 @@ class BlockPool:
             self.hash[block] = h
 
 
+class FrontEndSlot:
+    """A request counted in ``Engine.in_frontend`` from its arrival until it reaches the queue
+    (or fails before that); :meth:`leave` may be called more than once."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        engine.in_frontend += 1
+        self._engine: Engine | None = engine
+
+    def leave(self) -> None:
+        if self._engine is not None:
+            self._engine.in_frontend -= 1
+            self._engine = None
+
+
 class Engine:
     """The step loop. Call :meth:`add` to submit, run :meth:`run` as one task."""
 
@@ -647,17 +663,14 @@ class Engine:
             lead = min(0.5 * self.emit_cost * emitting, MAX_LEAD_S, deadline - t0)
             target = deadline - lead
             delay = target - clock()
-            if delay > 0:
-                # Yield at least once per step, even to spin: steps shorter than the spin (a
-                # high --speedup) would otherwise starve the loop, and arrivals, timers and
-                # anything sharing the loop would wait until the engine went idle.
-                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
-                # The loop's timers have millisecond resolution: end the wait by spinning, so
-                # the step starts on time rather than up to a millisecond late.
-                while clock() < target:
-                    pass
-            else:
-                await asyncio.sleep(0)
+            # Yield at least once per step, even to spin: steps shorter than the spin (a high
+            # --speedup) would otherwise starve the loop, and arrivals, timers and anything
+            # sharing the loop would wait until the engine went idle.
+            await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
+            # The loop's timers have millisecond resolution: end the wait by spinning, so the
+            # step starts on time rather than up to a millisecond late.
+            while clock() < target:
+                pass
             if self._stopped:
                 break
             self.model_clock = model_t0 + dt

@@ -20,7 +20,7 @@ from agentload import __version__
 from agentload.sim.behaviour import BehaviourSet, RequestView, ResponsePlan
 from agentload.sim.coalesce import coalescing
 from agentload.sim.config import SimConfig
-from agentload.sim.engine import Engine, Seq
+from agentload.sim.engine import Engine, FrontEndSlot, Seq
 from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
 from agentload.sim.guard import guard_middleware
 from agentload.sim.metrics import SimMetrics
@@ -893,6 +893,14 @@ class SimApp:
         """One generation request, in phases: admit, inject an HTTP fault, plan the answer,
         open the output, run it through the engine, and (non-streamed) reply."""
         arrival = time.monotonic()
+        # in the front end from now until the queue: the engine's steps pay frontend_step_s
+        slot = FrontEndSlot(self.engine)
+        try:
+            await self._generate(front, chat, arrival, slot)
+        finally:
+            slot.leave()
+
+    async def _generate(self, front: Front, chat: bool, arrival: float, slot: FrontEndSlot) -> None:
         handler = front.path
         admitted = await self._admit(front, chat)
         if admitted is None:
@@ -914,7 +922,7 @@ class SimApp:
         if out is None:
             return
         record = front.headers.get(MODEL_TIMES_HEADER) == "1"
-        outcome = await self._run_engine(admitted, items, out, arrival, record=record)
+        outcome = await self._run_engine(admitted, items, out, arrival, slot, record=record)
         m.count_http(handler, 200)
         if isinstance(out, StreamOut):
             if outcome in ("done", "truncate", "aborted") and not out.ended:
@@ -1069,6 +1077,7 @@ class SimApp:
         items: list[Item],
         out: StreamOut | CollectOut,
         arrival: float,
+        slot: FrontEndSlot,
         *,
         record: bool = False,
     ) -> str:
@@ -1091,12 +1100,8 @@ class SimApp:
         # tokenising and planning since then are part of it, not added to it.
         delay = frontend / self.config.speedup - (time.monotonic() - arrival)
         if delay > 0:
-            engine = self.engine
-            engine.in_frontend += 1
-            try:
-                await asyncio.sleep(delay)
-            finally:
-                engine.in_frontend -= 1
+            await asyncio.sleep(delay)
+        slot.leave()
         self.active.add(out)
         try:
             self.engine.add(seq)

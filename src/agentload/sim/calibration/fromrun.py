@@ -167,15 +167,18 @@ def calibrate_from_run(
     budget = budget or base_p.max_num_batched_tokens
     obs, chunking = observations(calls, budget)
     say(f"calibrate: {len(calls)} calls from {path} give {len(obs)} grouped observations")
-    if len(obs) < len(PARAMS):
+    # A run's calls do not say which KV blocks their neighbours shared (that term is the
+    # per-context one's twin here) nor when a neighbour was in the front end: both are left
+    # out (a probe measures them).
+    fixed = {"decode_kv_token_s": 0.0, "frontend_step_s": 0.0}
+    free = len(PARAMS) - len(fixed)
+    if len(obs) < free:
         say(
-            f"calibrate: warning: {len(obs)} observations for {len(PARAMS)} parameters: the fit "
+            f"calibrate: warning: {len(obs)} observations for {free} parameters: the fit "
             "is underdetermined (the run had too few prompt lengths or batch sizes); a probe "
             "(--base-url) pins down every term"
         )
-    # A run's calls do not say which KV blocks their neighbours shared: that term is the
-    # per-context one's twin here, so it is left out (a probe measures it).
-    f = fit(obs, fixed={"decode_kv_token_s": 0.0, "frontend_step_s": 0.0})
+    f = fit(obs, fixed=fixed)
     probe = ProbeResult(obs=obs, chunking=chunking, requests=len(calls))
     info = ServerInfo(
         engine="unknown",

@@ -152,6 +152,7 @@ class Probe:
         self._chunks: dict[int, list[int]] = {}
         self._samples: dict[tuple[str, str], list[tuple[float, list[float]]]] = {}
         self._prefixes: dict[int, str] = {}
+        self._frontend_prompts: dict[int, str] = {}
 
     async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
         c = await stream_call(self.http, self.t, prompt, max_tokens, into)
@@ -304,9 +305,9 @@ class Probe:
 
     async def _frontend_once(self, p: int) -> bool:
         pl = self.plan
-        if p not in self._prefixes:
-            self._prefixes[p] = self.prompts.text(p)
-        long = self._prefixes[p]
+        if p not in self._frontend_prompts:
+            self._frontend_prompts[p] = self.prompts.text(p)
+        long = self._frontend_prompts[p]
         await self.call(long, 1)  # cached: each arrival is front end and one block of prefill
         # a stream started on an idle server after a pause has its tokens sent as they come
         await asyncio.sleep(pl.first_chunk_pause_s)
@@ -356,27 +357,11 @@ class Probe:
         return found is not None
 
     def _mixed_gap(self, dec: Call, pre: Call) -> tuple[float, list[float]] | None:
-        """The decoding stream's gap that holds the prefill's step, and its features.
-
-        That step also gives the prefill its first token, so the gap is the one that ends at
-        (on the wall clock: nearest to) the prefill's first token; None when the stream had
-        no gap there (it finished before the prefill was scheduled)."""
-        if not pre.times:
+        """The decoding stream's gap that holds the prefill's step, and its features."""
+        i = mixed_step(dec, pre)
+        if i is None:
             return None
-        first = pre.times[0]
-        best: tuple[float, int] | None = None
-        for i in range(len(dec.times) - 1):
-            end = dec.times[i + 1]
-            if end <= pre.start:
-                continue
-            if best is None or abs(end - first) < best[0]:
-                best = (abs(end - first), i)
-        if best is None:
-            return None
-        off, i = best
         gap = dec.times[i + 1] - dec.times[i]
-        if off > 0.5 * gap or dec.times[i] > first:
-            return None
         ctx = dec.prompt_tokens + dec.counts[i]
         cached = pre.cached_tokens or 0
         feats = mixed_features(pre.prompt_tokens - cached, cached, 1, ctx, ctx)
@@ -385,23 +370,42 @@ class Probe:
         return gap, [f + extra * s for f, s in zip(feats, step, strict=True)]
 
 
+def mixed_step(dec: Call, pre: Call) -> int | None:
+    """Index `i` of the decoding stream's gap (chunk `i` to `i + 1`) that holds the step in
+    which `pre` was prefilled.
+
+    That step also gives the prefill its first token, so the gap is the one that ends at (on
+    the wall clock: nearest to) the prefill's first token; None when the stream had no gap
+    there (it finished before the prefill was scheduled)."""
+    if not pre.times:
+        return None
+    first = pre.times[0]
+    best: tuple[float, int] | None = None
+    for i in range(len(dec.times) - 1):
+        end = dec.times[i + 1]
+        if end <= pre.start:
+            continue
+        if best is None or abs(end - first) < best[0]:
+            best = (abs(end - first), i)
+    if best is None:
+        return None
+    off, i = best
+    if off > 0.5 * (dec.times[i + 1] - dec.times[i]) or dec.times[i] > first:
+        return None
+    return i
+
+
 def frontend_gaps(dec: Call, arrivals: list[Call]) -> list[float]:
     """The decoding stream's steps that started while an arrival was in the front end: the
     gaps that began after the arrival was sent and ended before the step holding its prefill
-    (the one that gave it its first token) began. Chunks of several tokens are left out (a
-    held token would hide a step)."""
+    began. Chunks of several tokens are left out (a held token would hide a step)."""
     out: list[float] = []
     t, n = dec.times, dec.counts
     for a in arrivals:
-        if not a.times:
+        mixed = mixed_step(dec, a)
+        if mixed is None:
             continue
-        first = a.times[0]
-        # the gap whose end is nearest the arrival's first token holds its prefill
-        ends = [i for i in range(1, len(t)) if t[i - 1] < first]
-        if not ends:
-            continue
-        mixed = min(ends, key=lambda i: abs(t[i] - first))
-        for i in range(1, mixed):
+        for i in range(1, mixed + 1):
             if t[i - 1] >= a.start and n[i] - n[i - 1] == 1:
                 out.append(t[i] - t[i - 1])
     return out
