@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from agentload.results.files import CALLS, SESSIONS
-from agentload.results.jsonl import load_jsonl
+from agentload.results.jsonl import read_jsonl
 
 FORMATS = ("csv", "parquet")
 TABLES = ("calls", "sessions", "turns")
@@ -25,11 +25,17 @@ class ExportError(Exception):
     """Export cannot proceed (bad format, missing library); one line for the user."""
 
 
+# Most values are scalars: a type lookup settles them before the (slow) Mapping ABC check.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
+        if type(v) in _SCALARS:
+            out[key] = v
+        elif isinstance(v, Mapping):
             out.update(_flatten(v, key + "."))
         elif isinstance(v, list | tuple):
             out[key] = orjson.dumps(v).decode()
@@ -38,20 +44,20 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _turn_rows(out_dir: Path) -> list[dict[str, Any]]:
-    """summary.json's `turns` (the measured calls by role and turn), computed alone."""
+def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The three tables as lists of flat rows (each file read once: the turns table is
+    summary.json's `turns`, computed from the same records)."""
     from agentload.results.summary import load_measured, turn_table
 
-    run = load_measured(out_dir)
+    calls = read_jsonl(out_dir / CALLS)
+    sessions = read_jsonl(out_dir / SESSIONS)
+    run = load_measured(out_dir, calls_read=calls, sessions_read=sessions)
     turns = turn_table(run.calls, run.measured)
-    return [{"role": role, **_flatten(r)} for role, trows in turns.items() for r in trows]
-
-
-def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """The three tables as lists of flat rows."""
-    calls = [_flatten(c) for c in load_jsonl(out_dir / CALLS)]
-    sessions = [_flatten(s) for s in load_jsonl(out_dir / SESSIONS)]
-    return {"calls": calls, "sessions": sessions, "turns": _turn_rows(out_dir)}
+    return {
+        "calls": [_flatten(c) for c in calls.records],
+        "sessions": [_flatten(s) for s in sessions.records],
+        "turns": [{"role": role, **_flatten(r)} for role, trows in turns.items() for r in trows],
+    }
 
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:

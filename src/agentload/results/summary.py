@@ -26,7 +26,7 @@ from agentload import __version__, stats
 from agentload.results.context import run_context
 from agentload.results.errors import top_error_messages
 from agentload.results.files import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
-from agentload.results.jsonl import read_jsonl
+from agentload.results.jsonl import JsonlRead, read_jsonl
 from agentload.results.records import (
     SUMMARY_SCHEMA,
     SUMMARY_VERSION,
@@ -451,11 +451,22 @@ class MeasuredRun:
     integrity: Integrity
 
 
-def load_measured(out_dir: Path | str) -> MeasuredRun:
+def load_measured(
+    out_dir: Path | str,
+    *,
+    calls_read: JsonlRead | None = None,
+    sessions_read: JsonlRead | None = None,
+) -> MeasuredRun:
+    """The run's records, cleaned, and which calls count; `calls_read` / `sessions_read`:
+    the files as a caller already read them."""
     out_dir = Path(out_dir)
     integ = Integrity()
-    all_sessions = clean_sessions(read_jsonl(out_dir / SESSIONS), integ)
-    all_calls = clean_calls(read_jsonl(out_dir / CALLS), integ)
+    if sessions_read is None:
+        sessions_read = read_jsonl(out_dir / SESSIONS)
+    if calls_read is None:
+        calls_read = read_jsonl(out_dir / CALLS)
+    all_sessions = clean_sessions(sessions_read, integ)
+    all_calls = clean_calls(calls_read, integ)
     warm_ids = {str(s.session_id) for s in all_sessions if s.warmup}
     sessions = [s for s in all_sessions if not s.warmup]
     done_ids = {str(s.session_id) for s in sessions}
