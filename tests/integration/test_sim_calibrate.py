@@ -219,6 +219,10 @@ def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> N
     spread = row["real_spread"]
     assert set(spread) >= {"ttft_p50_s", "ttft_p90_s", "tpot_mean_s"}
     assert all(0 <= v < 1 for v in spread.values())  # the same simulator, pass after pass
+    # the median of two passes is their mean; each pass's figures are kept
+    passes = [p["shared-prefix"]["ttft_p50_s"] for p in result["per_pass"]["real"]]
+    assert len(passes) == 2 and len(result["per_pass"]["sim"]) == 2
+    assert row["real"]["ttft_p50_s"] == pytest.approx(sum(passes) / 2)
     assert 0.7 < row["sim"]["tpot_mean_s"] / row["real"]["tpot_mean_s"] < 1.4
 
 

@@ -265,4 +265,6 @@ async def fidelity(
         "rows": rows,
         "within_goal": all(r["within_goal"] for r in rows),
         "unresolved": unresolved(rows),
+        # every pass's figures, for a look at the spread beyond its summary
+        "per_pass": {"real": real_passes, "sim": sim_passes},
     }
