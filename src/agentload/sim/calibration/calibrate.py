@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import math
 import os
 import platform
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import yaml
@@ -30,6 +32,34 @@ from agentload.sim.calibration.stream import (
 from agentload.sim.profiles import Profile, load_profile
 
 Say = Callable[[str], None]
+
+# With fewer CPUs than this, a server on the probe's own machine shares cores with it: vLLM's
+# CPU build on 2 CPUs keeps one busy with its model worker and three quarters of the other
+# with its engine core while it decodes, and its decode step moved by 30 % between server
+# starts while the host itself held within 6 % (benchmarks/real_reference.py).
+SHARED_HOST_CPUS = 4
+
+
+def on_this_host(base_url: str) -> bool:
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def shared_host_note(base_url: str) -> str | None:
+    """A note when the server runs on this machine and it has few CPUs, else None."""
+    cpus = os.cpu_count() or 1
+    if cpus >= SHARED_HOST_CPUS or not on_this_host(base_url):
+        return None
+    return (
+        f"the server runs on this machine ({cpus} CPUs) beside this client, and its timings "
+        "move with how they share the CPUs (vLLM's CPU build on 2 CPUs: the decode step by "
+        "up to 30 % between server starts); see docs/simulator.md, 'Measured fidelity'"
+    )
 
 
 @dataclass
@@ -240,6 +270,8 @@ async def calibrate(
             f"calibrate: {info.engine} {info.version or '?'} at {target.base_url}, model "
             f"{info.model}; timing on the {'model' if target.model_times else 'wall'} clock"
         )
+        if not target.model_times and (note := shared_host_note(target.base_url)):
+            say(f"calibrate: note: {note}")
         plan = plan or ProbePlan()
         if budget is None:
             budget = await detect_budget(
@@ -291,6 +323,7 @@ async def calibrate(
         "host": {
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
+            "server_on_this_host": on_this_host(target.base_url),
             "load_avg_1m_before": round(load_before[0], 2),
             "load_avg_1m_after": round(load_after[0], 2),
         },

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from agentload.sim.calibration.calibrate import shared_host_note
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, Target, stream_call
 from agentload.stats import percentile_sorted
@@ -223,6 +224,8 @@ async def fidelity(
     from agentload.sim.api import SimProcess
     from agentload.sim.config import SimConfig
 
+    if note := shared_host_note(real.base_url):
+        say(f"fidelity: note: {note}")
     chosen = workloads or list(WORKLOADS)
     salt = seed if seed is not None else int(time.time())
     load_before = load_note()
