@@ -12,7 +12,7 @@ a control: if the host holds still and the server's decode moves, the movement i
 server's.
 
 Then the time to first token of a short cached prompt (64 tokens, 2 output tokens), sent to
-the idle engine after pauses of 0, 0.3 and 3 s, and sent while one stream decodes over a
+the idle engine after pauses of 0, 0.3, 1.5, 3 and 5 s, and sent while one stream decodes over a
 1,024-token context: whether an idle engine is slower to start than a busy one.
 
 With `--pin`, every server process but the model worker (which vLLM binds to a CPU of its
@@ -171,7 +171,7 @@ async def arrivals(http: aiohttp.ClientSession, target: Target, prompts: PromptM
         await stream_call(http, target, short, 2)
     ttft: dict[str, list[float]] = {}
     for _ in range(4):
-        for pause in (0.0, 0.3, 3.0):
+        for pause in (0.0, 0.3, 1.5, 3.0, 5.0):
             await stream_call(http, target, short, 2)
             await asyncio.sleep(pause)
             c = await stream_call(http, target, short, 2)

@@ -35,8 +35,8 @@ Say = Callable[[str], None]
 
 # With fewer CPUs than this, a server on the probe's own machine shares cores with it: vLLM's
 # CPU build on 2 CPUs keeps one busy with its model worker and three quarters of the other
-# with its engine core while it decodes, and its decode step moved by 30 % between server
-# starts while the host itself held within 6 % (benchmarks/real_reference.py).
+# with its engine core while it decodes, and its decode step moved by 30–58 % between server
+# starts and minutes while the host itself held within 6–17 % (benchmarks/real_reference.py).
 SHARED_HOST_CPUS = 4
 
 
@@ -58,7 +58,7 @@ def shared_host_note(base_url: str) -> str | None:
     return (
         f"the server runs on this machine ({cpus} CPUs) beside this client, and its timings "
         "move with how they share the CPUs (vLLM's CPU build on 2 CPUs: the decode step by "
-        "up to 30 % between server starts); see docs/simulator.md, 'Measured fidelity'"
+        "30-58 % between server starts); see docs/simulator.md, 'Measured fidelity'"
     )
 
 
