@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 
@@ -105,3 +107,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether a URL's host is this machine's loopback (`localhost`, 127.0.0.0/8, ::1)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

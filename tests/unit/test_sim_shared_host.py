@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentload.sim.calibration import calibrate
-from agentload.sim.calibration.calibrate import on_this_host, shared_host_note
+from agentload.sim.calibration.calibrate import shared_host_note
+from agentload.util import is_loopback_url
 
 
 @pytest.mark.parametrize(
@@ -20,8 +21,8 @@ from agentload.sim.calibration.calibrate import on_this_host, shared_host_note
         ("http://[2001:db8::1]:8000/v1", False),
     ],
 )
-def test_on_this_host(url: str, local: bool) -> None:
-    assert on_this_host(url) is local
+def test_is_loopback_url(url: str, local: bool) -> None:
+    assert is_loopback_url(url) is local
 
 
 def test_note_only_for_a_local_server_on_few_cpus(monkeypatch: pytest.MonkeyPatch) -> None:

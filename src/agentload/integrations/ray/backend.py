@@ -21,17 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import logging
 import math
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from agentload.distributed.protocol import Exited, Finished, FromWorker, ToWorker, WorkerSpec
 from agentload.integrations.ray.clock import ClockOffset, boot_id, measure
+from agentload.util import is_loopback_url
 
 if TYPE_CHECKING:
     from agentload.client import EndpointConfig
@@ -113,20 +112,12 @@ def cluster_workers(rc: RayConfig, cap: int) -> tuple[int, str]:
     )
 
 
-def _loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_reachable(rc: RayConfig, endpoints: Mapping[str, EndpointConfig]) -> None:
     """A loopback endpoint (the embedded simulator, a local engine) is only reachable by
     actors on the driver's own machine: refuse a cluster with nodes elsewhere."""
-    local = [f"{role} {ep.base_url}" for role, ep in endpoints.items() if _loopback(ep.base_url)]
+    local = [
+        f"{role} {ep.base_url}" for role, ep in endpoints.items() if is_loopback_url(ep.base_url)
+    ]
     if not local:
         return
     ray = connect(rc)

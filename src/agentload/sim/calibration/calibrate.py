@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import math
 import os
 import platform
@@ -12,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import yaml
@@ -30,6 +28,7 @@ from agentload.sim.calibration.stream import (
     stream_call,
 )
 from agentload.sim.profiles import Profile, load_profile
+from agentload.util import is_loopback_url
 
 Say = Callable[[str], None]
 
@@ -40,20 +39,10 @@ Say = Callable[[str], None]
 SHARED_HOST_CPUS = 4
 
 
-def on_this_host(base_url: str) -> bool:
-    host = urlsplit(base_url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def shared_host_note(base_url: str) -> str | None:
     """A note when the server runs on this machine and it has few CPUs, else None."""
     cpus = os.cpu_count() or 1
-    if cpus >= SHARED_HOST_CPUS or not on_this_host(base_url):
+    if cpus >= SHARED_HOST_CPUS or not is_loopback_url(base_url):
         return None
     return (
         f"the server runs on this machine ({cpus} CPUs) beside this client, and its timings "
@@ -323,7 +312,7 @@ async def calibrate(
         "host": {
             "machine": platform.machine(),
             "cpus": os.cpu_count(),
-            "server_on_this_host": on_this_host(target.base_url),
+            "server_on_this_host": is_loopback_url(target.base_url),
             "load_avg_1m_before": round(load_before[0], 2),
             "load_avg_1m_after": round(load_after[0], 2),
         },
