@@ -43,22 +43,26 @@ from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, Target, stream_call
 from sim_fidelity import start_vllm
 
-TICK = os.sysconf("SC_CLK_TCK")
-
 
 def process_tree(pid: int) -> list[int]:
     out = [pid]
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return out
-    for c in children:
-        out += process_tree(int(c))
+    # each thread lists the children it forked (proc(5)): take them all
+    children: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            children.update(int(c) for c in task.read_text().split())
+        except OSError:
+            continue  # a thread that ended meanwhile
+    for c in sorted(children):
+        out += process_tree(c)
     return out
 
 
 def cpu_seconds(root: int) -> dict[str, float]:
-    """CPU seconds (user + system) per process of the server, by process name."""
+    """CPU seconds (user + system) of the server's processes, by process name: processes of
+    one name are summed (the API server's and multiprocessing's helpers are all `python`;
+    the helpers idle)."""
+    tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for pid in process_tree(root):
         try:
@@ -68,7 +72,7 @@ def cpu_seconds(root: int) -> dict[str, float]:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
         # fields[11] and [12] are utime and stime (proc(5), counted from field 3)
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
 
 
@@ -76,9 +80,13 @@ def pin(root: int, cpus: set[int]) -> None:
     """Pin every thread of the server (but the model worker's, bound by vLLM itself) and of
     this process to `cpus`."""
     for pid in [*process_tree(root), os.getpid()]:
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "VLLM::Worker":
-            continue
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "VLLM::Worker":
+                continue
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # a process that ended meanwhile
+        for tid in tids:
             try:
                 os.sched_setaffinity(int(tid), cpus)
             except OSError:
@@ -111,8 +119,15 @@ def host_control() -> float:
     """Milliseconds per 256 x 256 float32 matrix product on one thread (median of 5 x 40)."""
     one = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
     env = os.environ | dict.fromkeys(one, "1")
+    every = range(os.cpu_count() or 1)
     out = subprocess.run(
-        [sys.executable, "-c", CONTROL], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", CONTROL],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        # on any CPU, as in every block, whether this process is pinned (--pin) or not
+        preexec_fn=lambda: os.sched_setaffinity(0, every),
     )
     return float(out.stdout)
 
@@ -191,8 +206,11 @@ async def arrivals(http: aiohttp.ClientSession, target: Target, prompts: PromptM
     }
 
 
-def spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / statistics.median(values) if values else float("nan")
+def spread(values: list[float]) -> float | None:
+    """(max - min) / median, to three places; None for no values."""
+    if not values:
+        return None
+    return round((max(values) - min(values)) / statistics.median(values), 3)
 
 
 def main() -> None:
@@ -227,12 +245,12 @@ def main() -> None:
     control = [b["host_control_ms"] for b in blocks]
     summary = {
         "decode_block_medians_ms": [[b["tpot_median_ms"] for b in s["blocks"]] for s in servers],
-        "decode_spread": round(spread(decode), 3),
+        "decode_spread": spread(decode),
         "decode_spread_within_server": [
-            round(spread([b["tpot_median_ms"] for b in s["blocks"] if b["tpot_median_ms"]]), 3)
+            spread([b["tpot_median_ms"] for b in s["blocks"] if b["tpot_median_ms"] is not None])
             for s in servers
         ],
-        "host_control_spread": round(spread(control), 3),
+        "host_control_spread": spread(control),
         "short_prompt_ttft_medians_ms": [s["arrivals_ttft_ms"]["median"] for s in servers],
         "cpus": os.cpu_count(),
     }

@@ -47,7 +47,7 @@ def shared_host_note(base_url: str) -> str | None:
     return (
         f"the server runs on this machine ({cpus} CPUs) beside this client, and its timings "
         "move with how they share the CPUs (vLLM's CPU build on 2 CPUs: the decode step by "
-        "30-58 % between server starts); see docs/simulator.md, 'Measured fidelity'"
+        "30-58 % between server starts and minutes); see docs/simulator.md, 'Measured fidelity'"
     )
 
 
