@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentload.client import stream
@@ -110,6 +110,8 @@ def _refuse(data: bytes) -> Any:
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_chunk, min_size=1, max_size=4))
+# content beside a malformed tool-call fragment: both paths keep the content's token time
+@example([{"choices": [{"delta": {"content": "hi", "tool_calls": [{"id": 5}]}}]}])
 def test_typed_fold_equals_dict_fold(chunks: list[Any]) -> None:
     reads = _sse(chunks)
     typed = _fold(reads)

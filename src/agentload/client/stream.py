@@ -183,6 +183,14 @@ class StreamReader:
                     acc.first_token_ns = now
                     self.dog.first_token(now)
 
+    def _stamp(self, now: int) -> None:
+        """One token-bearing chunk of the dict path, received at `now`."""
+        acc = self.acc
+        acc.token_times.append(now)
+        if acc.first_token_ns is None:
+            acc.first_token_ns = now
+            self.dog.first_token(now)
+
     def _fold_dicts(self, events: list[bytes], now: int) -> None:
         """Any read the typed decoder refused: dicts, checked field by field."""
         acc = self.acc
@@ -193,7 +201,6 @@ class StreamReader:
         else:
             objs = _decode_all(events) or _decode_each(events, secrets)
         add_content = acc.content.append
-        add_time = acc.token_times.append
         for data, obj in zip(events, objs, strict=True):
             # Any chunk of the wrong shape (a number for a string, null for an object, a
             # list for a dict) fails inside this block with one of SHAPE_ERRORS; content and
@@ -205,17 +212,15 @@ class StreamReader:
                     delta = ch.get("delta")
                     if delta:
                         c = delta.get("content")
-                        if c:
-                            add_content(c)
-                        tok = bool(c)
                         # Most events carry only "content": skip the other look-ups then.
-                        if len(delta) > 1 or not c:
-                            tok = _rest_of_delta(acc, delta, c) or tok
-                        if tok:
-                            add_time(now)
-                            if acc.first_token_ns is None:
-                                acc.first_token_ns = now
-                                self.dog.first_token(now)
+                        rest = len(delta) > 1 or not c
+                        if c:
+                            # stamped before the rest is checked, as on the typed path: the
+                            # content came even if a tool-call fragment beside it is malformed
+                            add_content(c)
+                            self._stamp(now)
+                        if rest and _rest_of_delta(acc, delta, c) and not c:
+                            self._stamp(now)
                     elif delta is None:
                         # Choices without a delta occur (content-filter notes); a full
                         # `message` where the delta belongs would lose the answer.
