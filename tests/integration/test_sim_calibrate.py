@@ -34,6 +34,7 @@ KNOWN = Profile(
     request_overhead_s=0.02,
     frontend_token_s=2.0e-6,
     frontend_step_s=0.003,
+    idle_wake_per_s=0.001,
     coalesce_first_p=0.25,
     coalesce_first_run=0.7,
     max_num_seqs=64,
@@ -45,7 +46,7 @@ KNOWN = Profile(
 
 
 def _assert_recovered(got: Profile) -> None:
-    for name in PARAMS:
+    for name in (*PARAMS, "idle_wake_per_s"):
         assert getattr(got, name) == pytest.approx(getattr(KNOWN, name), rel=0.05), name
     assert got.max_num_batched_tokens == 2048
     assert got.block_size == 64
@@ -70,6 +71,8 @@ async def test_calibration_recovers_the_simulators_profile() -> None:
     assert result.profile.coalesce_first_p == pytest.approx(0.25, abs=0.13)
     assert result.profile.coalesce_first_run > 0
     assert cal["first_chunk"]["streams"] == 8
+    assert cal["idle_start"]["pairs"] == 1  # --quick: one round of one pair
+    assert result.profile.idle_wake_cap_s == cal["probe"]["idle_pause_s"] == 5.0
     assert "load_avg_1m_before" in cal["host"]
     assert any("the probe takes about" in line for line in lines)
     assert any("2048 tokens per step" in line for line in lines)

@@ -82,8 +82,9 @@ CALIBRATE_OPTIONS = [
 def calibrate_command(**a: Any) -> None:
     """Fit a simulator timing profile to a real server: probe it (prefill across prompt lengths,
     decode at several batch sizes and contexts, prefix-cache hits, prefill beside decodes,
-    arrivals beside decodes, chunking) for a few minutes, fit the timing model of
-    docs/simulator.md, and write the profile with its fit quality and the engine it came from.
+    arrivals beside decodes, an idle engine's start, chunking) for a few minutes, fit the
+    timing model of docs/simulator.md, and write the profile with its fit quality and the
+    engine it came from.
     Use it with `agentload sim --profile FILE` or a run's `--sim-profile FILE`."""
     from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
 

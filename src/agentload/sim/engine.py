@@ -646,16 +646,18 @@ class Engine:
                 busy = True
                 await asyncio.sleep(0)
                 continue
-            deadline = t0 + dt / self.speedup
             # In model time a busy engine's steps follow each other exactly, however late
-            # the host runs them; an idle one starts when the request that woke it came.
+            # the host runs them; an idle one starts when the request that woke it came, and
+            # late by what waking costs after that long idle (idle_wake_per_s).
             if busy:
                 model_t0 = self.model_clock
-            elif self._wake_model is not None:
-                model_t0 = self._wake_model
             else:
-                model_t0 = self.model_now()
+                model_t0 = self._wake_model if self._wake_model is not None else self.model_now()
+                if self.p.idle_wake_per_s:
+                    idle = min(max(0.0, model_t0 - self.model_clock), self.p.idle_wake_cap_s)
+                    dt += self.p.idle_wake_per_s * idle
             self._wake_model = None
+            deadline = t0 + dt / self.speedup
             self._step_end_model = model_t0 + dt
             # Writing a step's tokens takes time; start early by half of it, so that tokens
             # leave spread around the deadline rather than all after it.

@@ -28,6 +28,7 @@ class Profile(BaseModel):
     #           + decode_max_context_s * longest context among decoding sequences
     #           + decode_kv_token_s * distinct KV tokens read by decoding sequences
     #           + frontend_step_s if a request is in the front end
+    #           + idle_wake_per_s * min(idle seconds, idle_wake_cap_s) on a step after idle
     step_overhead_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)
     decode_seq_s: float = Field(default=0.0, ge=0)
@@ -47,6 +48,12 @@ class Profile(BaseModel):
     # that shares a CPU with the engine's scheduler slows its steps (measured on vLLM's CPU
     # backend, whose API server and engine core share the core its worker leaves free)
     frontend_step_s: float = Field(default=0.0, ge=0)
+    # the first step after the engine idled for t seconds (model time) starts
+    # idle_wake_per_s * min(t, idle_wake_cap_s) late: an engine idle for seconds is slower to
+    # start (measured on vLLM's CPU build: a few ms after 5 s); the cap is the longest idle
+    # the calibration measured
+    idle_wake_per_s: float = Field(default=0.0, ge=0)
+    idle_wake_cap_s: float = Field(default=5.0, ge=0)
     # output coalescing: chance that a token's event waits and leaves with the next one
     # (see agentload.sim.coalesce); grows with the number of running sequences
     coalesce_p: float = Field(default=0.0, ge=0, le=0.95)

@@ -17,7 +17,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentload.engines.detect import detect_server
-from agentload.sim.calibration.fit import PARAMS, Fit, fit, fit_coalescing, fit_first_hold
+from agentload.sim.calibration.fit import (
+    PARAMS,
+    Fit,
+    fit,
+    fit_coalescing,
+    fit_first_hold,
+    fit_idle_wake,
+)
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import (
@@ -181,6 +188,12 @@ def _first_chunk_note(streams: list[tuple[int, int]]) -> dict[str, Any]:
     }
 
 
+def _idle_note(diffs: list[float]) -> dict[str, Any]:
+    """The idle pattern's pairs: how much later an engine idle for a while gave its first
+    token than one sent right after another request."""
+    return {"pairs": len(diffs), "ttft_difference_s": [round(d, 6) for d in diffs]}
+
+
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
@@ -206,6 +219,10 @@ def build_profile(
     first_p, first_run = fit_first_hold(probe.first_chunks)
     fields = base.model_dump()
     fields.update({k: _round(v) for k, v in f.params.items()})
+    if probe.idle:
+        pause = extra["probe"]["idle_pause_s"]
+        fields["idle_wake_per_s"] = fit_idle_wake(probe.idle, pause)
+        fields["idle_wake_cap_s"] = pause
     fields.update(
         name=name,
         description=f"Calibrated against {info.engine} {info.version or ''} serving {info.model}"
@@ -220,6 +237,7 @@ def build_profile(
             "fit": f.quality(),
             "chunking": {str(b): round(m, 3) for b, m in probe.chunking.items()},
             "first_chunk": _first_chunk_note(probe.first_chunks),
+            **({"idle_start": _idle_note(probe.idle)} if probe.idle else {}),
             "observations": f.table(),
         },
     )
@@ -306,6 +324,7 @@ async def calibrate(
             "distinct_batches": plan.distinct_batches,
             "distinct_contexts": plan.distinct_contexts,
             "first_chunk_streams": plan.first_chunk_streams,
+            "idle_pause_s": plan.idle_pause_s,
             "repeats": plan.repeats,
             "tokenizer": Path(tokenizer).name if tokenizer else None,
         },
@@ -356,6 +375,7 @@ def summary_lines(c: Calibration) -> list[str]:
     lines = [f"{'parameter':<24} {'value':>12}"]
     for k in PARAMS:
         lines.append(f"{k:<24} {getattr(p, k):>12.4g}")
+    lines.append(f"{'idle_wake_per_s':<24} {p.idle_wake_per_s:>12.4g}")
     lines.append(f"{'coalesce_p':<24} {p.coalesce_p:>12.4g}")
     lines.append(f"{'coalesce_per_seq':<24} {p.coalesce_per_seq:>12.4g}")
     lines.append(f"{'coalesce_first_p':<24} {p.coalesce_first_p:>12.4g}")

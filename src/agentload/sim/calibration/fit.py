@@ -11,6 +11,7 @@ let an observation far from the others (a load spike on the machine) count less.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,6 +203,14 @@ def fit_coalescing(batches: list[tuple[int, float]]) -> tuple[float, float]:
     yp = np.array([p for _, p in pts])
     p0, p1 = nnls(xb, yp)
     return round(min(0.95, float(p0)), 4), round(min(0.95, float(p1)), 4)
+
+
+def fit_idle_wake(diffs: list[float], pause_s: float) -> float:
+    """`idle_wake_per_s` from the idle pattern's TTFT differences after `pause_s` of quiet:
+    their median per second of the pause, or 0 when an idle engine was not slower."""
+    if not diffs or pause_s <= 0:
+        return 0.0
+    return float(f"{max(0.0, statistics.median(diffs)) / pause_s:.4g}")
 
 
 def fit_first_hold(streams: list[tuple[int, int]]) -> tuple[float, float]:

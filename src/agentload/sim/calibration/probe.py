@@ -65,6 +65,10 @@ class ProbePlan:
     """Cached prompts that arrive while a stream decodes (long: their front end is long)."""
     frontend_context: int = 1024
     frontend_arrivals: int = 3
+    idle_pause_s: float = 5.0
+    """Idle time before each of the idle pattern's late requests (0 leaves it out)."""
+    idle_pairs: int = 2
+    """Pairs per round of the idle pattern (one TTFT is noisy next to a few ms of wake)."""
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
     block_size: int = 16
@@ -83,6 +87,7 @@ class ProbePlan:
             distinct_batches=[2, 3],
             distinct_contexts=[1024],
             frontend_prompts=[4096],
+            idle_pairs=1,
         )
 
     def fitted(self) -> ProbePlan:
@@ -103,6 +108,8 @@ class ProbePlan:
             frontend_prompts=[min(p, top) for p in self.frontend_prompts],
             frontend_context=min(self.frontend_context, top),
             frontend_arrivals=self.frontend_arrivals,
+            idle_pause_s=self.idle_pause_s,
+            idle_pairs=self.idle_pairs,
             budget=self.budget,
             block_size=self.block_size,
             max_model_len=self.max_model_len,
@@ -132,6 +139,8 @@ class ProbeResult:
     requests: int = 0
     first_chunks: list[tuple[int, int]] = field(default_factory=list)
     """(tokens in the first chunk, tokens in the stream) of the first-chunk pattern's streams."""
+    idle: list[float] = field(default_factory=list)
+    """TTFT after `idle_pause_s` of quiet minus TTFT right after another request, per pair."""
 
 
 class Probe:
@@ -194,6 +203,9 @@ class Probe:
         for p in pl.frontend_prompts:
             est = pl.first_chunk_pause_s + pilot.ttft(pl.frontend_context) + 160 * pilot.step(1)
             steps.append((f"front end {p}", est + 0.1, partial(self.frontend, p)))
+        if pl.idle_pause_s and pl.idle_pairs:
+            est = pl.idle_pairs * (pl.idle_pause_s + 2 * pilot.ttft(128)) + 0.05
+            steps.append(("idle start", est, self.idle))
         if pl.first_chunk_streams:
             each = pl.first_chunk_pause_s + pilot.ttft(256) + pl.first_chunk_tokens * pilot.step(1)
             steps.append(("first chunk", pl.first_chunk_streams * each, self.first_chunk))
@@ -296,6 +308,19 @@ class Probe:
             c = await self.call(prompt, pl.first_chunk_tokens)
             if c.tokens >= 2:
                 self.result.first_chunks.append((c.counts[0], c.tokens))
+
+    async def idle(self) -> None:
+        """A short cached prompt right after another request, and again after the engine
+        idled for `idle_pause_s`: the difference in TTFT is what starting after that idle
+        costs."""
+        prompt = self.prompts.text(128)
+        await self.call(prompt, 1)  # cached from here on
+        for _ in range(self.plan.idle_pairs):
+            near = await self.call(prompt, 2)
+            await asyncio.sleep(self.plan.idle_pause_s)
+            far = await self.call(prompt, 2)
+            near, far = await self.clocked([near, far])
+            self.result.idle.append(far.ttft - near.ttft)
 
     async def frontend(self, p: int, attempts: int = 3) -> None:
         # A stream whose chunks the server held (no gaps to read) gives no sample: try again.
