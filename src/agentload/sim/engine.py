@@ -616,6 +616,9 @@ class Engine:
         while not self._stopped:
             if not self.running and not self.waiting:
                 busy = False
+                # idle: the next arrival sets when the engine woke (an arrival aborted before
+                # it was scheduled must not leave its time behind)
+                self._wake_model = None
                 self._wake.clear()
                 if self._aborts:
                     self._aborts = 0
@@ -651,11 +654,14 @@ class Engine:
             # late by what waking costs after that long idle (idle_wake_per_s).
             if busy:
                 model_t0 = self.model_clock
-            else:
-                model_t0 = self._wake_model if self._wake_model is not None else self.model_now()
+            elif self._wake_model is not None:
+                model_t0 = self._wake_model
                 if self.p.idle_wake_per_s:
                     idle = min(max(0.0, model_t0 - self.model_clock), self.p.idle_wake_cap_s)
                     dt += self.p.idle_wake_per_s * idle
+            else:
+                # not woken from idle (a step after the retry of one that did not fit)
+                model_t0 = self.model_now()
             self._wake_model = None
             deadline = t0 + dt / self.speedup
             self._step_end_model = model_t0 + dt
