@@ -221,7 +221,7 @@ def build_profile(
     fields.update({k: _round(v) for k, v in f.params.items()})
     if probe.idle:
         pause = extra["probe"]["idle_pause_s"]
-        fields["idle_wake_per_s"] = fit_idle_wake(probe.idle, pause)
+        fields["idle_wake_per_s"] = _round(fit_idle_wake(probe.idle, pause))
         fields["idle_wake_cap_s"] = pause
     fields.update(
         name=name,

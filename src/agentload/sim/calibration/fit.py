@@ -210,7 +210,7 @@ def fit_idle_wake(diffs: list[float], pause_s: float) -> float:
     their median per second of the pause, or 0 when an idle engine was not slower."""
     if not diffs or pause_s <= 0:
         return 0.0
-    return float(f"{max(0.0, statistics.median(diffs)) / pause_s:.4g}")
+    return max(0.0, statistics.median(diffs)) / pause_s
 
 
 def fit_first_hold(streams: list[tuple[int, int]]) -> tuple[float, float]:
