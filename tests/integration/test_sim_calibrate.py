@@ -99,6 +99,8 @@ def test_calibrate_cli_writes_a_loadable_profile(tmp_path: Path) -> None:
     assert "the probe takes about" in r.output and "wrote" in r.output
     got = load_profile(str(out))
     assert got.name == "fitted" and got.calibrated
+    # a simulator needs no warm-up (a real server gets 30 s with --quick)
+    assert got.calibration is not None and got.calibration["probe"]["warmup_s"] == 0
     # The file carries what the probe read off the server; the fitted timings' accuracy is
     # the in-process test above (a separate simulator process on a busy host adds noise the
     # CLI plumbing does not need to be judged on).

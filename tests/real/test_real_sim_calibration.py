@@ -38,6 +38,8 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
     assert cal["server"]["version"].startswith("0.32")
     assert cal["server"]["block_size"] == p.block_size == 128
     assert cal["clock"] == "wall"
+    # a freshly started server is warmed up first, and nothing of it is recorded
+    assert cal["probe"]["warmup_s"] == 30 and "warm-up:" in r.stderr
     assert cal["fit"]["ttft"]["observations"] >= 4
     assert p.prefill_token_s + p.prefill_attention_s > 0
     assert p.step_overhead_s + p.decode_seq_s > 0

@@ -65,6 +65,10 @@ CALIBRATE_OPTIONS = [
         "The server's sequence cap (default: --base's).", PROBE, metavar="N", min=1),
     Opt("repeats", ("--repeats",), int, "Rounds of the probe (each pattern once per round).",
         PROBE, 3, metavar="N", min=1),
+    Opt("warmup", ("--warmup",), float | None,
+        "Seconds of probe load before measuring, recorded nothing: a freshly started vLLM "
+        "runs its first minute or so slower (default 60, 30 with --quick; 0 for a server "
+        "that has been serving).", PROBE, metavar="S", min=0),
     Opt("quick", ("--quick",), bool, "A smaller probe (fewer prompt lengths and batch sizes, "
         "one round): about a fifth of the time, a rougher fit.", PROBE, False),
     Opt("wall_clock", ("--wall-clock",), bool,
@@ -118,7 +122,6 @@ def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:
     if not a["base_url"] or not a["model"]:
         raise ValueError("give --base-url and --model (or --from RESULTS_DIR)")
     from agentload.sim.calibration.calibrate import calibrate
-    from agentload.sim.calibration.probe import ProbePlan
     from agentload.sim.calibration.stream import Target
 
     key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
@@ -130,11 +133,20 @@ def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:
             tokenizer=a["tokenizer"],
             budget=a["max_num_batched_tokens"],
             max_num_seqs=a["max_num_seqs"],
-            plan=ProbePlan.quick() if a["quick"] else ProbePlan(repeats=a["repeats"]),
+            plan=_plan(a),
             wall_clock=a["wall_clock"],
             say=say,
         )
     )
+
+
+def _plan(a: dict[str, Any]) -> Any:
+    from agentload.sim.calibration.probe import ProbePlan
+
+    plan = ProbePlan.quick() if a["quick"] else ProbePlan(repeats=a["repeats"])
+    if a["warmup"] is not None:
+        plan.warmup_s = a["warmup"]
+    return plan
 
 
 def _probe_errors() -> tuple[type[Exception], ...]:

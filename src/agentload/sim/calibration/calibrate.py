@@ -298,6 +298,8 @@ async def calibrate(
         plan.budget = budget or base_p.max_num_batched_tokens
         plan.block_size = info.block_size or base_p.block_size
         plan.max_model_len = info.max_model_len or base_p.max_model_len
+        if info.is_sim:
+            plan.warmup_s = 0.0  # a simulator runs at its speed from the first request
         plan = plan.fitted()
         probe = Probe(http, target, plan, prompts, progress=_progress(say))
         pilot = await probe.pilot()
@@ -326,6 +328,7 @@ async def calibrate(
             "first_chunk_streams": plan.first_chunk_streams,
             "idle_pause_s": plan.idle_pause_s,
             "repeats": plan.repeats,
+            "warmup_s": plan.warmup_s,
             "tokenizer": Path(tokenizer).name if tokenizer else None,
         },
         "host": {

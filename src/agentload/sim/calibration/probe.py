@@ -45,6 +45,8 @@ from agentload.sim.engine import kv_tokens
 
 Progress = Callable[[str, float, float, float], None]
 """(phase, elapsed s, estimated s done, estimated s in all)."""
+# Patterns the warm-up leaves out: they put next to no load on the engine.
+WARMUP_SKIPS = ("idle start", "first chunk")
 
 
 @dataclass
@@ -69,6 +71,9 @@ class ProbePlan:
     """Idle time before each of the idle pattern's late requests (0 leaves it out)."""
     idle_pairs: int = 2
     """Pairs per round of the idle pattern (one TTFT is noisy next to a few ms of wake)."""
+    warmup_s: float = 60.0
+    """Seconds of the probe's loading patterns first, recorded nothing: a freshly started vLLM
+    ran its first minute or so up to 45 % slower (docs/simulator.md, "Warm-up")."""
     budget: int = 8192
     """The engine's max_num_batched_tokens (prefill chunk size)."""
     block_size: int = 16
@@ -88,6 +93,7 @@ class ProbePlan:
             distinct_contexts=[1024],
             frontend_prompts=[4096],
             idle_pairs=1,
+            warmup_s=30.0,
         )
 
     def fitted(self) -> ProbePlan:
@@ -110,6 +116,7 @@ class ProbePlan:
             frontend_arrivals=self.frontend_arrivals,
             idle_pause_s=self.idle_pause_s,
             idle_pairs=self.idle_pairs,
+            warmup_s=self.warmup_s,
             budget=self.budget,
             block_size=self.block_size,
             max_model_len=self.max_model_len,
@@ -162,6 +169,7 @@ class Probe:
         self._samples: dict[tuple[str, str], list[tuple[float, list[float]]]] = {}
         self._prefixes: dict[int, str] = {}
         self._frontend_prompts: dict[int, str] = {}
+        self._recording = True
 
     async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
         c = await stream_call(self.http, self.t, prompt, max_tokens, into)
@@ -213,9 +221,22 @@ class Probe:
 
     async def run(self, steps: list[tuple[str, float, Callable[[], Awaitable[None]]]]) -> None:
         rounds = self.plan.repeats
-        total = rounds * sum(e for _, e, _ in steps)
+        total = rounds * sum(e for _, e, _ in steps) + self.plan.warmup_s
         done = 0.0
         t0 = time.monotonic()
+        # The warm-up cycles through the loading patterns until its time is up.
+        loading = [s for s in steps if s[0] not in WARMUP_SKIPS]
+        self._recording = False
+        k = 0
+        while loading and time.monotonic() - t0 < self.plan.warmup_s:
+            name, _, fn = loading[k % len(loading)]
+            if self.progress:
+                self.progress(f"warm-up: {name}", time.monotonic() - t0, done, total)
+            await fn()
+            done = min(time.monotonic() - t0, self.plan.warmup_s)
+            k += 1
+        done = self.plan.warmup_s
+        self._recording = True
         for r in range(rounds):
             for name, est, fn in steps:
                 if self.progress:
@@ -242,6 +263,8 @@ class Probe:
         }
 
     def _sample(self, kind: str, label: str, y: float, feats: list[float]) -> None:
+        if not self._recording:
+            return
         self._samples.setdefault((kind, label), []).append((y, feats))
 
     # -- the phases (one repetition each) ----------------------------------------------------
@@ -278,8 +301,9 @@ class Probe:
         else:
             prompts = [pm.prompt(ctx) for _ in range(batch)]
         wire = await asyncio.gather(*(self.call(q, self.plan.decode_tokens) for q in prompts))
-        for c in wire:
-            self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
+        if self._recording:
+            for c in wire:
+                self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
         calls = await self.clocked(list(wire))
         w0 = max(c.times[0] for c in calls)
         w1 = min(c.times[-1] for c in calls)
@@ -306,7 +330,7 @@ class Probe:
         for _ in range(pl.first_chunk_streams):
             await asyncio.sleep(pl.first_chunk_pause_s)
             c = await self.call(prompt, pl.first_chunk_tokens)
-            if c.tokens >= 2:
+            if c.tokens >= 2 and self._recording:
                 self.result.first_chunks.append((c.counts[0], c.tokens))
 
     async def idle(self) -> None:
@@ -320,7 +344,8 @@ class Probe:
             await asyncio.sleep(self.plan.idle_pause_s)
             far = await self.call(prompt, 2)
             near, far = await self.clocked([near, far])
-            self.result.idle.append(far.ttft - near.ttft)
+            if self._recording:
+                self.result.idle.append(far.ttft - near.ttft)
 
     async def frontend(self, p: int, attempts: int = 3) -> None:
         # A stream whose chunks the server held (no gaps to read) gives no sample: try again.
