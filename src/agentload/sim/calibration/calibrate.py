@@ -304,11 +304,12 @@ async def calibrate(
         probe = Probe(http, target, plan, prompts, progress=_progress(say))
         pilot = await probe.pilot()
         steps = probe.estimate(pilot)
-        est = sum(e for _, e, _ in steps)
+        est = plan.repeats * sum(e for _, e, _ in steps) + plan.warmup_s
         say(
             f"calibrate: pilot TTFT {1e3 * pilot.ttft_s:.0f} ms for {pilot.prompt_tokens} "
             f"tokens, {1e3 * pilot.tpot_s:.1f} ms per token; the probe takes about "
-            f"{_dur(est)} ({len(steps)} steps)"
+            f"{_dur(est)} ({plan.repeats} rounds of {len(steps)} steps"
+            + (f", after a {_dur(plan.warmup_s)} warm-up)" if plan.warmup_s else ")")
         )
         await probe.run(steps)
     f = fit(probe.result.obs)
