@@ -178,15 +178,12 @@ class StreamReader:
         finally:
             # Also when a chunk fails: the tokens before it were received.
             if tokens:
-                acc.token_times += [now] * tokens
-                if acc.first_token_ns is None:
-                    acc.first_token_ns = now
-                    self.dog.first_token(now)
+                self._stamp(now, tokens)
 
-    def _stamp(self, now: int) -> None:
-        """One token-bearing chunk of the dict path, received at `now`."""
+    def _stamp(self, now: int, chunks: int = 1) -> None:
+        """`chunks` token-bearing chunks received at `now` (the first token's time too)."""
         acc = self.acc
-        acc.token_times.append(now)
+        acc.token_times += [now] * chunks
         if acc.first_token_ns is None:
             acc.first_token_ns = now
             self.dog.first_token(now)
