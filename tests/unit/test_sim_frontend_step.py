@@ -77,11 +77,11 @@ async def test_a_request_counts_in_the_front_end_from_arrival_to_the_queue_only(
         async with aiohttp.ClientSession() as http:
             task = asyncio.ensure_future(http.post(url, json=body))
             await asyncio.sleep(0.1)
-            assert engine.in_frontend == 1  # still in its 300 ms front end
+            assert engine.frontend_requests == 1  # still in its 300 ms front end
             async with await task as r:
                 assert r.status == 200
                 await r.read()
-            assert engine.in_frontend == 0
+            assert engine.frontend_requests == 0
             # a request refused before the engine leaves the count too
             async with http.post(url, json=dict(body, max_tokens=10**9)) as r:
                 assert r.status == 400
@@ -90,4 +90,4 @@ async def test_a_request_counts_in_the_front_end_from_arrival_to_the_queue_only(
             await asyncio.sleep(0.1)
             gone.cancel()
             await asyncio.sleep(0.4)
-            assert engine.in_frontend == 0
+            assert engine.frontend_requests == 0

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import time
 from bisect import bisect_left
@@ -67,6 +69,7 @@ class Seq:
         "last_token_t",
         "max_tokens",
         "model_added",
+        "model_arrival",
         "model_times",
         "num_computed",
         "num_output",
@@ -121,6 +124,7 @@ class Seq:
         self.last_token_t = 0.0
         # Model-clock times (see Engine.model_now), recorded only when asked for: calibration
         # reads them instead of wall times, which carry the machine's scheduling noise.
+        self.model_arrival = 0.0
         self.model_added = 0.0
         self.model_times: list[float] | None = None
 
@@ -256,8 +260,12 @@ class Engine:
         self._stopped = False
         self._aborts = 0
         self.steps = 0
-        # requests in their front-end delay (the server counts them): see frontend_step_s
+        # requests the server is still reading (see FrontEndSlot) and, in _pending, the ones
+        # in their front-end delay: steps that start meanwhile pay frontend_step_s
         self.in_frontend = 0
+        # (model time it reaches the queue, order, wall time it is due, seq), a heap
+        self._pending: list[tuple[float, int, float, Seq]] = []
+        self._order = itertools.count()
         self.emit_cost = 5e-6
         # Set by the server: gather each stream's writes during a burst of zero-time steps.
         self.write_gather_begin: Callable[[], None] = _nothing
@@ -294,6 +302,47 @@ class Engine:
         self.waiting.append(seq)
         self.metrics.num_waiting = len(self.waiting)
         self._wake.set()
+
+    @property
+    def frontend_requests(self) -> int:
+        """Requests in the front end now: being read by the server or in their delay."""
+        return self.in_frontend + len(self._pending)
+
+    def submit(self, seq: Seq, arrival: float, frontend_s: float) -> None:
+        """Queue `seq` once its front end is over: `frontend_s` of model time after it
+        arrived (`arrival`, wall clock). A busy engine takes it into the first step that
+        starts after that moment in model time, whenever the host gets to run it: a timer per
+        request, or a step's final spin holding the loop, would make it miss by a millisecond
+        a step it made in the model, and on a busy engine that costs it a whole step."""
+        if frontend_s <= 0:
+            self.add(seq)
+            return
+        now = time.monotonic()
+        arrived = self.model_now() - (now - arrival) * self.speedup
+        if self.running or self.waiting:
+            arrived = min(arrived, self._step_end_model)
+        seq.model_arrival = arrived
+        due = arrival + frontend_s / self.speedup
+        heapq.heappush(self._pending, (arrived + frontend_s, next(self._order), due, seq))
+        self._wake.set()
+
+    def _take_pending(self, model_t: float | None) -> None:
+        """Queue the pending requests whose front end is over: by model time `model_t` (the
+        start of a busy engine's next step), or by now on the wall clock (an idle engine,
+        which then starts when the first of them reached the queue)."""
+        pending = self._pending
+        now = time.monotonic()
+        while pending:
+            at, _, due, seq = pending[0]
+            if (at > model_t) if model_t is not None else (due > now):
+                break
+            heapq.heappop(pending)
+            seq.queued_t = now
+            seq.model_added = at
+            if model_t is None and self._wake_model is None:
+                self._wake_model = at
+            self.waiting.append(seq)
+        self.metrics.num_waiting = len(self.waiting)
 
     def abort(self, seq: Seq) -> None:
         """Drop a sequence (its output is told through ``Output.aborted`` only if asked)."""
@@ -405,7 +454,7 @@ class Engine:
             )
             if kv_blocks:
                 dt += p.decode_kv_token_s * kv_tokens(len(kv_blocks), bs, decode_ctx)
-            if self.in_frontend:
+            if self.in_frontend or self._pending:
                 dt += p.frontend_step_s
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
@@ -614,6 +663,8 @@ class Engine:
         busy = False
         next_log = clock() + self.log_interval_s if self.log_interval_s else float("inf")
         while not self._stopped:
+            if self._pending:
+                self._take_pending(self.model_clock if busy else None)
             if not self.running and not self.waiting:
                 busy = False
                 # idle: the next arrival sets when the engine woke (an arrival aborted before
@@ -622,7 +673,12 @@ class Engine:
                 self._wake.clear()
                 if self._aborts:
                     self._aborts = 0
-                await self._wake.wait()
+                if self._pending:
+                    # asleep until the first front end is over, or a new arrival
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self._pending[0][2] - clock())
+                else:
+                    await self._wake.wait()
                 continue
             now = clock()
             t0 = prev_end if busy and prev_end > now - 0.05 else now
@@ -651,11 +707,12 @@ class Engine:
                 continue
             # In model time a busy engine's steps follow each other exactly, however late
             # the host runs them; an idle one starts when the request that woke it came, and
-            # late by what waking costs after that long idle (idle_wake_per_s).
+            # late by what waking costs after that long idle (idle_wake_s, idle_wake_per_s).
             if busy:
                 model_t0 = self.model_clock
             elif self._wake_model is not None:
                 model_t0 = self._wake_model
+                dt += self.p.idle_wake_s
                 if self.p.idle_wake_per_s:
                     idle = min(max(0.0, model_t0 - self.model_clock), self.p.idle_wake_cap_s)
                     dt += self.p.idle_wake_per_s * idle
@@ -676,9 +733,11 @@ class Engine:
             # sharing the loop would wait until the engine went idle.
             await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
             # The loop's timers have millisecond resolution: end the wait by spinning, so the
-            # step starts on time rather than up to a millisecond late.
-            while clock() < target:
-                pass
+            # step starts on time rather than up to a millisecond late. The spin yields to the
+            # loop: a request arriving in it is read now, on time, rather than after the step
+            # (when, in model time, it would have missed the step's end).
+            while clock() < target:  # noqa: ASYNC110 (a spin; an event has no deadline)
+                await asyncio.sleep(0)
             if self._stopped:
                 break
             self.model_clock = model_t0 + dt
@@ -727,9 +786,10 @@ class Engine:
         """Abort everything in flight (server stopping)."""
         self.stop()
         now = time.monotonic()
-        for seq in [*self.running, *self.waiting]:
+        for seq in [*self.running, *self.waiting, *(e[3] for e in self._pending)]:
             if not seq.finished:
                 seq.aborted = True
                 self._finish_stats(seq, "abort", now)
         self.running = []
         self.waiting = deque()
+        self._pending = []

@@ -49,9 +49,13 @@ class Profile(BaseModel):
     # backend, whose API server and engine core share the core its worker leaves free)
     frontend_step_s: float = Field(default=0.0, ge=0)
     # the first step after the engine idled for t seconds (model time) starts
-    # idle_wake_per_s * min(t, idle_wake_cap_s) late: an engine idle for seconds is slower to
-    # start (measured on vLLM's CPU build: 0.6-4 ms after 5 s, varying between server
-    # starts); the cap is the longest idle the calibration measured
+    # idle_wake_s + idle_wake_per_s * min(t, idle_wake_cap_s) late. The constant is what an
+    # idle engine pays that a busy one does not (on vLLM's CPU build a request arriving
+    # beside decoding streams reached a step ~2 ms sooner than request_overhead_s on an
+    # idle engine); the slope is an engine idle for seconds being slower still (0.6-4 ms
+    # after 5 s, varying between server starts); the cap is the longest idle the
+    # calibration measured
+    idle_wake_s: float = Field(default=0.0, ge=0)
     idle_wake_per_s: float = Field(default=0.0, ge=0)
     idle_wake_cap_s: float = Field(default=5.0, ge=0)
     # output coalescing: chance that a token's event waits and leaves with the next one

@@ -1097,14 +1097,12 @@ class SimApp:
             seq.model_times = []
         frontend = p.request_overhead_s + p.frontend_token_s * adm.prompt_len
         # The model's front end began when the request came: the simulator's own parsing,
-        # tokenising and planning since then are part of it, not added to it.
-        delay = frontend / self.config.speedup - (time.monotonic() - arrival)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # tokenising and planning since then are part of it, not added to it. The engine
+        # counts it from here (in model time) and queues the request when it is over.
         slot.leave()
         self.active.add(out)
         try:
-            self.engine.add(seq)
+            self.engine.submit(seq, arrival, frontend)
             return await out.future
         finally:
             self.active.discard(out)
