@@ -10,6 +10,7 @@ let an observation far from the others (a load spike on the machine) count less.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -211,6 +212,29 @@ def fit_idle_wake(diffs: list[float], pause_s: float) -> float:
     if not diffs or pause_s <= 0:
         return 0.0
     return max(0.0, statistics.median(diffs)) / pause_s
+
+
+def fit_busy_overhead(bounds: list[tuple[float, float, int]], frontend_token_s: float) -> float:
+    """`request_overhead_s` on a busy engine from the busy-start pattern's bounds (see
+    `probe.busy_bounds`): each arrival's front end ended after its lower bound and by its
+    upper one, so the value is where most of those intervals overlap (the middle of that
+    stretch; an interval a load spike moved does not shift it), less the per-token part.
+
+    Written by hand: it is an interval-overlap count over a few dozen intervals."""
+    spans = [(lo - frontend_token_s * p, hi - frontend_token_s * p) for lo, hi, p in bounds]
+    spans = [(lo, hi) for lo, hi in spans if hi > lo]
+    if not spans:
+        return math.nan
+    edges = sorted({x for span in spans for x in span})
+    best, where = -1, (0.0, 0.0)
+    for a, b in itertools.pairwise(edges):
+        m = 0.5 * (a + b)
+        k = sum(1 for lo, hi in spans if lo < m <= hi)
+        if k > best:
+            best, where = k, (a, b)
+        elif k == best and a <= where[1]:
+            where = (where[0], b)  # the same stretch goes on
+    return max(0.0, 0.5 * (where[0] + where[1]))
 
 
 def fit_first_hold(streams: list[tuple[int, int]]) -> tuple[float, float]:

@@ -14,6 +14,11 @@ of the timing model.
   front-end work, little prefill): its steps while each arrival is in the front end, against
   its plain decode steps, show what a busy front end costs the engine's steps.
 
+* **busy start**: short cold prompts arriving one by one, at scattered moments, while streams
+  decode: each one's prefill starts at a step boundary after it reached the queue and not at
+  the boundary before, which bounds its front-end time on a busy engine (the prefill pattern
+  reads it on an idle one; the difference is what waking an idle engine costs).
+
 * **first chunk**: single streams over a short cached prompt, each after a short pause (a
   stream starting on a lightly loaded server, as in a TTFT measurement): how many tokens each
   one's first chunk carried, for the first-token hold of the output coalescing.
@@ -25,6 +30,7 @@ outliers out of the fit.
 from __future__ import annotations
 
 import asyncio
+import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -71,6 +77,12 @@ class ProbePlan:
     """Idle time before each of the idle pattern's late requests (0 leaves it out)."""
     idle_pairs: int = 2
     """Pairs per round of the idle pattern (one TTFT is noisy next to a few ms of wake)."""
+    busy_streams: int = 2
+    """Streams decoding while the busy-start pattern's prompts arrive (0 leaves it out)."""
+    busy_arrivals: int = 16
+    """Short prompts per round of the busy-start pattern; each bounds the front end to one
+    step's length, so many of them at scattered moments narrow it down."""
+    busy_prompt: int = 64
     warmup_s: float = 60.0
     """Seconds of the probe's loading patterns first, recorded nothing: a freshly started vLLM
     ran its first minute or so up to 45 % slower (docs/simulator.md, "Warm-up")."""
@@ -93,6 +105,7 @@ class ProbePlan:
             distinct_contexts=[1024],
             frontend_prompts=[4096],
             idle_pairs=1,
+            busy_arrivals=24,
             warmup_s=30.0,
         )
 
@@ -116,6 +129,9 @@ class ProbePlan:
             frontend_arrivals=self.frontend_arrivals,
             idle_pause_s=self.idle_pause_s,
             idle_pairs=self.idle_pairs,
+            busy_streams=self.busy_streams,
+            busy_arrivals=self.busy_arrivals,
+            busy_prompt=min(self.busy_prompt, top),
             warmup_s=self.warmup_s,
             budget=self.budget,
             block_size=self.block_size,
@@ -148,6 +164,9 @@ class ProbeResult:
     """(tokens in the first chunk, tokens in the stream) of the first-chunk pattern's streams."""
     idle: list[float] = field(default_factory=list)
     """TTFT after `idle_pause_s` of quiet minus TTFT right after another request, per pair."""
+    busy: list[tuple[float, float, int]] = field(default_factory=list)
+    """The busy-start pattern's arrivals: (the last step boundary it missed, the one it made,
+    both counted from when it was sent, and its prompt tokens)."""
 
 
 class Probe:
@@ -170,6 +189,7 @@ class Probe:
         self._prefixes: dict[int, str] = {}
         self._frontend_prompts: dict[int, str] = {}
         self._recording = True
+        self._rng = random.Random(0)
 
     async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
         c = await stream_call(self.http, self.t, prompt, max_tokens, into)
@@ -211,6 +231,9 @@ class Probe:
         for p in pl.frontend_prompts:
             est = pl.first_chunk_pause_s + pilot.ttft(pl.frontend_context) + 160 * pilot.step(1)
             steps.append((f"front end {p}", est + 0.1, partial(self.frontend, p)))
+        if pl.busy_streams and pl.busy_arrivals:
+            est = pilot.ttft(256) + self._busy_tokens() * pilot.step(pl.busy_streams) + 0.1
+            steps.append(("busy start", est, self.busy_start))
         if pl.idle_pause_s and pl.idle_pairs:
             est = pl.idle_pairs * (pl.idle_pause_s + 2 * pilot.ttft(128)) + 0.05
             steps.append(("idle start", est, self.idle))
@@ -347,6 +370,41 @@ class Probe:
             if self._recording:
                 self.result.idle.append(far.ttft - near.ttft)
 
+    def _busy_tokens(self) -> int:
+        # room for every arrival (its front end, a wait for the step boundary, its step and
+        # a scattered pause: a few steps each) before the streams end
+        return 48 + 10 * self.plan.busy_arrivals
+
+    async def busy_start(self) -> None:
+        """Short cold prompts sent one after another, each after a random pause, while
+        `busy_streams` streams decode: the step boundaries around each one's prefill."""
+        pl = self.plan
+        context = self.prompts.text(256)
+        await self.call(context, 1)  # cached: the streams start decoding at once
+        # built before any is sent: making a prompt takes the client's loop for milliseconds
+        texts = [self.prompts.text(pl.busy_prompt) for _ in range(pl.busy_arrivals)]
+        tokens = self._busy_tokens()
+        decs = [Call(start=0.0) for _ in range(pl.busy_streams)]
+        tasks = [asyncio.ensure_future(self.call(context, tokens, d)) for d in decs]
+        dec = decs[0]
+        arrivals: list[Call] = []
+        try:
+            while (not dec.counts or dec.counts[-1] < 8) and not tasks[0].done():  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+            for text in texts:
+                if tasks[0].done() or (dec.counts and dec.counts[-1] > tokens - 24):
+                    break
+                # a pause of up to two steps puts the sends at scattered points of a step
+                gaps = dec.gaps()[-8:]
+                step = statistics.median(gaps) if gaps else 0.005
+                await asyncio.sleep(self._rng.uniform(0.0, 2 * step))
+                arrivals.append(await self.call(text, 1))
+        finally:
+            await asyncio.gather(*tasks)
+        dec_c, *pres = await self.clocked([tasks[0].result(), *arrivals])
+        if self._recording:
+            self.result.busy.extend(busy_bounds(dec_c, pres))
+
     async def frontend(self, p: int, attempts: int = 3) -> None:
         # A stream whose chunks the server held (no gaps to read) gives no sample: try again.
         for _ in range(attempts):
@@ -458,6 +516,22 @@ def frontend_gaps(dec: Call, arrivals: list[Call]) -> list[float]:
         for i in range(1, mixed + 1):
             if t[i - 1] >= a.start and n[i] - n[i - 1] == 1:
                 out.append(t[i] - t[i - 1])
+    return out
+
+
+def busy_bounds(dec: Call, arrivals: list[Call]) -> list[tuple[float, float, int]]:
+    """For each arrival whose prefill shared a step with the decoding stream `dec`: the start
+    of the step before that one and of that one (the stream's chunks there), counted from
+    when the arrival was sent, and its prompt tokens. It reached the queue after the first
+    and by the second. Arrivals next to a chunk of several tokens (a held token hides a step
+    boundary) are left out."""
+    out: list[tuple[float, float, int]] = []
+    t, n = dec.times, dec.counts
+    for a in arrivals:
+        i = mixed_step(dec, a)
+        if i is None or i < 1 or n[i] - n[i - 1] != 1 or n[i + 1] - n[i] != 1:
+            continue
+        out.append((t[i - 1] - a.start, t[i] - a.start, a.prompt_tokens))
     return out
 
 
