@@ -106,6 +106,23 @@ async def test_an_idle_engine_wakes_when_the_front_end_is_over() -> None:
     assert 0.05 + STEP <= waited < 0.05 + STEP + 0.5
 
 
+async def test_a_late_wake_does_not_delay_the_first_token_on_the_wall_clock() -> None:
+    # the loop is held 10 ms past the end of the front end: the woken step still ends STEP
+    # after that end, not STEP after the engine got round to it
+    engine = _engine()
+    task = asyncio.ensure_future(engine.run())
+    try:
+        b = _seq("b", 16, 1)
+        sent = time.monotonic()
+        engine.submit(b, sent, 0.02)
+        time.sleep(0.03)  # noqa: ASYNC251 (a host that does not run the loop)
+        await _until(lambda: b.finished)
+    finally:
+        engine.stop()
+        await task
+    assert b.first_token_t - sent < 0.02 + STEP + 0.004
+
+
 def _dec(step: float, n: int, t0: float = 0.1) -> Call:
     times = [t0 + i * step for i in range(n)]
     return Call(start=0.0, times=times, counts=list(range(1, n + 1)), prompt_tokens=256)

@@ -266,6 +266,8 @@ class Engine:
         # (model time it reaches the queue, order, wall time it is due, seq), a heap
         self._pending: list[tuple[float, int, float, Seq]] = []
         self._order = itertools.count()
+        # wall time an idle engine was due to wake (its timer fires up to a millisecond late)
+        self._wake_wall: float | None = None
         self.emit_cost = 5e-6
         # Set by the server: gather each stream's writes during a burst of zero-time steps.
         self.write_gather_begin: Callable[[], None] = _nothing
@@ -341,6 +343,7 @@ class Engine:
             seq.model_added = at
             if model_t is None and self._wake_model is None:
                 self._wake_model = at
+                self._wake_wall = due
             self.waiting.append(seq)
         self.metrics.num_waiting = len(self.waiting)
 
@@ -682,6 +685,11 @@ class Engine:
                 continue
             now = clock()
             t0 = prev_end if busy and prev_end > now - 0.05 else now
+            if not busy and self._wake_wall is not None and self._wake_wall > now - 0.05:
+                # the step woken from idle began when the front end was over, not when the
+                # engine's timer got round to it
+                t0 = min(t0, self._wake_wall)
+            self._wake_wall = None
             if self._carry is not None:
                 (scheduled, dt), self._carry = self._carry, None
             else:
