@@ -44,7 +44,7 @@ from agentload.sim.calibration.probe import mixed_step
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, Target, stream_call
 from agentload.sim.config import SimConfig
-from sim_fidelity import start_vllm
+from sim_fidelity import server_args, start_vllm
 
 VARIANTS = ("finish", "cold", "cached")
 
@@ -191,10 +191,7 @@ async def run(args: argparse.Namespace, url: str, tok: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--real-python", help="interpreter with vLLM (to start one)")
-    ap.add_argument("--url", help="use a vLLM already running here (http://host:port/v1)")
-    ap.add_argument("--tokenizer", help="tokenizer.json (with --url)")
-    ap.add_argument("--model", default="tiny")
+    server_args(ap)
     ap.add_argument("--profile", default="vllm-cpu-tiny", help="simulator profile")
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--context", type=int, default=2000)
@@ -208,7 +205,8 @@ def main() -> None:
     if args.url:
         if not args.tokenizer:
             ap.error("--url needs --tokenizer")
-        res = asyncio.run(run(args, args.url, Path(args.tokenizer)))
+        url = args.url.rstrip("/") + "/v1"
+        res = asyncio.run(run(args, url, Path(args.tokenizer)))
     elif args.real_python:
         proc, tok = start_vllm(args.real_python, out)
         try:

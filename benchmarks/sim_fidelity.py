@@ -75,12 +75,17 @@ def start_vllm(python: str, out: Path) -> tuple[EngineProcess, Path]:
     return proc, model / "tokenizer.json"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def server_args(ap: argparse.ArgumentParser) -> None:
+    """The options that say which real vLLM to measure (this script's and round_end.py's)."""
     ap.add_argument("--real-python", help="interpreter with vLLM (to start one)")
     ap.add_argument("--url", help="use a vLLM already running here (http://host:port)")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--tokenizer", help="tokenizer.json (with --url)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    server_args(ap)
     ap.add_argument("--out", type=Path, default=Path("sim-fidelity-out"))
     ap.add_argument("--repeats", type=int, default=5, help="probe repeats (calibrate --repeats)")
     ap.add_argument("--compare", action="append", default=[], help="more profiles to check")

@@ -88,38 +88,35 @@ async def test_a_busy_engine_takes_an_arrival_at_the_first_step_after_its_front_
         assert got == pytest.approx(want, abs=1e-9)
 
 
-async def test_an_idle_engine_wakes_when_the_front_end_is_over() -> None:
+async def _one_on_an_idle_engine(frontend_s: float, hold_s: float = 0.0) -> tuple[Seq, float]:
+    """One request submitted to an idle engine (the loop then held `hold_s`, a late host):
+    the finished request and when it was sent."""
     engine = _engine()
     task = asyncio.ensure_future(engine.run())
     try:
         b = _seq("b", 16, 1)
         sent = time.monotonic()
-        engine.submit(b, sent, 0.05)
+        engine.submit(b, sent, frontend_s)
         assert engine.frontend_requests == 1
+        time.sleep(hold_s)  # noqa: ASYNC251 (a host that does not run the loop)
         await _until(lambda: b.finished)
-        waited = time.monotonic() - sent
     finally:
         engine.stop()
         await task
     assert engine.frontend_requests == 0
+    return b, sent
+
+
+async def test_an_idle_engine_wakes_when_the_front_end_is_over() -> None:
+    b, sent = await _one_on_an_idle_engine(0.05)
     assert (b.model_times or [0])[0] - b.model_arrival == pytest.approx(0.05 + STEP, abs=1e-9)
-    assert 0.05 + STEP <= waited < 0.05 + STEP + 0.5
+    assert 0.05 + STEP <= time.monotonic() - sent < 0.05 + STEP + 0.5
 
 
 async def test_a_late_wake_does_not_delay_the_first_token_on_the_wall_clock() -> None:
     # the loop is held 10 ms past the end of the front end: the woken step still ends STEP
     # after that end, not STEP after the engine got round to it
-    engine = _engine()
-    task = asyncio.ensure_future(engine.run())
-    try:
-        b = _seq("b", 16, 1)
-        sent = time.monotonic()
-        engine.submit(b, sent, 0.02)
-        time.sleep(0.03)  # noqa: ASYNC251 (a host that does not run the loop)
-        await _until(lambda: b.finished)
-    finally:
-        engine.stop()
-        await task
+    b, sent = await _one_on_an_idle_engine(0.02, hold_s=0.03)
     assert b.first_token_t - sent < 0.02 + STEP + 0.004
 
 
