@@ -43,6 +43,12 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
     assert cal["fit"]["ttft"]["observations"] >= 4
     assert p.prefill_token_s + p.prefill_attention_s > 0
     assert p.step_overhead_s + p.decode_seq_s > 0
+    # short prompts arriving beside decoding streams were found in a real server's steps, and
+    # the idle engine's front end is split between the busy one's and idle_wake_s
+    busy = cal["busy_start"]
+    assert busy["arrivals"] >= 3
+    idle_front = busy["request_overhead_idle_s"]
+    assert p.request_overhead_s + p.idle_wake_s == pytest.approx(idle_front, rel=0.01, abs=2e-5)
 
 
 def test_fidelity_of_the_shipped_profile(
