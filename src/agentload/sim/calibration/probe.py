@@ -375,35 +375,52 @@ class Probe:
         # a scattered pause: a few steps each) before the streams end
         return 48 + 10 * self.plan.busy_arrivals
 
-    async def busy_start(self) -> None:
+    async def busy_start(self, attempts: int = 3) -> None:
         """Short cold prompts sent one after another, each after a random pause, while
         `busy_streams` streams decode: the step boundaries around each one's prefill."""
+        # Streams whose chunks the server held (a whole answer in one chunk) show no step
+        # boundaries: try again.
+        for _ in range(attempts):
+            if await self._busy_start_once():
+                return
+
+    async def _busy_start_once(self) -> bool:
         pl = self.plan
         context = self.prompts.text(256)
         await self.call(context, 1)  # cached: the streams start decoding at once
         # built before any is sent: making a prompt takes the client's loop for milliseconds
         texts = [self.prompts.text(pl.busy_prompt) for _ in range(pl.busy_arrivals)]
         tokens = self._busy_tokens()
+        # streams started on an idle server after a pause have their tokens sent as they come
+        await asyncio.sleep(pl.first_chunk_pause_s)
         decs = [Call(start=0.0) for _ in range(pl.busy_streams)]
         tasks = [asyncio.ensure_future(self.call(context, tokens, d)) for d in decs]
-        dec = decs[0]
+
+        def flowing() -> int | None:
+            """A stream whose tokens come chunk by chunk (the first)."""
+            return next((k for k, d in enumerate(decs) if len(d.times) >= 8), None)
+
         arrivals: list[Call] = []
         try:
-            while (not dec.counts or dec.counts[-1] < 8) and not tasks[0].done():  # noqa: ASYNC110
+            while (k := flowing()) is None and not all(t.done() for t in tasks):  # noqa: ASYNC110
                 await asyncio.sleep(0.002)
+            if k is None:
+                return False
+            dec, task = decs[k], tasks[k]
             for text in texts:
-                if tasks[0].done() or (dec.counts and dec.counts[-1] > tokens - 24):
+                if task.done() or dec.counts[-1] > tokens - 24:
                     break
                 # a pause of up to two steps puts the sends at scattered points of a step
-                gaps = dec.gaps()[-8:]
-                step = statistics.median(gaps) if gaps else 0.005
+                step = statistics.median(dec.gaps()[-8:])
                 await asyncio.sleep(self._rng.uniform(0.0, 2 * step))
                 arrivals.append(await self.call(text, 1))
         finally:
             await asyncio.gather(*tasks)
-        dec_c, *pres = await self.clocked([tasks[0].result(), *arrivals])
+        dec_c, *pres = await self.clocked([task.result(), *arrivals])
+        found = busy_bounds(dec_c, pres)
         if self._recording:
-            self.result.busy.extend(busy_bounds(dec_c, pres))
+            self.result.busy.extend(found)
+        return bool(found)
 
     async def frontend(self, p: int, attempts: int = 3) -> None:
         # A stream whose chunks the server held (no gaps to read) gives no sample: try again.
