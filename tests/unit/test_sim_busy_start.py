@@ -120,6 +120,28 @@ async def test_a_late_wake_does_not_delay_the_first_token_on_the_wall_clock() ->
     assert b.first_token_t - sent < 0.02 + STEP + 0.004
 
 
+async def test_a_front_end_ends_on_an_engine_busy_with_zero_time_steps() -> None:
+    # no model time per step (the clock does not move), a front end of 20 ms: the request is
+    # taken when that has passed on the wall clock, while the other one still decodes
+    profile = Profile(request_overhead_s=0.02, block_size=16, kv_blocks=4096, max_model_len=10**7)
+    engine = Engine(profile, SimMetrics("m", block_size=16, kv_blocks=4096, prefix_caching=True))
+    task = asyncio.ensure_future(engine.run())
+    try:
+        a = _seq("a", 32, 3_000_000)
+        engine.add(a)
+        await asyncio.sleep(0.02)
+        b = _seq("b", 16, 1)
+        sent = time.monotonic()
+        engine.submit(b, sent, 0.02)
+        await _until(lambda: b.finished)
+        waited = time.monotonic() - sent
+    finally:
+        engine.stop()
+        await task
+    assert not a.finished
+    assert 0.02 <= waited < 0.5
+
+
 def _dec(step: float, n: int, t0: float = 0.1) -> Call:
     times = [t0 + i * step for i in range(n)]
     return Call(start=0.0, times=times, counts=list(range(1, n + 1)), prompt_tokens=256)

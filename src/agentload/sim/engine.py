@@ -341,7 +341,7 @@ class Engine:
             heapq.heappop(pending)
             seq.queued_t = now
             seq.model_added = at
-            if model_t is None and self._wake_model is None:
+            if model_t is None and self._wake_model is None and not self.running:
                 self._wake_model = at
                 self._wake_wall = due
             self.waiting.append(seq)
@@ -665,9 +665,10 @@ class Engine:
         prev_end = 0.0
         busy = False
         next_log = clock() + self.log_interval_s if self.log_interval_s else float("inf")
+        timed = False  # the last step had model time (zero-time bursts do not move the clock)
         while not self._stopped:
             if self._pending:
-                self._take_pending(self.model_clock if busy else None)
+                self._take_pending(self.model_clock if busy and timed else None)
             if not self.running and not self.waiting:
                 busy = False
                 # idle: the next arrival sets when the engine woke (an arrival aborted before
@@ -711,6 +712,7 @@ class Engine:
                 self._burst(scheduled, clock)
                 prev_end = clock()
                 busy = True
+                timed = False
                 await asyncio.sleep(0)
                 continue
             # In model time a busy engine's steps follow each other exactly, however late
@@ -753,6 +755,7 @@ class Engine:
             self.complete(scheduled, deadline)
             prev_end = deadline
             busy = True
+            timed = True
             if clock() >= next_log:
                 next_log = clock() + self.log_interval_s
                 self.log_stats()
