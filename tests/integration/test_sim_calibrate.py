@@ -233,6 +233,14 @@ def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> N
     assert len(passes) == 2 and len(result["per_pass"]["sim"]) == 2
     assert row["real"]["ttft_p50_s"] == pytest.approx(sum(passes) / 2)
     assert 0.7 < row["sim"]["tpot_mean_s"] / row["real"]["tpot_mean_s"] < 1.4
+    # every goal metric has its verdict, and the summary line counts them
+    lo, hi = row["real_range"]["ttft_p50_s"]
+    assert lo == min(passes) and hi == max(passes)
+    assert set(row["verdict"]) == {"ttft_p50_s", "ttft_p90_s", "tpot_mean_s"}
+    counts = {v: list(row["verdict"].values()).count(v) for v in ("goal", "swings", "off")}
+    said = f"goal metrics: {counts['goal']} of 3 within 10%, {counts['swings']} outside it"
+    assert said in output
+    assert len(result["off"]) == counts["off"]
 
 
 @pytest.mark.parametrize(

@@ -243,5 +243,13 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
                 + ", ".join(result["unresolved"])
                 + ": an error of that size there is within its own swings"
             )
+        verdicts = [v for r in result["rows"] for v in r.get("verdict", {}).values()]
+        if verdicts:
+            print(
+                f"goal metrics: {verdicts.count('goal')} of {len(verdicts)} within "
+                f"{GOAL:.0%}, {verdicts.count('swings')} outside it but inside the range the "
+                f"real server covered between passes, {verdicts.count('off')} outside both"
+                + (": " + ", ".join(result["off"]) if result.get("off") else "")
+            )
     if not result["within_goal"]:
         raise typer.Exit(3)

@@ -121,7 +121,13 @@ def compare(
     real: dict[str, dict[str, float]],
     sim: dict[str, dict[str, float]],
     spread: dict[str, dict[str, float]] | None = None,
+    real_range: dict[str, dict[str, tuple[float, float]]] | None = None,
 ) -> list[dict[str, Any]]:
+    """One row per workload: both sides' figures and the simulator's relative error; with
+    several passes, the real server's spread and range between them, and per goal metric a
+    verdict: ``goal`` (within it), ``swings`` (outside it, but inside the range the real
+    server itself covered between passes, so not told apart from its movement) or ``off``
+    (outside both: the profile's own error)."""
     rows = []
     for name, r in real.items():
         s = sim[name]
@@ -135,8 +141,41 @@ def compare(
         }
         if spread is not None:
             row["real_spread"] = spread[name]
+        if real_range is not None:
+            lo_hi = real_range[name]
+            row["real_range"] = {m: list(lo_hi[m]) for m in METRICS}
+            row["verdict"] = {
+                m: "goal"
+                if abs(errors[m]) <= GOAL
+                else "swings"
+                if lo_hi[m][0] <= s[m] <= lo_hi[m][1]
+                else "off"
+                for m in GOAL_METRICS
+            }
         rows.append(row)
     return rows
+
+
+def ranges(
+    passes: list[dict[str, dict[str, float]]],
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per workload and metric, the lowest and highest value over the passes."""
+    return {
+        name: {
+            m: (min(p[name][m] for p in passes), max(p[name][m] for p in passes)) for m in METRICS
+        }
+        for name in passes[0]
+    }
+
+
+def off(rows: list[dict[str, Any]]) -> list[str]:
+    """`workload metric` pairs outside the goal and outside every pass of the real server."""
+    return [
+        f"{r['workload']} {m.removesuffix('_s')}"
+        for r in rows
+        for m, v in r.get("verdict", {}).items()
+        if v == "off"
+    ]
 
 
 def combine(
@@ -256,7 +295,13 @@ async def fidelity(
     finally:
         await asyncio.to_thread(sim.stop)
     real_med, spread = combine(real_passes)
-    rows = compare(real_med, combine(sim_passes)[0], spread if passes > 1 else None)
+    several = passes > 1
+    rows = compare(
+        real_med,
+        combine(sim_passes)[0],
+        spread if several else None,
+        ranges(real_passes) if several else None,
+    )
     return {
         "real_url": real.base_url,
         "profile": profile,
@@ -268,6 +313,7 @@ async def fidelity(
         "rows": rows,
         "within_goal": all(r["within_goal"] for r in rows),
         "unresolved": unresolved(rows),
+        "off": off(rows),
         # every pass's figures, for a look at the spread beyond its summary
         "per_pass": {"real": real_passes, "sim": sim_passes},
     }
