@@ -14,7 +14,12 @@ from typer.testing import CliRunner
 
 from agentload.cli import app
 from agentload.sim import SimConfig, SimProcess, SimServer
-from agentload.sim.calibration.calibrate import calibrate
+from agentload.sim.calibration.calibrate import (
+    OVERHEAD_REQUESTS,
+    calibrate,
+    serving_overhead,
+    without_overhead,
+)
 from agentload.sim.calibration.fit import PARAMS
 from agentload.sim.calibration.probe import ProbePlan
 from agentload.sim.calibration.prompts import PromptMaker
@@ -254,3 +259,44 @@ def test_fidelity_rejects_bad_arguments(args: list[str], said: str) -> None:
     )  # fmt: skip
     assert r.exit_code == 2
     assert said in r.output
+
+
+async def _ttfts(profile: Profile, n: int = 12) -> tuple[float, float]:
+    """Median wall and model TTFT of short requests to a simulator with `profile`."""
+    prompts = PromptMaker(None, 11)
+    with SimProcess(SimConfig(port=0, profile=profile, model="m")) as sim:
+        target = Target(sim.base_url, "m", model_times=True)
+        wall, model = [], []
+        async with aiohttp.ClientSession() as http:
+            for _ in range(n + 2):
+                call = await stream_call(http, target, prompts.prompt(64), 2)
+                wall.append(call.ttft)
+                model.append((await model_clock(http, target, call)).ttft)
+    return statistics.median(wall[2:]), statistics.median(model[2:])
+
+
+async def test_the_simulators_serving_overhead_comes_off_the_fitted_front_end() -> None:
+    diffs = await serving_overhead(KNOWN, "m", None, PromptMaker(None, 5))
+    assert len(diffs) == OVERHEAD_REQUESTS
+    # the simulator never sends a token before its model time, and this client reads it soon
+    assert all(0 < d < 0.05 for d in diffs), diffs
+    over = statistics.median(diffs)
+    corrected = without_overhead(KNOWN, diffs)
+    note = (corrected.calibration or {})["serving_overhead"]
+    assert note["median_s"] == pytest.approx(over, abs=1e-6)
+    assert note["request_overhead_fitted_s"] == KNOWN.request_overhead_s
+    assert corrected.request_overhead_s == pytest.approx(KNOWN.request_overhead_s - over, rel=1e-3)
+    # What it is for: a fitted profile's TTFT is what the client saw of the real server, and
+    # the corrected profile served gives the client that, where the fitted one gives more.
+    wall_fitted, model_fitted = await _ttfts(KNOWN)
+    wall_corrected, _ = await _ttfts(corrected)
+    assert abs(wall_corrected - model_fitted) < wall_fitted - model_fitted, (
+        wall_corrected,
+        wall_fitted,
+        model_fitted,
+    )
+
+
+def test_the_serving_overhead_never_makes_the_front_end_negative() -> None:
+    small = KNOWN.model_copy(update={"request_overhead_s": 0.0005})
+    assert without_overhead(small, [0.0008, 0.0009, 0.0007]).request_overhead_s == 0.0

@@ -48,7 +48,17 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
     busy = cal["busy_start"]
     assert busy["arrivals"] >= 3
     idle_front = busy["request_overhead_idle_s"]
-    assert p.request_overhead_s + p.idle_wake_s == pytest.approx(idle_front, rel=0.01, abs=2e-5)
+    over = cal["serving_overhead"]
+    assert over["request_overhead_fitted_s"] + p.idle_wake_s == pytest.approx(
+        idle_front, rel=0.01, abs=2e-5
+    )
+    # what this client and a simulator's HTTP path add to a short request comes off the fitted
+    # front end (a simulator serving the profile adds it back)
+    assert over["requests"] == 16 and 0 < over["median_s"] < 0.01
+    assert p.request_overhead_s == pytest.approx(
+        max(0.0, over["request_overhead_fitted_s"] - over["median_s"]), rel=0.01, abs=2e-5
+    )
+    assert "less" in r.stderr and "the simulator adds by serving it" in r.stderr
 
 
 def test_fidelity_of_the_shipped_profile(

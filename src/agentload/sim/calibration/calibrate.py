@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,8 +35,10 @@ from agentload.sim.calibration.stream import (
     Target,
     get_json,
     get_text,
+    model_clock,
     stream_call,
 )
+from agentload.sim.config import SimConfig
 from agentload.sim.profiles import Profile, load_profile
 from agentload.util import is_loopback_url
 
@@ -211,6 +215,55 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
+# Short requests, one after another, to time the simulator's own serving overhead (the first
+# two warm its process and the connection and are not counted).
+OVERHEAD_REQUESTS = 16
+OVERHEAD_PROMPT = 64
+
+
+async def serving_overhead(
+    profile: Profile, model: str, tokenizer: str | None, prompts: PromptMaker
+) -> list[float]:
+    """How much later than its own model a simulator with `profile` gives this client a short
+    request's first token, per request: the client's and the loopback's share, and the
+    simulator's HTTP path. A probe's wall-clock TTFTs hold the same client's and loopback's
+    share of the real server, which the fit puts into `request_overhead_s`; a simulator
+    serving that profile would add it a second time."""
+    from agentload.sim.api import SimProcess
+
+    config = SimConfig(port=0, profile=profile, model=model, tokenizer=tokenizer, log_interval_s=0)
+    sim = SimProcess(config)
+    await asyncio.to_thread(sim.start)
+    try:
+        target = Target(sim.base_url, model, model_times=True)
+        diffs = []
+        async with aiohttp.ClientSession() as http:
+            for _ in range(OVERHEAD_REQUESTS + 2):
+                wall = await stream_call(http, target, prompts.prompt(OVERHEAD_PROMPT), 2)
+                diffs.append(wall.ttft - (await model_clock(http, target, wall)).ttft)
+        return diffs[2:]
+    finally:
+        await asyncio.to_thread(sim.stop)
+
+
+def without_overhead(profile: Profile, diffs: list[float]) -> Profile:
+    """The profile with the simulator's measured serving overhead taken off its front end,
+    and a note of it in the calibration block."""
+    over = statistics.median(diffs)
+    fitted = profile.request_overhead_s
+    cal = dict(profile.calibration or {})
+    cal["serving_overhead"] = {
+        "requests": len(diffs),
+        "median_s": round(over, 6),
+        "min_s": round(min(diffs), 6),
+        "max_s": round(max(diffs), 6),
+        "request_overhead_fitted_s": fitted,
+    }
+    return profile.model_copy(
+        update={"request_overhead_s": _round(max(0.0, fitted - over)), "calibration": cal}
+    )
+
+
 @dataclass
 class Calibration:
     profile: Profile
@@ -370,6 +423,13 @@ async def calibrate(
         },
     }
     profile = build_profile(name, base_p, f, probe.result, info, extra)
+    if not target.model_times:
+        say(
+            f"calibrate: timing this client against a simulator with the fitted profile "
+            f"({OVERHEAD_REQUESTS} short requests)"
+        )
+        diffs = await serving_overhead(profile, info.model or target.model, tokenizer, prompts)
+        profile = without_overhead(profile, diffs)
     if max_num_seqs:
         profile = profile.model_copy(update={"max_num_seqs": max_num_seqs})
     profile = profile.model_copy(update={"max_num_batched_tokens": plan.budget})
@@ -408,6 +468,12 @@ def summary_lines(c: Calibration) -> list[str]:
     lines = [f"{'parameter':<24} {'value':>12}"]
     for k in PARAMS:
         lines.append(f"{k:<24} {getattr(p, k):>12.4g}")
+    over = (p.calibration or {}).get("serving_overhead")
+    if over:
+        lines.append(
+            f"(request_overhead_s: fitted {1e3 * over['request_overhead_fitted_s']:.2f} ms, "
+            f"less {1e3 * over['median_s']:.2f} ms the simulator adds by serving it)"
+        )
     lines.append(f"{'idle_wake_s':<24} {p.idle_wake_s:>12.4g}")
     lines.append(f"{'idle_wake_per_s':<24} {p.idle_wake_per_s:>12.4g}")
     lines.append(f"{'coalesce_p':<24} {p.coalesce_p:>12.4g}")
