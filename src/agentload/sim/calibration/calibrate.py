@@ -466,14 +466,14 @@ def profile_yaml(profile: Profile, command: str | None = None) -> str:
 def summary_lines(c: Calibration) -> list[str]:
     p = c.profile
     lines = [f"{'parameter':<24} {'value':>12}"]
+    over = (p.calibration or {}).get("serving_overhead")
     for k in PARAMS:
         lines.append(f"{k:<24} {getattr(p, k):>12.4g}")
-    over = (p.calibration or {}).get("serving_overhead")
-    if over:
-        lines.append(
-            f"(request_overhead_s: fitted {1e3 * over['request_overhead_fitted_s']:.2f} ms, "
-            f"less {1e3 * over['median_s']:.2f} ms the simulator adds by serving it)"
-        )
+        if k == "request_overhead_s" and over:
+            lines.append(
+                f"  (fitted {1e3 * over['request_overhead_fitted_s']:.2f} ms, less "
+                f"{1e3 * over['median_s']:.2f} ms the simulator adds by serving it)"
+            )
     lines.append(f"{'idle_wake_s':<24} {p.idle_wake_s:>12.4g}")
     lines.append(f"{'idle_wake_per_s':<24} {p.idle_wake_per_s:>12.4g}")
     lines.append(f"{'coalesce_p':<24} {p.coalesce_p:>12.4g}")
