@@ -261,6 +261,47 @@ def test_fidelity_rejects_bad_arguments(args: list[str], said: str) -> None:
     assert said in r.output
 
 
+def test_a_wall_clock_calibration_takes_the_serving_overhead_off(tmp_path: Path) -> None:
+    out = tmp_path / "fitted.yaml"
+    with SimProcess(SimConfig(port=0, profile=KNOWN, speedup=10, model="m")) as sim:
+        r = CliRunner().invoke(
+            app,
+            ["sim", "calibrate", "--base-url", sim.base_url, "--model", "m", "--quick",
+             "--wall-clock", "-o", str(out)],
+        )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "timing this client against a simulator" in r.output
+    got = load_profile(str(out))
+    over = (got.calibration or {})["serving_overhead"]
+    assert over["requests"] == OVERHEAD_REQUESTS and 0 < over["median_s"] < 0.05
+    assert f"less {1e3 * over['median_s']:.2f} ms the simulator adds by serving it" in r.output
+    assert got.request_overhead_s == pytest.approx(
+        max(0.0, over["request_overhead_fitted_s"] - over["median_s"]), rel=1e-3, abs=1e-9
+    )
+
+
+async def test_a_simulator_that_will_not_start_keeps_the_probe(monkeypatch: Any) -> None:
+    from agentload.sim.calibration import calibrate as calibrate_module
+
+    async def broken(*args: Any) -> list[float]:
+        raise RuntimeError("agentload sim exited with status 1 during startup")
+
+    monkeypatch.setattr(calibrate_module, "serving_overhead", broken)
+    async with SimServer(SimConfig(port=0, profile=KNOWN, speedup=10, model="m")) as sim:
+        lines: list[str] = []
+        result = await calibrate(
+            Target(sim.base_url, "m"),
+            name="fitted",
+            plan=ProbePlan.quick(),
+            wall_clock=True,
+            say=lines.append,
+        )
+    assert any("could not time a simulator" in line for line in lines), lines
+    cal = result.profile.calibration or {}
+    assert "serving_overhead" not in cal and cal["clock"] == "wall"
+    assert result.profile.request_overhead_s > 0  # the fitted value, kept
+
+
 async def _ttfts(profile: Profile, n: int = 12) -> tuple[float, float]:
     """Median wall and model TTFT of short requests to a simulator with `profile`."""
     prompts = PromptMaker(None, 11)

@@ -428,8 +428,16 @@ async def calibrate(
             f"calibrate: timing this client against a simulator with the fitted profile "
             f"({OVERHEAD_REQUESTS} short requests)"
         )
-        diffs = await serving_overhead(profile, info.model or target.model, tokenizer, prompts)
-        profile = without_overhead(profile, diffs)
+        try:
+            diffs = await serving_overhead(profile, info.model or target.model, tokenizer, prompts)
+        except (ProbeError, OSError, RuntimeError, TimeoutError) as exc:
+            # The probe's minutes are not thrown away for this last, small correction.
+            say(
+                f"calibrate: warning: could not time a simulator ({exc}); request_overhead_s "
+                "keeps this client's share (about a millisecond)"
+            )
+        else:
+            profile = without_overhead(profile, diffs)
     if max_num_seqs:
         profile = profile.model_copy(update={"max_num_seqs": max_num_seqs})
     profile = profile.model_copy(update={"max_num_batched_tokens": plan.budget})
