@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--json", help="also write the summary to this file")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin sim and client to cores")
     args = ap.parse_args()
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -173,7 +174,7 @@ def main() -> None:
             port=0, model=MODEL, profile=profile, tokenizer=tokenizer, log_interval_s=5.0
         )
         with SimProcess(config, log_path=os.path.join(tmp, "sim.log")) as sim:
-            if (os.cpu_count() or 1) >= 2 and sim.proc is not None:
+            if (os.cpu_count() or 1) >= 2 and sim.proc is not None and not args.no_pin:
                 # The simulator on core 0, this client on core 1: neither preempts the other.
                 os.sched_setaffinity(sim.proc.pid, {0})
                 os.sched_setaffinity(0, {1})
@@ -189,6 +190,7 @@ def main() -> None:
             load, after = asyncio.run(run())
     summary = {
         "streams": args.streams,
+        "pinned": not args.no_pin,
         "prompt_tokens_mean": load["prompt_tokens"] / max(1, load["prompts"]),
         "prompts": load["prompts"],
         "encode_ms_one_prompt": encode_ms,
