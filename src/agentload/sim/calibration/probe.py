@@ -309,9 +309,7 @@ class Probe:
     async def decode(self, ctx: int, batch: int, attempts: int = 3, shared: bool = True) -> None:
         # Streams that did not decode side by side long enough (one started late, e.g. on a
         # busy client host) give no sample; try again rather than leave the pattern out.
-        for _ in range(attempts):
-            if await self._decode_once(ctx, batch, shared):
-                return
+        await _until_sampled(partial(self._decode_once, ctx, batch, shared), attempts)
 
     async def _decode_once(self, ctx: int, batch: int, shared: bool = True) -> bool:
         pm = self.prompts
@@ -375,14 +373,12 @@ class Probe:
         # a scattered pause: a few steps each) before the streams end
         return 48 + 10 * self.plan.busy_arrivals
 
-    async def busy_start(self, attempts: int = 3) -> None:
+    async def busy_start(self) -> None:
         """Short cold prompts sent one after another, each after a random pause, while
         `busy_streams` streams decode: the step boundaries around each one's prefill."""
         # Streams whose chunks the server held (a whole answer in one chunk) show no step
         # boundaries: try again.
-        for _ in range(attempts):
-            if await self._busy_start_once():
-                return
+        await _until_sampled(self._busy_start_once)
 
     async def _busy_start_once(self) -> bool:
         pl = self.plan
@@ -422,11 +418,9 @@ class Probe:
             self.result.busy.extend(found)
         return bool(found)
 
-    async def frontend(self, p: int, attempts: int = 3) -> None:
+    async def frontend(self, p: int) -> None:
         # A stream whose chunks the server held (no gaps to read) gives no sample: try again.
-        for _ in range(attempts):
-            if await self._frontend_once(p):
-                return
+        await _until_sampled(partial(self._frontend_once, p))
 
     async def _frontend_once(self, p: int) -> bool:
         pl = self.plan
@@ -458,12 +452,10 @@ class Probe:
         self._sample("frontend", f"arrivals of {p}", statistics.median(gaps), feats)
         return True
 
-    async def interference(self, p: int, attempts: int = 3) -> None:
+    async def interference(self, p: int) -> None:
         # A prefill that reached the engine after the stream had finished (a late client on a
         # busy host) shows no mixed step: try again rather than fit a plain decode step.
-        for _ in range(attempts):
-            if await self._interference_once(p):
-                return
+        await _until_sampled(partial(self._interference_once, p))
 
     async def _interference_once(self, p: int) -> bool:
         dec = Call(start=0.0)
@@ -493,6 +485,13 @@ class Probe:
         extra = dec.counts[i + 1] - dec.counts[i] - 1
         step = decode_features(1, ctx, ctx)
         return gap, [f + extra * s for f, s in zip(feats, step, strict=True)]
+
+
+async def _until_sampled(once: Callable[[], Awaitable[bool]], attempts: int = 3) -> None:
+    """Run a pattern until it gives a sample, at most `attempts` times."""
+    for _ in range(attempts):
+        if await once():
+            return
 
 
 def mixed_step(dec: Call, pre: Call) -> int | None:
