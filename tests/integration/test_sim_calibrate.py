@@ -18,6 +18,7 @@ from agentload.sim.calibration.calibrate import (
     OVERHEAD_REQUESTS,
     calibrate,
     serving_overhead,
+    short_request_ttfts,
     without_overhead,
 )
 from agentload.sim.calibration.fit import PARAMS
@@ -302,18 +303,10 @@ async def test_a_simulator_that_will_not_start_keeps_the_probe(monkeypatch: Any)
     assert result.profile.request_overhead_s > 0  # the fitted value, kept
 
 
-async def _ttfts(profile: Profile, n: int = 12) -> tuple[float, float]:
+async def _ttfts(profile: Profile) -> tuple[float, float]:
     """Median wall and model TTFT of short requests to a simulator with `profile`."""
-    prompts = PromptMaker(None, 11)
-    with SimProcess(SimConfig(port=0, profile=profile, model="m")) as sim:
-        target = Target(sim.base_url, "m", model_times=True)
-        wall, model = [], []
-        async with aiohttp.ClientSession() as http:
-            for _ in range(n + 2):
-                call = await stream_call(http, target, prompts.prompt(64), 2)
-                wall.append(call.ttft)
-                model.append((await model_clock(http, target, call)).ttft)
-    return statistics.median(wall[2:]), statistics.median(model[2:])
+    pairs = await short_request_ttfts(profile, "m", None, PromptMaker(None, 11))
+    return statistics.median(w for w, _ in pairs), statistics.median(m for _, m in pairs)
 
 
 async def test_the_simulators_serving_overhead_comes_off_the_fitted_front_end() -> None:

@@ -221,6 +221,28 @@ OVERHEAD_REQUESTS = 16
 OVERHEAD_PROMPT = 64
 
 
+async def short_request_ttfts(
+    profile: Profile, model: str, tokenizer: str | None, prompts: PromptMaker
+) -> list[tuple[float, float]]:
+    """(wall-clock TTFT as this client saw it, model TTFT) of short requests, one after
+    another, to a simulator with `profile` in its own process."""
+    from agentload.sim.api import SimProcess
+
+    config = SimConfig(port=0, profile=profile, model=model, tokenizer=tokenizer, log_interval_s=0)
+    sim = SimProcess(config)
+    await asyncio.to_thread(sim.start)
+    try:
+        target = Target(sim.base_url, model, model_times=True)
+        out = []
+        async with aiohttp.ClientSession() as http:
+            for _ in range(OVERHEAD_REQUESTS + 2):
+                wall = await stream_call(http, target, prompts.prompt(OVERHEAD_PROMPT), 2)
+                out.append((wall.ttft, (await model_clock(http, target, wall)).ttft))
+        return out[2:]
+    finally:
+        await asyncio.to_thread(sim.stop)
+
+
 async def serving_overhead(
     profile: Profile, model: str, tokenizer: str | None, prompts: PromptMaker
 ) -> list[float]:
@@ -229,21 +251,8 @@ async def serving_overhead(
     simulator's HTTP path. A probe's wall-clock TTFTs hold the same client's and loopback's
     share of the real server, which the fit puts into `request_overhead_s`; a simulator
     serving that profile would add it a second time."""
-    from agentload.sim.api import SimProcess
-
-    config = SimConfig(port=0, profile=profile, model=model, tokenizer=tokenizer, log_interval_s=0)
-    sim = SimProcess(config)
-    await asyncio.to_thread(sim.start)
-    try:
-        target = Target(sim.base_url, model, model_times=True)
-        diffs = []
-        async with aiohttp.ClientSession() as http:
-            for _ in range(OVERHEAD_REQUESTS + 2):
-                wall = await stream_call(http, target, prompts.prompt(OVERHEAD_PROMPT), 2)
-                diffs.append(wall.ttft - (await model_clock(http, target, wall)).ttft)
-        return diffs[2:]
-    finally:
-        await asyncio.to_thread(sim.stop)
+    pairs = await short_request_ttfts(profile, model, tokenizer, prompts)
+    return [wall - model_ttft for wall, model_ttft in pairs]
 
 
 def without_overhead(profile: Profile, diffs: list[float]) -> Profile:
