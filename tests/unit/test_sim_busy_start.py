@@ -17,16 +17,9 @@ from agentload.sim.calibration.stream import Call
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile
+from null_output import NullOutput
 
 STEP = 0.01
-
-
-class _Sink:
-    def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
-        return None
-
-    def aborted(self, seq: Seq | None) -> None:
-        return None
 
 
 def _engine(**kw: Any) -> Engine:
@@ -35,7 +28,7 @@ def _engine(**kw: Any) -> Engine:
 
 
 def _seq(rid: str, prompt: int, tokens: int) -> Seq:
-    seq = Seq(rid, prompt, [], tokens, tokens, _Sink(), ignore_eos=True)
+    seq = Seq(rid, prompt, [], tokens, tokens, NullOutput(), ignore_eos=True)
     seq.model_times = []
     return seq
 

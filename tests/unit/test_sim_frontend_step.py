@@ -13,14 +13,7 @@ from agentload.sim.calibration.stream import Call
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile
-
-
-class _Sink:
-    def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
-        return None
-
-    def aborted(self, seq: Seq | None) -> None:
-        return None
+from null_output import NullOutput
 
 
 def _step(engine: Engine) -> float:
@@ -32,7 +25,7 @@ def _step(engine: Engine) -> float:
 def test_a_step_that_starts_while_a_request_is_in_the_front_end_costs_more() -> None:
     profile = Profile(step_overhead_s=0.001, frontend_step_s=0.003, block_size=16, kv_blocks=64)
     engine = Engine(profile, SimMetrics("m", block_size=16, kv_blocks=64, prefix_caching=True))
-    engine.add(Seq("a", 32, [], 8, 8, _Sink(), ignore_eos=True))
+    engine.add(Seq("a", 32, [], 8, 8, NullOutput(), ignore_eos=True))
     assert _step(engine) == pytest.approx(0.001)
     engine.in_frontend = 2  # two requests tokenising: the step pays once
     assert _step(engine) == pytest.approx(0.004)

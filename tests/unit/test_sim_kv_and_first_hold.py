@@ -14,17 +14,10 @@ from agentload.sim.coalesce import van_der_corput
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile
+from null_output import NullOutput
 
 KV_S = 1e-6
 BS = 16
-
-
-class _Sink:
-    def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
-        return None
-
-    def aborted(self, seq: Seq | None) -> None:
-        return None
 
 
 def _engine() -> Engine:
@@ -34,7 +27,7 @@ def _engine() -> Engine:
 
 
 def _seq(rid: str, hashes: list[int]) -> Seq:
-    return Seq(rid, 160, hashes, 50, 50, _Sink(), ignore_eos=True)
+    return Seq(rid, 160, hashes, 50, 50, NullOutput(), ignore_eos=True)
 
 
 def _step(engine: Engine) -> float:
