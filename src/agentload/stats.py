@@ -146,3 +146,29 @@ def pass_hat_k(successes: Mapping[str, Sequence[bool]]) -> dict[int, float]:
         k: sum(math.comb(c, k) / math.comb(n, k) for n, c in counts) / len(counts)
         for k in range(1, kmax + 1)
     }
+
+
+def pace(rounds: Sequence[Mapping[Any, float]]) -> list[float | None]:
+    """How fast each round of a repeated measurement ran against the rounds together: per
+    round, the median over the quantities it measured of (its value / that quantity's median
+    over the rounds). 1.10 is a round whose latencies ran 10 % above their usual; `None` for
+    a round that shares no quantity measured in another round. Each quantity is judged
+    against itself, so quantities of very different sizes (a 20 ms TTFT, a 3 ms step) weigh
+    alike, and the median keeps a single odd quantity from moving a round."""
+    values: dict[Any, list[float]] = {}
+    for r in rounds:
+        for key, v in r.items():
+            if v > 0 and math.isfinite(v):
+                values.setdefault(key, []).append(v)
+    usual = {k: float(np.median(vs)) for k, vs in values.items() if len(vs) >= 2}
+    out: list[float | None] = []
+    for r in rounds:
+        ratios = [v / usual[k] for k, v in r.items() if k in usual and v > 0 and math.isfinite(v)]
+        out.append(float(np.median(ratios)) if ratios else None)
+    return out
+
+
+def moved(paces: Sequence[float | None]) -> float | None:
+    """How far the rounds' paces lie apart (highest less lowest); None with fewer than two."""
+    known = [p for p in paces if p is not None]
+    return max(known) - min(known) if len(known) >= 2 else None

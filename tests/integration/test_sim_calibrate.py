@@ -19,6 +19,7 @@ from agentload.sim.calibration.calibrate import (
     calibrate,
     serving_overhead,
     short_request_ttfts,
+    summary_lines,
     without_overhead,
 )
 from agentload.sim.calibration.fit import PARAMS
@@ -247,6 +248,14 @@ def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> N
     said = f"goal metrics: {counts['goal']} of 3 within 10%, {counts['swings']} outside it"
     assert said in output
     assert len(result["off"]) == counts["off"]
+    # each pass's pace against the other: with two passes the ratios mirror about 1
+    real_pace = result["pace"]["real"]
+    assert len(real_pace) == 2 and sum(real_pace) == pytest.approx(2.0)
+    assert result["pace"]["real_moved"] == pytest.approx(abs(real_pace[0] - real_pace[1]))
+    assert f"the real server's pace by pass: {real_pace[0]:.2f} {real_pace[1]:.2f}" in output
+    errors = sorted(row["error"][m] for m in ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s"))
+    assert result["median_error"] == pytest.approx(errors[1])
+    assert f"median error over the goal metrics {100 * errors[1]:+.0f} %" in output
 
 
 @pytest.mark.parametrize(
@@ -334,3 +343,38 @@ async def test_the_simulators_serving_overhead_comes_off_the_fitted_front_end() 
 def test_the_serving_overhead_never_makes_the_front_end_negative() -> None:
     small = KNOWN.model_copy(update={"request_overhead_s": 0.0005})
     assert without_overhead(small, [0.0008, 0.0009, 0.0007]).request_overhead_s == 0.0
+
+
+def _slower(p: Profile, k: float) -> Profile:
+    """`p` with every cost `k` times its own (the idle cap is a length of time, not a cost)."""
+    costs = [f for f in Profile.model_fields if f.endswith("_s") and f != "idle_wake_cap_s"]
+    return p.model_copy(update={f: k * getattr(p, f) for f in costs})
+
+
+async def test_a_round_of_the_probe_on_a_slower_server_is_named() -> None:
+    plan = ProbePlan.quick()
+    plan.repeats = 3
+    plan.idle_pause_s = 0.0  # neither pattern is needed here; both take wall time
+    plan.first_chunk_streams = 0
+    async with SimServer(SimConfig(port=0, profile=KNOWN, speedup=10, model="m")) as sim:
+        assert sim.sim is not None
+        app_ = sim.sim
+        lines: list[str] = []
+
+        def say(line: str) -> None:
+            # The server runs 30 % slower through the second round only.
+            if "round 2/3" in line and app_.profile is not slow:
+                app_.profile = app_.engine.p = slow
+            elif "round 3/3" in line:
+                app_.profile = app_.engine.p = KNOWN
+            lines.append(line)
+
+        slow = _slower(KNOWN, 1.3)
+        result = await calibrate(Target(sim.base_url, "m"), name="fitted", plan=plan, say=say)
+    paces = (result.profile.calibration or {})["pace"]
+    # Every observation ran 1.3 times as long in round 2 and alike in rounds 1 and 3.
+    assert paces["rounds"] == pytest.approx([1.0, 1.3, 1.0], abs=0.02)
+    assert paces["moved"] == pytest.approx(0.3, abs=0.02)
+    (note,) = [line for line in lines if "moved between the probe's rounds" in line]
+    assert "1.00 1.30 1.00 (apart by 30 %)" in note and "--warmup" not in note
+    assert any("pace of the probe's rounds 1.00 1.30 1.00" in s for s in summary_lines(result))

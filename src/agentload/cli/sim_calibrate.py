@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shlex
 import sys
@@ -224,6 +225,7 @@ def fidelity_command(**a: Any) -> None:
 
 
 def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
+    from agentload.sim.calibration.calibrate import pace_text
     from agentload.sim.calibration.fidelity import GOAL
 
     if out is not None:
@@ -242,6 +244,15 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
                 f"note: the real server moved by more than {GOAL:.0%} between passes on "
                 + ", ".join(result["unresolved"])
                 + ": an error of that size there is within its own swings"
+            )
+        if pace_ := result.get("pace"):
+            print(f"the real server's pace by pass: {pace_text(pace_['real'])}")
+            print(f"the simulator's pace by pass: {pace_text(pace_['sim'])}")
+        med = result.get("median_error")
+        if med is not None and math.isfinite(med):
+            print(
+                f"median error over the goal metrics {100 * med:+.0f} % (far from 0: the real "
+                "server ran at another speed than the profile's, beyond any shape error)"
             )
         verdicts = [v for r in result["rows"] for v in r.get("verdict", {}).values()]
         if verdicts:

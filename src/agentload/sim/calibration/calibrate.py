@@ -40,6 +40,7 @@ from agentload.sim.calibration.stream import (
 )
 from agentload.sim.config import SimConfig
 from agentload.sim.profiles import Profile, load_profile
+from agentload.stats import moved
 from agentload.util import is_loopback_url
 
 Say = Callable[[str], None]
@@ -211,6 +212,44 @@ def _busy_note(bounds: list[tuple[float, float, int]], busy: float, idle: float)
     }
 
 
+# Rounds of the probe further apart than this (the fidelity goal's size) get a note: a profile
+# fitted to their median cannot be checked against that server more closely.
+PACE_NOTE = 0.10
+
+
+def _pace_note(paces: list[float | None]) -> dict[str, Any]:
+    """Each probe round's pace against the others (1.10: its latencies 10 % above their
+    usual), and how far apart the rounds lie."""
+    m = moved(paces)
+    return {
+        "rounds": [None if p is None else round(p, 3) for p in paces],
+        "moved": None if m is None else round(m, 3),
+    }
+
+
+def pace_text(paces: list[float | None]) -> str:
+    """`1.04 0.97 1.00 (apart by 7 %)`: rounds' or passes' paces for a person."""
+    m = moved(paces)
+    each = " ".join("?" if p is None else f"{p:.2f}" for p in paces)
+    return each + ("" if m is None else f" (apart by {100 * m:.0f} %)")
+
+
+def pace_warning(paces: list[float | None]) -> str | None:
+    """A line for the user when the server ran at different speeds in different rounds."""
+    m = moved(paces)
+    if m is None or m <= PACE_NOTE:
+        return None
+    line = (
+        f"the server's latencies moved between the probe's rounds (each round against the "
+        f"others: {pace_text(paces)}); the profile fits their median, so a fidelity check "
+        f"against this server cannot be expected to come closer than that"
+    )
+    known = [p for p in paces if p is not None]
+    if paces[0] is not None and paces[0] == max(known) and len(known) > 2:
+        line += "; the first round was the slowest: a longer --warmup may help"
+    return line
+
+
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
@@ -327,6 +366,7 @@ def build_profile(
             "first_chunk": _first_chunk_note(probe.first_chunks),
             **({"idle_start": _idle_note(probe.idle)} if probe.idle else {}),
             **({"busy_start": busy_note} if busy_note else {}),
+            **({"pace": _pace_note(probe.pace)} if probe.pace else {}),
             "observations": f.table(),
         },
     )
@@ -401,6 +441,8 @@ async def calibrate(
             + (f", after a {_dur(plan.warmup_s)} warm-up)" if plan.warmup_s else ")")
         )
         await probe.run(steps)
+    if warning := pace_warning(probe.result.pace):
+        say(f"calibrate: note: {warning}")
     f = fit(probe.result.obs)
     load_after = os.getloadavg()
     extra = {
@@ -504,4 +546,6 @@ def summary_lines(c: Calibration) -> list[str]:
             f"fit {kind:<12} {v['observations']:>3} observations, median error "
             f"{med:.1f} %, worst {worst:.1f} %"
         )
+    if pace_ := (p.calibration or {}).get("pace"):
+        lines.append(f"pace of the probe's rounds {pace_text(pace_['rounds'])}")
     return lines

@@ -22,7 +22,7 @@ import aiohttp
 from agentload.sim.calibration.calibrate import shared_host_note
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, Target, stream_call
-from agentload.stats import percentile_sorted
+from agentload.stats import moved, pace, percentile_sorted
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,19 @@ def combine(
     return median, spread
 
 
+def pass_pace(passes: list[dict[str, dict[str, float]]]) -> list[float | None]:
+    """Per pass, how its goal metrics compared with the same metrics in the other passes
+    (1.10: 10 % above their usual): the server's speed from pass to pass."""
+    return pace([{(w, m): p[w][m] for w in p for m in GOAL_METRICS} for p in passes])
+
+
+def median_error(rows: list[dict[str, Any]]) -> float:
+    """The median of the goal metrics' errors: far from 0 with most errors of one sign, the
+    server ran at another speed than the profile's as a whole (more than a shape error)."""
+    errs = [r["error"][m] for r in rows for m in GOAL_METRICS if r["real"][m]]
+    return statistics.median(errs) if errs else float("nan")
+
+
 def unresolved(rows: list[dict[str, Any]]) -> list[str]:
     """`workload metric` pairs whose real values moved between passes by more than the
     goal: there an error of the goal's size cannot be told from the server's own swings."""
@@ -302,6 +315,15 @@ async def fidelity(
         spread if several else None,
         ranges(real_passes) if several else None,
     )
+    extra: dict[str, Any] = {}
+    if several:
+        real_pace, sim_pace = pass_pace(real_passes), pass_pace(sim_passes)
+        extra["pace"] = {
+            "real": real_pace,
+            "sim": sim_pace,
+            "real_moved": moved(real_pace),
+            "sim_moved": moved(sim_pace),
+        }
     return {
         "real_url": real.base_url,
         "profile": profile,
@@ -314,6 +336,8 @@ async def fidelity(
         "within_goal": all(r["within_goal"] for r in rows),
         "unresolved": unresolved(rows),
         "off": off(rows),
+        "median_error": median_error(rows),
+        **extra,
         # every pass's figures, for a look at the spread beyond its summary
         "per_pass": {"real": real_passes, "sim": sim_passes},
     }

@@ -48,6 +48,7 @@ from agentload.sim.calibration.fit import (
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import Call, ProbeError, Target, model_clock, stream_call
 from agentload.sim.engine import kv_tokens
+from agentload.stats import pace
 
 Progress = Callable[[str, float, float, float], None]
 """(phase, elapsed s, estimated s done, estimated s in all)."""
@@ -167,6 +168,9 @@ class ProbeResult:
     busy: list[tuple[float, float, int]] = field(default_factory=list)
     """The busy-start pattern's arrivals: (the last step boundary it missed, the one it made,
     both counted from when it was sent, and its prompt tokens)."""
+    pace: list[float | None] = field(default_factory=list)
+    """Per round, how its latencies compared with the same patterns' in the other rounds
+    (`agentload.stats.pace`: 1.10 is a round 10 % slower than usual); empty with one round."""
 
 
 class Probe:
@@ -185,10 +189,11 @@ class Probe:
         self.progress = progress
         self.result = ProbeResult()
         self._chunks: dict[int, list[int]] = {}
-        self._samples: dict[tuple[str, str], list[tuple[float, list[float]]]] = {}
+        self._samples: dict[tuple[str, str], list[tuple[float, list[float], int]]] = {}
         self._prefixes: dict[int, str] = {}
         self._frontend_prompts: dict[int, str] = {}
         self._recording = True
+        self._round = 0
         self._rng = random.Random(0)
 
     async def call(self, prompt: str, max_tokens: int, into: Call | None = None) -> Call:
@@ -261,6 +266,7 @@ class Probe:
         done = self.plan.warmup_s
         self._recording = True
         for r in range(rounds):
+            self._round = r
             for name, est, fn in steps:
                 if self.progress:
                     self.progress(
@@ -275,12 +281,19 @@ class Probe:
     def _finish(self) -> None:
         """Each pattern's median sample becomes one observation."""
         for (kind, label), samples in self._samples.items():
-            y, feats = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
+            y, feats, _ = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
             if kind == "decode":
                 # the median step, with the mean context of the samples
                 y = statistics.median(s[0] for s in samples)
                 feats = [statistics.fmean(s[1][i] for s in samples) for i in range(len(feats))]
             self.result.obs.append(Obs(kind, label, y, feats, len(samples)))
+        if self.plan.repeats > 1:
+            per_round: list[dict[tuple[str, str], float]] = [{} for _ in range(self.plan.repeats)]
+            for key, samples in self._samples.items():
+                for r in range(self.plan.repeats):
+                    if ys := [y for y, _, k in samples if k == r]:
+                        per_round[r][key] = statistics.median(ys)
+            self.result.pace = pace(per_round)
         self.result.chunking = {
             b: statistics.fmean(v) for b, v in sorted(self._chunks.items()) if v
         }
@@ -288,7 +301,7 @@ class Probe:
     def _sample(self, kind: str, label: str, y: float, feats: list[float]) -> None:
         if not self._recording:
             return
-        self._samples.setdefault((kind, label), []).append((y, feats))
+        self._samples.setdefault((kind, label), []).append((y, feats, self._round))
 
     # -- the phases (one repetition each) ----------------------------------------------------
     def _cached(self, c: Call, warm: bool) -> int:
