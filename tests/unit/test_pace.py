@@ -47,3 +47,29 @@ def test_the_warning_names_the_rounds_and_a_slow_first_round() -> None:
     line = pace_warning([1.2, 1.0, 0.98, 1.01])
     assert line is not None and "first round was the slowest: a longer --warmup" in line
     assert pace_text([1.0, None, 0.9]) == "1.00 ? 0.90 (apart by 10 %)"
+
+
+@pytest.mark.parametrize(
+    ("median", "said"),
+    [(-0.2, "-20 % (beyond 10%: the real server as a whole ran slower"), (-0.04, "-4 %\n")],
+)
+def test_fidelity_says_when_the_server_as_a_whole_ran_at_another_speed(
+    median: float, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentload.cli.sim_calibrate import _show_fidelity
+    from agentload.sim.calibration.fidelity import table
+
+    result = {
+        "rows": [],
+        "load_before": {"load_avg_1m": 1.0},
+        "load_after": {"load_avg_1m": 1.0},
+        "salt": 1,
+        "median_error": median,
+        "pace": {"real": [1.1, 0.95, 1.0], "sim": [1.0, 1.0, 1.0]},
+        "within_goal": True,
+    }
+    _show_fidelity(result, None, False, table)
+    out = capsys.readouterr().out
+    assert f"median error over the goal metrics {said}" in out
+    assert "the real server's pace by pass: 1.10 0.95 1.00 (apart by 15 %)" in out
+    assert "the simulator's pace by pass: 1.00 1.00 1.00 (apart by 0 %)" in out

@@ -251,8 +251,14 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
         med = result.get("median_error")
         if med is not None and math.isfinite(med):
             print(
-                f"median error over the goal metrics {100 * med:+.0f} % (far from 0: the real "
-                "server ran at another speed than the profile's, beyond any shape error)"
+                f"median error over the goal metrics {100 * med:+.0f} %"
+                + (
+                    f" (beyond {GOAL:.0%}: the real server as a whole ran "
+                    f"{'slower' if med < 0 else 'faster'} than the profile, more than any "
+                    "one workload's shape is off)"
+                    if abs(med) > GOAL
+                    else ""
+                )
             )
         verdicts = [v for r in result["rows"] for v in r.get("verdict", {}).values()]
         if verdicts:
