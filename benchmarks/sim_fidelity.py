@@ -98,6 +98,14 @@ def main() -> None:
         help="fidelity --passes: medians over N passes (one pass of 6-16 requests is a small "
         "sample on a real server that moves between minutes)",
     )
+    ap.add_argument(
+        "--fidelity-warmup",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="fidelity --warmup: seconds of the workloads on the real server first, recorded "
+        "nothing (for --skip-calibrate on a freshly started server; the probe warms it otherwise)",
+    )
     # vLLM's CPU build serves with these by default (vllm/engine/arg_utils.py) and /metrics
     # shows neither; give the server's own values with --url.
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -140,6 +148,8 @@ def main() -> None:
                     p,
                     "--passes",
                     str(args.passes),
+                    "--warmup",
+                    str(args.fidelity_warmup),
                     "-o",
                     str(dest),
                 ],

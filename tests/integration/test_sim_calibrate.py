@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -378,3 +379,30 @@ async def test_a_round_of_the_probe_on_a_slower_server_is_named() -> None:
     (note,) = [line for line in lines if "moved between the probe's rounds" in line]
     assert "1.00 1.30 1.00 (apart by 30 %)" in note and "--warmup" not in note
     assert any("pace of the probe's rounds 1.00 1.30 1.00" in s for s in summary_lines(result))
+
+
+def _generated(base_url: str) -> int:
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/sim/stats") as r:
+        return int(json.loads(r.read())["generation_tokens"])
+
+
+@pytest.mark.parametrize("warmup", [0.0, 0.5])
+def test_fidelity_warms_the_real_server_up_unrecorded(tmp_path: Path, warmup: float) -> None:
+    out = tmp_path / "fid.json"
+    with SimProcess(SimConfig(port=0, profile="instant", model="m")) as real:
+        r = CliRunner().invoke(
+            app,
+            ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile", "instant",
+             "-w", "decode-heavy", "--warmup", str(warmup), "-o", str(out)],
+        )  # fmt: skip
+        generated = _generated(real.base_url)
+    assert r.exit_code in (0, 3), r.output
+    result = json.loads(out.read_text())
+    warmed = result["warmup"]["workloads"]
+    assert result["warmup"]["seconds"] == warmup
+    # decode-heavy: six requests of 64 tokens per run, the measured one and each warm-up's
+    assert generated == 6 * 64 * (1 + warmed)
+    if warmup:
+        assert warmed >= 1 and "warm-up: decode-heavy" in r.output
+    else:
+        assert warmed == 0 and "warm-up" not in r.output

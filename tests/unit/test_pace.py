@@ -73,3 +73,15 @@ def test_fidelity_says_when_the_server_as_a_whole_ran_at_another_speed(
     assert f"median error over the goal metrics {said}" in out
     assert "the real server's pace by pass: 1.10 0.95 1.00 (apart by 15 %)" in out
     assert "the simulator's pace by pass: 1.00 1.00 1.00 (apart by 0 %)" in out
+
+
+def test_a_slow_first_fidelity_pass_suggests_a_warm_up() -> None:
+    from agentload.sim.calibration.calibrate import first_pass_hint
+
+    assert first_pass_hint([1.2, 1.0, 0.98], 0.0) == (
+        "the real server's first pass was its slowest: --warmup 60 may steady it"
+    )
+    assert "(this run had 30 s)" in (first_pass_hint([1.2, 1.0, 0.98], 30.0) or "")
+    assert first_pass_hint([1.0, 1.2, 0.98], 0.0) is None  # the slowest came later
+    assert first_pass_hint([1.05, 1.0, 0.98], 0.0) is None  # within 10 %
+    assert first_pass_hint([1.2, 1.0], 0.0) is None  # two passes mirror each other

@@ -175,6 +175,9 @@ FIDELITY_OPTIONS = [
     Opt("passes", ("--passes",), int,
         "Run every workload N times on both sides and compare medians; the table then shows "
         "how far the real server moved between passes.", PROBE, 1, metavar="N", min=1),
+    Opt("warmup", ("--warmup",), float, "Seconds of the workloads on the real server first, "
+        "recorded nothing: a freshly started vLLM runs its first minute or so slower.",
+        PROBE, 0.0, metavar="S", min=0),
     Opt("out", ("--out", "-o"), Path | None, "Also write the result as JSON here.", OUT,
         metavar="FILE"),
     Opt("as_json", ("--json",), bool, "Print the result as JSON on stdout.", OUT, False),
@@ -217,6 +220,7 @@ def fidelity_command(**a: Any) -> None:
                 say=say,
                 seed=a["seed"],
                 passes=a["passes"],
+                warmup_s=a["warmup"],
             )
         )
     except _probe_errors() as exc:
@@ -225,7 +229,7 @@ def fidelity_command(**a: Any) -> None:
 
 
 def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
-    from agentload.sim.calibration.calibrate import pace_text
+    from agentload.sim.calibration.calibrate import first_pass_hint, pace_text
     from agentload.sim.calibration.fidelity import GOAL
 
     if out is not None:
@@ -247,6 +251,8 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
             )
         if pace_ := result.get("pace"):
             print(f"the real server's pace by pass: {pace_text(pace_['real'])}")
+            if hint := first_pass_hint(pace_["real"], result.get("warmup", {}).get("seconds")):
+                print(f"note: {hint}")
             print(f"the simulator's pace by pass: {pace_text(pace_['sim'])}")
         med = result.get("median_error")
         if med is not None and math.isfinite(med):

@@ -244,10 +244,24 @@ def pace_warning(paces: list[float | None]) -> str | None:
         f"others: {pace_text(paces)}); the profile fits their median, so a fidelity check "
         f"against this server cannot be expected to come closer than that"
     )
-    known = [p for p in paces if p is not None]
-    if paces[0] is not None and paces[0] == max(known) and len(known) > 2:
+    if _first_slowest(paces):
         line += "; the first round was the slowest: a longer --warmup may help"
     return line
+
+
+def _first_slowest(paces: list[float | None]) -> bool:
+    known = [p for p in paces if p is not None]
+    return len(known) > 2 and paces[0] is not None and paces[0] == max(known)
+
+
+def first_pass_hint(paces: list[float | None], warmup_s: float | None) -> str | None:
+    """For `sim fidelity`: a line when the real server's first pass was its slowest by more
+    than the goal's size, as a server that has not warmed up runs."""
+    m = moved(paces)
+    if m is None or m <= PACE_NOTE or not _first_slowest(paces):
+        return None
+    now = f" (this run had {warmup_s:g} s)" if warmup_s else ""
+    return f"the real server's first pass was its slowest: --warmup 60{now} may steady it"
 
 
 def _round(x: float) -> float:

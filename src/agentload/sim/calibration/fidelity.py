@@ -117,6 +117,28 @@ async def measure(
     return out
 
 
+async def warm_up(
+    target: Target,
+    workloads: list[Workload],
+    maker: PromptMaker,
+    seconds: float,
+    say: Callable[[str], None],
+) -> int:
+    """The workloads in turn, with prompts of their own and nothing recorded, until `seconds`
+    have passed (the one in progress then finishes): a freshly started vLLM runs its first
+    minute or so slower (docs/simulator.md, "Warm-up"). How many workloads ran."""
+    t0 = time.monotonic()
+    done = 0
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() - t0 < seconds:
+            w = workloads[done % len(workloads)]
+            say(f"fidelity: warm-up: {w.name} ({time.monotonic() - t0:.0f} of {seconds:g} s)")
+            prompts, warm = workload_prompts(w, maker)
+            await run_workload(http, target, w, prompts, warm)
+            done += 1
+    return done
+
+
 def compare(
     real: dict[str, dict[str, float]],
     sim: dict[str, dict[str, float]],
@@ -266,13 +288,15 @@ async def fidelity(
     say: Callable[[str], None] = lambda s: None,
     seed: int | None = None,
     passes: int = 1,
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """Run the workloads on the real server, then on a simulator (its own process) with
     `profile`; the comparison, the load average and the salt that made the prompts.
 
     With `passes` > 1 every workload runs that many times on both sides (fresh prompts each
     pass), each metric is the median over passes, and each row carries the real server's
-    spread between passes."""
+    spread between passes. `warmup_s` seconds of the workloads go to the real server first,
+    with prompts of their own, recorded nothing."""
     from agentload.sim.api import SimProcess
     from agentload.sim.config import SimConfig
 
@@ -284,6 +308,10 @@ async def fidelity(
     config = SimConfig(
         port=0, profile=profile, model=real.model, tokenizer=tokenizer, log_interval_s=0
     )
+    warmed = 0
+    if warmup_s > 0:
+        # A salt no pass uses: the passes' prompts stay cold in the real prefix cache.
+        warmed = await warm_up(real, chosen, PromptMaker(tokenizer, salt - 1), warmup_s, say)
     sim = SimProcess(config)
     await asyncio.to_thread(sim.start)
     real_passes: list[dict[str, dict[str, float]]] = []
@@ -329,6 +357,7 @@ async def fidelity(
         "profile": profile,
         "salt": salt,
         "passes": passes,
+        "warmup": {"seconds": warmup_s, "workloads": warmed},
         "load_before": load_before,
         "load_after": load_note(),
         "workloads": [w.__dict__ for w in chosen],
