@@ -68,7 +68,7 @@ def test_fidelity_of_the_shipped_profile(
     r = _agentload(
         "sim", "fidelity", "--real", vllm_server.base_url, "--model", vllm_server.model,
         "--profile", "vllm-cpu-tiny", "--tokenizer", str(tiny_model / "tokenizer.json"),
-        "-o", str(out),
+        "--passes", "2", "--warmup", "5", "-o", str(out),
     )  # fmt: skip
     print(r.stdout, r.stderr)
     assert r.returncode in (0, 3), r.stderr  # 3: outside the 10 % goal on this machine's load
@@ -84,3 +84,11 @@ def test_fidelity_of_the_shipped_profile(
             # engine's own timings swing by half from one minute to the next (the 10 % goal
             # is measured by benchmarks/sim_fidelity.py on a quiet machine).
             assert 1 / 3 < ratio < 3, (row["workload"], metric, ratio)
+    # five seconds of the workloads went to the server first, and nothing of them was kept
+    assert result["warmup"]["workloads"] >= 1 and "warm-up: prefill-heavy" in r.stderr
+    assert len(result["per_pass"]["real"]) == 2
+    # each pass's pace against the other: with two passes the ratios mirror about 1
+    real_pace = result["pace"]["real"]
+    assert len(real_pace) == 2 and sum(real_pace) == pytest.approx(2.0)
+    assert "the real server's pace by pass:" in r.stdout
+    assert math.isfinite(result["median_error"])
