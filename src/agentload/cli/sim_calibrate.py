@@ -64,8 +64,9 @@ CALIBRATE_OPTIONS = [
         "vllm:iteration_tokens_total, else --base's.", PROBE, metavar="N", min=1),
     Opt("max_num_seqs", ("--max-num-seqs",), int | None,
         "The server's sequence cap (default: --base's).", PROBE, metavar="N", min=1),
-    Opt("repeats", ("--repeats",), int, "Rounds of the probe (each pattern once per round).",
-        PROBE, 3, metavar="N", min=1),
+    Opt("repeats", ("--repeats",), int, "Rounds of the probe (each pattern once per round); "
+        "with two or more, each round's pace against the others shows whether the server held "
+        "still.", PROBE, 3, metavar="N", min=1),
     Opt("warmup", ("--warmup",), float | None,
         "Seconds of probe load before measuring, recorded nothing: a freshly started vLLM "
         "runs its first minute or so slower (default 60, 30 with --quick; 0 for a server "
