@@ -257,6 +257,13 @@ def test_fidelity_passes_report_medians_and_the_real_spread(tmp_path: Path) -> N
     errors = sorted(row["error"][m] for m in ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s"))
     assert result["median_error"] == pytest.approx(errors[1])
     assert f"median error over the goal metrics {100 * errors[1]:+.0f} %" in output
+    # each TTFT percentile's shift (one request crossing it), per side: the passes' median
+    assert set(row["shift"]) == {"ttft_p50_s", "ttft_p90_s"}
+    shifts = [p["shared-prefix"]["ttft_p50_shift"] for p in result["per_pass"]["real"]]
+    assert row["shift"]["ttft_p50_s"]["real"] == pytest.approx(sum(shifts) / 2)
+    assert all(v >= 0 for s in row["shift"].values() for v in s.values())
+    for e in result["band_edges"]:
+        assert f"note: shared-prefix TTFT {e['metric'][5:8]} lies between" in output
 
 
 @pytest.mark.parametrize(

@@ -92,3 +92,9 @@ def test_fidelity_of_the_shipped_profile(
     assert len(real_pace) == 2 and sum(real_pace) == pytest.approx(2.0)
     assert "the real server's pace by pass:" in r.stdout
     assert math.isfinite(result["median_error"])
+    # each TTFT percentile's shift on both sides; the ones named between bands are told
+    for row in result["rows"]:
+        assert set(row["shift"]) == {"ttft_p50_s", "ttft_p90_s"}
+        assert all(0 <= v < 2 for side in row["shift"].values() for v in side.values())
+    for e in result["band_edges"]:
+        assert f"note: {e['workload']} TTFT {e['metric'][5:8]} lies between bands" in r.stdout

@@ -191,8 +191,9 @@ FIDELITY_OPTIONS = [
 def fidelity_command(**a: Any) -> None:
     """Run fixed workloads (prefill-heavy, decode-heavy, shared-prefix, concurrent) against the
     real server and against a simulator with PROFILE, and print the simulator's error on TTFT
-    p50/p90, mean TPOT and ITL, output throughput and tokens per chunk. Exit code 0 when TTFT
-    and TPOT are within 10 % on every workload, 3 when not."""
+    p50/p90, mean TPOT and ITL, output throughput and tokens per chunk, with a note on a TTFT
+    percentile that lies between bands of TTFTs a prefill apart. Exit code 0 when TTFT and
+    TPOT are within 10 % on every workload, 3 when not."""
     from agentload.sim.calibration.fidelity import WORKLOADS, fidelity, table
     from agentload.sim.calibration.stream import Target
     from agentload.sim.profiles import load_profile
@@ -266,6 +267,14 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
                     if abs(med) > GOAL
                     else ""
                 )
+            )
+        for e in result.get("band_edges", []):
+            print(
+                f"note: {e['workload']} TTFT {e['metric'].split('_')[1]} lies "
+                "between bands of TTFTs (one request crossing it moves it by "
+                f"{100 * e['real']:.0f} % on the real server, {100 * e['sim']:.0f} % on the "
+                "simulator): its error counts requests that waited for one prefill more or "
+                'less, not how long each waited (docs/simulator.md, "Bands of TTFT")'
             )
         verdicts = [v for r in result["rows"] for v in r.get("verdict", {}).values()]
         if verdicts:

@@ -53,6 +53,8 @@ METRICS = (
 # Within this relative error a metric counts as matched (the goal for TTFT and TPOT).
 GOAL = 0.10
 GOAL_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s")
+# The TTFT percentiles and, per side, how far one request crossing each moves it (see `shift`).
+SHIFTS = {"ttft_p50_s": ("ttft_p50_shift", 0.5), "ttft_p90_s": ("ttft_p90_shift", 0.9)}
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -60,8 +62,23 @@ def _quantile(xs: list[float], q: float) -> float:
     return float("nan") if v is None else v
 
 
+def shift(sorted_vals: list[float], q: float) -> float:
+    """How far the q-quantile of `sorted_vals` moves, relative to it, when one value crosses
+    it (the larger of the moves to the quantile one rank up and one rank down): small where
+    values crowd round it, large where it lies in a gap between bands of values. A workload
+    whose requests wait for whole prefills has its TTFTs in such bands, a prefill apart."""
+    n = len(sorted_vals)
+    at = percentile_sorted(sorted_vals, q)
+    if n < 2 or not at:
+        return 0.0
+    pos = (n - 1) * q
+    up = percentile_sorted(sorted_vals, min(pos + 1, n - 1) / (n - 1)) or at
+    down = percentile_sorted(sorted_vals, max(pos - 1, 0) / (n - 1)) or at
+    return max(up - at, at - down) / at
+
+
 def summarise(calls: list[Call], wall_s: float) -> dict[str, float]:
-    ttfts = [c.ttft for c in calls]
+    ttfts = sorted(c.ttft for c in calls)
     tpots = [t for c in calls if (t := c.tpot()) is not None]
     gaps = [g for c in calls for g in c.gaps()]
     chunks = [n for c in calls for n in c.chunk_tokens]
@@ -72,6 +89,7 @@ def summarise(calls: list[Call], wall_s: float) -> dict[str, float]:
         "itl_mean_s": statistics.fmean(gaps) if gaps else float("nan"),
         "output_tok_s": sum(c.tokens for c in calls) / wall_s if wall_s > 0 else float("nan"),
         "tokens_per_chunk": statistics.fmean(chunks) if chunks else 1.0,
+        **{key: shift(ttfts, q) for key, q in SHIFTS.values()},
     }
 
 
@@ -161,6 +179,16 @@ def compare(
             "error": errors,
             "within_goal": all(abs(errors[m]) <= GOAL for m in GOAL_METRICS),
         }
+        shifts = {
+            m: {"real": r[key], "sim": s[key]}
+            for m, (key, _) in SHIFTS.items()
+            if key in r and key in s
+        }
+        if shifts:
+            row["shift"] = shifts
+            row["band_edge"] = [
+                m for m, v in shifts.items() if abs(errors[m]) > GOAL and max(v.values()) > GOAL
+            ]
         if spread is not None:
             row["real_spread"] = spread[name]
         if real_range is not None:
@@ -204,11 +232,15 @@ def combine(
     passes: list[dict[str, dict[str, float]]],
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Per workload and metric, the median over passes, and the spread of the passes
-    ((max - min) / median): how far the server moved between passes of the same workload."""
+    ((max - min) / median): how far the server moved between passes of the same workload.
+    The TTFT percentiles' shifts (`shift`) get their median too."""
     median: dict[str, dict[str, float]] = {}
     spread: dict[str, dict[str, float]] = {}
     for name in passes[0]:
         median[name], spread[name] = {}, {}
+        for key, _ in SHIFTS.values():
+            if all(key in p[name] for p in passes):
+                median[name][key] = statistics.median(p[name][key] for p in passes)
         for m in METRICS:
             vals = [p[name][m] for p in passes]
             mid = statistics.median(vals)
@@ -228,6 +260,18 @@ def median_error(rows: list[dict[str, Any]]) -> float:
     server ran at another speed than the profile's as a whole (more than a shape error)."""
     errs = [r["error"][m] for r in rows for m in GOAL_METRICS if r["real"][m]]
     return statistics.median(errs) if errs else float("nan")
+
+
+def band_edges(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Goal TTFT percentiles outside the goal that lie, on either side, where one request
+    crossing them moves them by more than the goal: between bands of TTFTs (requests that
+    waited for one, two, three prefills), so the error counts requests that waited for one
+    prefill more or less rather than measuring how long each waited."""
+    return [
+        {"workload": r["workload"], "metric": m, **r["shift"][m]}
+        for r in rows
+        for m in r.get("band_edge", [])
+    ]
 
 
 def unresolved(rows: list[dict[str, Any]]) -> list[str]:
@@ -365,6 +409,7 @@ async def fidelity(
         "within_goal": all(r["within_goal"] for r in rows),
         "unresolved": unresolved(rows),
         "off": off(rows),
+        "band_edges": band_edges(rows),
         "median_error": median_error(rows),
         **extra,
         # every pass's figures, for a look at the spread beyond its summary
