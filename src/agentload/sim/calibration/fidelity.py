@@ -57,8 +57,8 @@ GOAL_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s")
 SHIFTS = {"ttft_p50_s": ("ttft_p50_shift", 0.5), "ttft_p90_s": ("ttft_p90_shift", 0.9)}
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    v = percentile_sorted(sorted(xs), q)
+def _quantile(sorted_vals: list[float], q: float) -> float:
+    v = percentile_sorted(sorted_vals, q)
     return float("nan") if v is None else v
 
 
@@ -68,12 +68,14 @@ def shift(sorted_vals: list[float], q: float) -> float:
     values crowd round it, large where it lies in a gap between bands of values. A workload
     whose requests wait for whole prefills has its TTFTs in such bands, a prefill apart."""
     n = len(sorted_vals)
-    at = percentile_sorted(sorted_vals, q)
-    if n < 2 or not at:
+    if n < 2:
+        return 0.0
+    at = _quantile(sorted_vals, q)
+    if not at:
         return 0.0
     pos = (n - 1) * q
-    up = percentile_sorted(sorted_vals, min(pos + 1, n - 1) / (n - 1)) or at
-    down = percentile_sorted(sorted_vals, max(pos - 1, 0) / (n - 1)) or at
+    up = _quantile(sorted_vals, min(pos + 1, n - 1) / (n - 1))
+    down = _quantile(sorted_vals, max(pos - 1, 0) / (n - 1))
     return max(up - at, at - down) / at
 
 
