@@ -319,10 +319,10 @@ class Probe:
             feats = ttft_features(c.prompt_tokens, self._cached(c, is_warm), budget)
             self._sample("ttft", f"{label} {p}", c.ttft, feats)
 
-    async def decode(self, ctx: int, batch: int, attempts: int = 3, shared: bool = True) -> None:
+    async def decode(self, ctx: int, batch: int, shared: bool = True) -> None:
         # Streams that did not decode side by side long enough (one started late, e.g. on a
         # busy client host) give no sample; try again rather than leave the pattern out.
-        await _until_sampled(partial(self._decode_once, ctx, batch, shared), attempts)
+        await _until_sampled(partial(self._decode_once, ctx, batch, shared))
 
     async def _decode_once(self, ctx: int, batch: int, shared: bool = True) -> bool:
         pm = self.prompts
