@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentload.sim.calibration.calibrate import ServerInfo, build_profile
+from agentload.sim.calibration.calibrate import ServerInfo, _busy_note, build_profile
 from agentload.sim.calibration.fit import PARAMS, Fit, fit_busy_overhead
 from agentload.sim.calibration.probe import ProbeResult, busy_bounds
 from agentload.sim.calibration.stream import Call
@@ -164,6 +164,17 @@ def test_the_busy_front_end_is_where_most_bounds_overlap() -> None:
     # the per-token part is taken off
     assert fit_busy_overhead(bounds, 1e-6) == pytest.approx(got - 64e-6)
     assert math.isnan(fit_busy_overhead([], 0.0))  # nothing measured
+
+
+def test_the_note_counts_bounds_that_agree_without_the_per_token_part() -> None:
+    # Seen on a simulator with a 20 ms front end and 2 us per token: this arrival's front end
+    # (20.128 ms with its 64 tokens) ended after 20.108 ms, which the 19.995 ms taken for
+    # the per-request part agrees with once the 0.128 ms per-token part is off its bound.
+    agrees = (0.020108, 0.029291, 64)
+    disagrees = (0.0205, 0.03, 64)  # 20.372 ms without the per-token part: above it
+    note = _busy_note([agrees, disagrees], 2e-6, 0.019995, 0.03)
+    assert note["arrivals"] == 2 and note["consistent"] == 1
+    assert _busy_note([agrees], 0.0, 0.019995, 0.03)["consistent"] == 0
 
 
 def _profile_from(busy: list[tuple[float, float, int]], idle_over: float) -> Profile:

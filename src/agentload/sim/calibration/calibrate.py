@@ -22,6 +22,7 @@ from agentload.engines.detect import detect_server
 from agentload.sim.calibration.fit import (
     PARAMS,
     Fit,
+    busy_spans,
     fit,
     fit_busy_overhead,
     fit_coalescing,
@@ -200,10 +201,14 @@ def _idle_note(diffs: list[float]) -> dict[str, Any]:
     return {"pairs": len(diffs), "ttft_difference_s": [round(d, 6) for d in diffs]}
 
 
-def _busy_note(bounds: list[tuple[float, float, int]], busy: float, idle: float) -> dict[str, Any]:
+def _busy_note(
+    bounds: list[tuple[float, float, int]], frontend_token_s: float, busy: float, idle: float
+) -> dict[str, Any]:
     """The busy-start pattern: how many arrivals bounded the busy engine's front end, how
-    many of those bounds agree with the value taken, and that value beside the idle one."""
-    inside = sum(1 for lo, hi, _ in bounds if lo <= busy + 1e-4 and busy - 1e-4 <= hi)
+    many of those bounds agree with the value taken (both without the per-token part), and
+    that value beside the idle one."""
+    spans = busy_spans(bounds, frontend_token_s)
+    inside = sum(1 for lo, hi in spans if lo <= busy + 1e-4 and busy - 1e-4 <= hi)
     return {
         "arrivals": len(bounds),
         "consistent": inside,
@@ -356,7 +361,7 @@ def build_profile(
     if probe.busy:
         idle_over = f.params["request_overhead_s"]
         busy_over = fit_busy_overhead(probe.busy, f.params["frontend_token_s"])
-        busy_note = _busy_note(probe.busy, busy_over, idle_over)
+        busy_note = _busy_note(probe.busy, f.params["frontend_token_s"], busy_over, idle_over)
         if 0.0 <= busy_over < idle_over:
             fields["request_overhead_s"] = _round(busy_over)
             fields["idle_wake_s"] = _round(idle_over - busy_over)

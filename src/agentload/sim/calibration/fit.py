@@ -214,15 +214,23 @@ def fit_idle_wake(diffs: list[float], pause_s: float) -> float:
     return max(0.0, statistics.median(diffs)) / pause_s
 
 
+def busy_spans(
+    bounds: list[tuple[float, float, int]], frontend_token_s: float
+) -> list[tuple[float, float]]:
+    """Each busy-start arrival's bounds (see `probe.busy_bounds`) with the per-token part of
+    its front end taken off: the interval its `request_overhead_s` lies in."""
+    spans = [(lo - frontend_token_s * p, hi - frontend_token_s * p) for lo, hi, p in bounds]
+    return [(lo, hi) for lo, hi in spans if hi > lo]
+
+
 def fit_busy_overhead(bounds: list[tuple[float, float, int]], frontend_token_s: float) -> float:
-    """`request_overhead_s` on a busy engine from the busy-start pattern's bounds (see
-    `probe.busy_bounds`): each arrival's front end ended after its lower bound and by its
-    upper one, so the value is where most of those intervals overlap (the middle of that
-    stretch; an interval a load spike moved does not shift it), less the per-token part.
+    """`request_overhead_s` on a busy engine from the busy-start pattern's bounds: each
+    arrival's front end ended after its lower bound and by its upper one, so the value is
+    where most of those intervals overlap (the middle of that stretch; an interval a load
+    spike moved does not shift it), less the per-token part (`busy_spans`).
 
     Written by hand: it is an interval-overlap count over a few dozen intervals."""
-    spans = [(lo - frontend_token_s * p, hi - frontend_token_s * p) for lo, hi, p in bounds]
-    spans = [(lo, hi) for lo, hi in spans if hi > lo]
+    spans = busy_spans(bounds, frontend_token_s)
     if not spans:
         return math.nan
     edges = sorted({x for span in spans for x in span})
