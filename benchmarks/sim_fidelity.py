@@ -9,6 +9,12 @@ end. Then it runs `agentload sim calibrate` (profile written to OUT/NAME.yaml) a
 `agentload sim fidelity` for that profile and for each --compare profile, recording the load
 average around every step. Every command it runs is printed, so a run on a quiet machine
 reproduces the table in docs/simulator.md.
+
+    python benchmarks/sim_fidelity.py --real-python .venv-real/bin/python --starts 3 --out DIR
+
+calibrates on three fresh server starts one after another (OUT/NAME-start1.yaml ..., each
+with its probe kept), pools the three probes into OUT/NAME.yaml (`sim calibrate --pool`), and
+measures fidelity on a fourth fresh start, which none of the probes saw.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ def sh(cmd: list[str], log: Path) -> int:
     return r.returncode
 
 
-def start_vllm(python: str, out: Path) -> tuple[EngineProcess, Path]:
+def start_vllm(python: str, out: Path, log: str = "vllm.log") -> tuple[EngineProcess, Path]:
     model = out / "tiny"
     if not (model / "config.json").is_file():
         subprocess.run(
@@ -66,7 +72,7 @@ def start_vllm(python: str, out: Path) -> tuple[EngineProcess, Path]:
         model=str(model),
         served_model_name="tiny",
         port=free_port(),
-        log_path=out / "vllm.log",
+        log_path=out / log,
         cache_dir=out / "vllm-cache",
     )
     proc = EngineProcess(spec).start()
@@ -92,6 +98,14 @@ def main() -> None:
     ap.add_argument("--name", default="vllm-cpu-tiny", help="name of the calibrated profile")
     ap.add_argument("--skip-calibrate", action="store_true")
     ap.add_argument(
+        "--starts",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with 2 or more: calibrate on N fresh server starts, pool their probes into one "
+        "profile, and measure fidelity on one more fresh start (needs --real-python)",
+    )
+    ap.add_argument(
         "--passes",
         type=int,
         default=5,
@@ -113,6 +127,32 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "commands.log"
+    if args.starts > 1 and (args.url or not args.real_python or args.skip_calibrate):
+        sys.exit("--starts needs --real-python (it starts the servers) and a calibration")
+    agentload = [sys.executable, "-m", "agentload", "sim"]
+    profile = args.out / f"{args.name}.yaml"
+
+    def calibrate(base: str, tok: str | None, dest: Path) -> None:
+        cmd = ["calibrate", "--base-url", base, "--model", args.model, "--repeats"]
+        cmd += [str(args.repeats), "--max-num-batched-tokens", str(args.max_num_batched_tokens)]
+        cmd += ["--max-num-seqs", str(args.max_num_seqs), "-o", str(dest)]
+        if sh([*agentload, *cmd, *(["--tokenizer", tok] if tok else [])], log) != 0:
+            sys.exit("calibration failed (see above)")
+
+    if args.starts > 1:
+        probes = []
+        for k in range(1, args.starts + 1):
+            proc, tok_path = start_vllm(args.real_python, args.out, f"vllm-start{k}.log")
+            try:
+                dest = args.out / f"{args.name}-start{k}.yaml"
+                calibrate(proc.spec.base_url, str(tok_path), dest)
+                probes += ["--pool", str(dest.with_name(dest.stem + ".probe.json"))]
+            finally:
+                proc.stop()
+        cmd = [*agentload, "calibrate", *probes, "--tokenizer", str(tok_path)]
+        cmd += ["--max-num-seqs", str(args.max_num_seqs), "-o", str(profile)]
+        if sh(cmd, log) != 0:
+            sys.exit("pooling the probes failed (see above)")
     proc = None
     if args.url:
         base, tok = args.url.rstrip("/") + "/v1", args.tokenizer
@@ -121,16 +161,10 @@ def main() -> None:
             sys.exit("give --real-python (an interpreter with vLLM) or --url")
         proc, tok_path = start_vllm(args.real_python, args.out)
         base, tok = proc.spec.base_url, str(tok_path)
-    agentload = [sys.executable, "-m", "agentload", "sim"]
     common = ["--model", args.model] + (["--tokenizer", tok] if tok else [])
     try:
-        profile = args.out / f"{args.name}.yaml"
-        if not args.skip_calibrate:
-            cmd = ["calibrate", "--base-url", base, *common, "--repeats", str(args.repeats)]
-            cmd += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
-            cmd += ["--max-num-seqs", str(args.max_num_seqs)]
-            if sh([*agentload, *cmd, "-o", str(profile)], log) != 0:
-                sys.exit("calibration failed (see above)")
+        if not args.skip_calibrate and args.starts <= 1:
+            calibrate(base, tok, profile)
         results = {}
         for p in [str(profile), *args.compare]:
             name = Path(p).stem

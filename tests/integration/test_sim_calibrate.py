@@ -18,6 +18,7 @@ from agentload.sim import SimConfig, SimProcess, SimServer
 from agentload.sim.calibration.calibrate import (
     OVERHEAD_REQUESTS,
     calibrate,
+    pool,
     serving_overhead,
     short_request_ttfts,
     summary_lines,
@@ -123,6 +124,19 @@ def test_calibrate_cli_writes_a_loadable_profile(tmp_path: Path) -> None:
     # decode step pass as the mixed step, and the fit put prefill_token_s at 0.
     assert got.prefill_token_s == pytest.approx(KNOWN.prefill_token_s, rel=0.05)
     assert out.read_text().startswith("# agentload simulator profile: fitted")
+    # The probe's measurements are kept beside the profile, and a refit from them alone
+    # gives the same profile, without a server.
+    kept = tmp_path / "fitted.probe.json"
+    assert f"kept the probe's measurements in {kept}" in r.output
+    again = tmp_path / "again.yaml"
+    r = CliRunner().invoke(app, ["sim", "calibrate", "--pool", str(kept), "-o", str(again)])
+    assert r.exit_code == 0, r.output
+    assert "pooled 1 probe," in r.output and "timing this client" not in r.output
+    refit = load_profile(str(again))
+    for name in (*PARAMS, "idle_wake_s", "idle_wake_per_s", "coalesce_p", "coalesce_first_p"):
+        assert getattr(refit, name) == getattr(got, name), name
+    assert refit.max_num_batched_tokens == 2048 and refit.max_num_seqs == got.max_num_seqs
+    assert (refit.calibration or {})["pooled"][0]["file"] == "fitted.probe.json"
 
 
 def test_calibrate_cli_errors_are_one_line(tmp_path: Path) -> None:
@@ -139,6 +153,17 @@ def test_calibrate_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 1
     assert r.output.count("\n") == 1, r.output
     assert "did not answer" in r.output
+    missing = tmp_path / "gone.probe.json"
+    r = runner.invoke(app, ["sim", "calibrate", "--pool", str(missing)])
+    assert r.exit_code == 2 and f"--pool: no such file: {missing}" in r.output
+    bad = tmp_path / "bad.probe.json"
+    bad.write_text("{}")
+    r = runner.invoke(app, ["sim", "calibrate", "--pool", str(bad)])
+    assert r.exit_code == 2 and f"{bad}: not a probe kept by" in r.output
+    r = runner.invoke(
+        app, ["sim", "calibrate", "--pool", str(bad), "--base-url", "http://127.0.0.1:9/v1"]
+    )
+    assert r.exit_code == 2 and "give one of --base-url, --pool" in r.output
 
 
 async def _http_chunks(base_url: str, tokens: int) -> list[int]:
@@ -386,6 +411,43 @@ async def test_a_round_of_the_probe_on_a_slower_server_is_named() -> None:
     (note,) = [line for line in lines if "moved between the probe's rounds" in line]
     assert "1.00 1.30 1.00 (apart by 30 %)" in note and "--warmup" not in note
     assert any("pace of the probe's rounds 1.00 1.30 1.00" in s for s in summary_lines(result))
+
+
+def _steps_slower(p: Profile, k: float) -> Profile:
+    """`p` with the engine's step costs `k` times its own and its front end as it was."""
+    steps = [f for f in PARAMS if f not in ("request_overhead_s", "frontend_token_s")]
+    return p.model_copy(update={f: k * getattr(p, f) for f in steps})
+
+
+async def test_pooled_probes_fit_the_server_as_it_usually_runs(tmp_path: Path) -> None:
+    # Three probes of one server whose steps ran 10 % fast, as usual and 30 % slow (as a
+    # real server moves between starts): each alone fits its own speed, the pool the usual.
+    plan = ProbePlan.quick()
+    plan.idle_pause_s = 0.0  # not needed here, and it takes wall time
+    plan.first_chunk_streams = 0
+    kept = []
+    for k in (0.9, 1.0, 1.3):
+        served = _steps_slower(KNOWN, k)
+        async with SimServer(SimConfig(port=0, profile=served, speedup=10, model="m")) as sim:
+            path = tmp_path / f"x{k}.probe.json"
+            alone = await calibrate(
+                Target(sim.base_url, "m"), name=f"x{k}", plan=plan, save_probe=path
+            )
+        assert alone.profile.decode_seq_s == pytest.approx(served.decode_seq_s, rel=0.05)
+        kept.append(path)
+    lines: list[str] = []
+    c = await pool(kept, name="pooled", say=lines.append)
+    for name in (*PARAMS, "idle_wake_s"):
+        assert getattr(c.profile, name) == pytest.approx(getattr(KNOWN, name), rel=0.05), name
+    paces = [q["pace"] for q in (c.profile.calibration or {})["pooled"]]
+    # the middle probe is every quantity's median; the others' step costs moved, not their
+    # front end, so their TTFTs moved less than k
+    assert paces[1] == 1.0 and 0.9 <= paces[0] < 1.0 < paces[2] <= 1.3
+    assert any("the server ran at different speeds in different probes" in s for s in lines)
+    assert any(
+        f"pace of the pooled probes {paces[0]:.2f} 1.00 {paces[2]:.2f}" in s
+        for s in summary_lines(c)
+    )
 
 
 def _generated(base_url: str) -> int:

@@ -59,6 +59,22 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
         max(0.0, over["request_overhead_fitted_s"] - over["median_s"]), rel=0.01, abs=2e-5
     )
     assert "less" in r.stderr and "the simulator adds by serving it" in r.stderr
+    # the probe's measurements were kept beside the profile, and a refit from them alone (no
+    # server) gives the same fitted costs, with the serving overhead timed again
+    kept = tmp_path / "vllm.probe.json"
+    assert f"kept the probe's measurements in {kept}" in r.stderr
+    again = tmp_path / "again.yaml"
+    r = _agentload(
+        "sim", "calibrate", "--pool", str(kept), "--tokenizer", str(tiny_model / "tokenizer.json"),
+        "-o", str(again),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    refit = load_profile(str(again))
+    for name in ("step_overhead_s", "prefill_token_s", "decode_seq_s", "prefill_attention_s",
+                 "frontend_token_s", "frontend_step_s", "idle_wake_s"):  # fmt: skip
+        assert getattr(refit, name) == getattr(p, name), name
+    assert (refit.calibration or {})["serving_overhead"]["requests"] == 16
+    assert refit.block_size == 128 and refit.max_num_batched_tokens == p.max_num_batched_tokens
 
 
 def test_fidelity_of_the_shipped_profile(

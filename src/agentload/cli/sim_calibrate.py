@@ -53,6 +53,11 @@ CALIBRATE_OPTIONS = [
     Opt("from_dir", ("--from",), Path | None,
         "Fit from a finished run's results directory (calls.jsonl, server_metrics.jsonl) "
         "instead of probing a server: no extra load.", SERVER, metavar="RESULTS_DIR"),
+    Opt("pool", ("--pool",), list[Path],
+        "Fit from probes kept by earlier calibrations (the NAME.probe.json written beside each "
+        "profile) instead of probing: repeat it to pool several server starts, replicas or "
+        "days into one profile, each pattern's median over all of them; once, to refit.",
+        SERVER, [], metavar="PROBE_JSON"),
     Opt("tokenizer", ("--tokenizer",), str | None,
         "The model's tokenizer.json: probe prompts get exact lengths (recommended).",
         PROBE, metavar="FILE"),
@@ -76,7 +81,8 @@ CALIBRATE_OPTIONS = [
     Opt("wall_clock", ("--wall-clock",), bool,
         "Against an agentload simulator, time on the wall clock instead of its model clock "
         "(measures it as a real server would be).", PROBE, False),
-    Opt("out", ("--out", "-o"), Path, "Profile file to write (YAML).", OUT, _OUT, metavar="FILE"),
+    Opt("out", ("--out", "-o"), Path, "Profile file to write (YAML); a probe's measurements "
+        "are kept beside it as NAME.probe.json, for --pool.", OUT, _OUT, metavar="FILE"),
     Opt("name", ("--name",), str | None, "Profile name (default: the file's stem).", OUT),
     Opt("as_json", ("--json",), bool, "Print the profile as JSON on stdout.", OUT, False),
     Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
@@ -90,16 +96,19 @@ def calibrate_command(**a: Any) -> None:
     decode at several batch sizes and contexts, prefix-cache hits, prefill beside decodes,
     arrivals beside decodes, an idle engine's start, chunking) for a few minutes, fit the
     timing model of docs/simulator.md, and write the profile with its fit quality and the
-    engine it came from.
+    engine it came from, keeping the probe's measurements beside it (NAME.probe.json).
+    --pool fits one profile to kept probes of several server starts, replicas or days.
     Use it with `agentload sim --profile FILE` or a run's `--sim-profile FILE`."""
     from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
 
     say = _say(a["quiet"])
     _check_file("calibrate", "--tokenizer", a["tokenizer"])
+    for path in a["pool"]:
+        _check_file("calibrate", "--pool", str(path))
     out: Path = a["out"]
     command = "agentload sim calibrate " + shlex.join(redact_argv(sys.argv[3:]))
     try:
-        result = _calibration(a, a["name"] or out.stem, say)
+        result = _calibration(a, a["name"] or out.stem, out, say)
     except ValueError as exc:
         raise _fail("calibrate", str(exc), 2) from None
     except _probe_errors() as exc:
@@ -114,16 +123,37 @@ def calibrate_command(**a: Any) -> None:
         print(json.dumps(result.profile.model_dump(), indent=2))
 
 
-def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:
+def _calibration(a: dict[str, Any], name: str, out: Path, say: Any) -> Any:
+    sources = [f for f, given in (("--base-url", a["base_url"]), ("--from", a["from_dir"]),
+                                  ("--pool", a["pool"])) if given]  # fmt: skip
+    if len(sources) > 1:
+        raise ValueError(f"give one of {', '.join(sources)}: each is a way to calibrate")
     if a["from_dir"] is not None:
         from agentload.sim.calibration.fromrun import calibrate_from_run
 
         return calibrate_from_run(
             a["from_dir"], name=name, base=a["base"], budget=a["max_num_batched_tokens"], say=say
         )
+    if a["pool"]:
+        from agentload.sim.calibration.calibrate import pool
+
+        if a["max_num_batched_tokens"] is not None:
+            raise ValueError("--max-num-batched-tokens: the pooled probes carry their own")
+        return asyncio.run(
+            pool(
+                a["pool"],
+                name=name,
+                base=a["base"],
+                tokenizer=a["tokenizer"],
+                max_num_seqs=a["max_num_seqs"],
+                say=say,
+            )
+        )
     if not a["base_url"] or not a["model"]:
-        raise ValueError("give --base-url and --model (or --from RESULTS_DIR)")
-    from agentload.sim.calibration.calibrate import calibrate
+        raise ValueError(
+            "give --base-url and --model (or --from RESULTS_DIR, or --pool PROBE_JSON)"
+        )
+    from agentload.sim.calibration.calibrate import calibrate, probe_path
     from agentload.sim.calibration.stream import Target
 
     key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
@@ -138,6 +168,7 @@ def _calibration(a: dict[str, Any], name: str, say: Any) -> Any:
             plan=_plan(a),
             wall_clock=a["wall_clock"],
             say=say,
+            save_probe=probe_path(out),
         )
     )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,7 +30,7 @@ from agentload.sim.calibration.fit import (
     fit_first_hold,
     fit_idle_wake,
 )
-from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult
+from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult, pooled
 from agentload.sim.calibration.prompts import PromptMaker
 from agentload.sim.calibration.stream import (
     ProbeError,
@@ -41,7 +42,7 @@ from agentload.sim.calibration.stream import (
 )
 from agentload.sim.config import SimConfig
 from agentload.sim.profiles import Profile, load_profile
-from agentload.stats import moved
+from agentload.stats import moved, pace
 from agentload.util import is_loopback_url
 
 Say = Callable[[str], None]
@@ -340,6 +341,11 @@ class Calibration:
     seconds: float
 
 
+def _pooled_from(extra: dict[str, Any]) -> str:
+    n = len(extra.get("pooled", ()))
+    return f"{n} probes pooled, " if n > 1 else ""
+
+
 def build_profile(
     name: str,
     base: Profile,
@@ -372,7 +378,7 @@ def build_profile(
     fields.update(
         name=name,
         description=f"Calibrated against {info.engine} {info.version or ''} serving {info.model}"
-        f" ({dt.date.today().isoformat()}).".replace("  ", " "),
+        f" ({_pooled_from(extra)}{dt.date.today().isoformat()}).".replace("  ", " "),
         coalesce_p=p0,
         coalesce_per_seq=p1,
         coalesce_first_p=first_p,
@@ -411,8 +417,10 @@ async def calibrate(
     wall_clock: bool = False,
     say: Say = lambda s: None,
     seed: int | None = None,
+    save_probe: Path | None = None,
 ) -> Calibration:
-    """Probe the server at `target`, fit, and return the profile (nothing written)."""
+    """Probe the server at `target`, fit, and return the profile (not written); the probe's
+    measurements go to `save_probe` (for `pool`) before the fit."""
     t_start = time.monotonic()
     base_p = load_profile(base)
     # A fresh salt by default: a real server's prefix cache may hold an earlier probe's prompts.
@@ -460,9 +468,6 @@ async def calibrate(
             + (f", after a {_dur(plan.warmup_s)} warm-up)" if plan.warmup_s else ")")
         )
         await probe.run(steps)
-    if warning := pace_warning(probe.result.pace):
-        say(f"calibrate: note: {warning}")
-    f = fit(probe.result.obs)
     load_after = os.getloadavg()
     extra = {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -471,6 +476,7 @@ async def calibrate(
             "requests": probe.result.requests,
             "seconds": round(time.monotonic() - t_start, 1),
             "max_num_batched_tokens": plan.budget,
+            "max_num_seqs": max_num_seqs,
             "prompt_lengths": plan.prompt_lengths,
             "decode_batches": plan.decode_batches,
             "decode_contexts": plan.decode_contexts,
@@ -492,14 +498,56 @@ async def calibrate(
             "load_avg_1m_after": round(load_after[0], 2),
         },
     }
-    profile = build_profile(name, base_p, f, probe.result, info, extra)
-    if not target.model_times:
+    if save_probe is not None:
+        # The probe's minutes are kept before anything can go wrong in the fit.
+        try:
+            write_probe(save_probe, info, extra, probe.result)
+        except OSError as exc:
+            say(f"calibrate: warning: could not keep the probe's measurements: {exc}")
+        else:
+            say(f"calibrate: kept the probe's measurements in {save_probe}")
+    if warning := pace_warning(probe.result.pace):
+        say(f"calibrate: note: {warning}")
+    return await _fitted(
+        name,
+        base_p,
+        probe.result,
+        info,
+        extra,
+        model=info.model or target.model,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        max_num_seqs=max_num_seqs,
+        say=say,
+        t_start=t_start,
+    )
+
+
+async def _fitted(
+    name: str,
+    base_p: Profile,
+    result: ProbeResult,
+    info: ServerInfo,
+    extra: dict[str, Any],
+    *,
+    model: str,
+    tokenizer: str | None,
+    prompts: PromptMaker,
+    max_num_seqs: int | None,
+    say: Say,
+    t_start: float,
+) -> Calibration:
+    """Fit the probe's observations and finish the profile: a probe timed on the wall clock
+    (a real server) loses the simulator's own serving overhead from its front end."""
+    f = fit(result.obs)
+    profile = build_profile(name, base_p, f, result, info, extra)
+    if extra["clock"] == "wall":
         say(
             f"calibrate: timing this client against a simulator with the fitted profile "
             f"({OVERHEAD_REQUESTS} short requests)"
         )
         try:
-            diffs = await serving_overhead(profile, info.model or target.model, tokenizer, prompts)
+            diffs = await serving_overhead(profile, model, tokenizer, prompts)
         except (ProbeError, OSError, RuntimeError, TimeoutError) as exc:
             # The probe's minutes are not thrown away for this last, small correction.
             say(
@@ -510,8 +558,161 @@ async def calibrate(
             profile = without_overhead(profile, diffs)
     if max_num_seqs:
         profile = profile.model_copy(update={"max_num_seqs": max_num_seqs})
-    profile = profile.model_copy(update={"max_num_batched_tokens": plan.budget})
-    return Calibration(profile, f, probe.result, info, time.monotonic() - t_start)
+    budget = extra["probe"]["max_num_batched_tokens"]
+    profile = profile.model_copy(update={"max_num_batched_tokens": budget})
+    return Calibration(profile, f, result, info, time.monotonic() - t_start)
+
+
+# The probe's measurements as `sim calibrate` keeps them beside the profile, for `--pool`.
+PROBE_FORMAT = "agentload-probe/1"
+
+
+def probe_path(profile_path: Path) -> Path:
+    """Where `sim calibrate --out FILE` keeps its probe's measurements."""
+    return profile_path.with_name(profile_path.stem + ".probe.json")
+
+
+def write_probe(path: Path, info: ServerInfo, extra: dict[str, Any], result: ProbeResult) -> None:
+    record = {
+        "format": PROBE_FORMAT,
+        "server": {**info.as_dict(), "is_sim": info.is_sim},
+        "calibration": extra,
+        "result": result.as_dict(),
+    }
+    path.write_bytes(orjson.dumps(record))
+
+
+@dataclass
+class SavedProbe:
+    path: Path
+    info: ServerInfo
+    extra: dict[str, Any]
+    result: ProbeResult
+
+
+def read_probe(path: Path) -> SavedProbe:
+    """A probe `write_probe` kept; a ValueError naming the file for anything else."""
+    try:
+        record = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != PROBE_FORMAT:
+        raise ValueError(
+            f'{path}: not a probe kept by `agentload sim calibrate` (no "format": '
+            f'"{PROBE_FORMAT}"); it keeps one beside each profile it writes, as NAME.probe.json'
+        )
+    try:
+        server = record["server"]
+        info = ServerInfo(
+            engine=str(server["engine"]),
+            version=server.get("version"),
+            model=str(server["model"]),
+            max_model_len=server.get("max_model_len"),
+            block_size=server.get("block_size"),
+            kv_blocks=server.get("kv_blocks"),
+            is_sim=bool(server.get("is_sim")),
+        )
+        extra = dict(record["calibration"])
+        for key in ("clock", "probe"):
+            if key not in extra:
+                raise KeyError(f"calibration.{key}")
+        for key in ("max_num_batched_tokens", "idle_pause_s"):
+            if key not in extra["probe"]:
+                raise KeyError(f"calibration.probe.{key}")
+        result = ProbeResult.from_dict(record["result"])
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"{path}: a probe with a missing or malformed field ({exc!r})") from None
+    return SavedProbe(path, info, extra, result)
+
+
+async def pool(
+    paths: list[Path],
+    *,
+    name: str,
+    base: str = "tiny-cpu",
+    tokenizer: str | None = None,
+    max_num_seqs: int | None = None,
+    say: Say = lambda s: None,
+) -> Calibration:
+    """Fit one profile to probes that `sim calibrate` kept (several server starts, replicas
+    or days of one engine): every pattern's samples together, so each observation is the
+    median over all of them. One probe is a refit."""
+    t_start = time.monotonic()
+    probes = [read_probe(p) for p in paths]
+    first = probes[0]
+    if len({p.extra["clock"] for p in probes}) > 1:
+        raise ValueError(
+            "--pool: some probes were timed on a simulator's model clock and some on the wall "
+            "clock; pool like with like"
+        )
+    # Patterns one probe has and another lacks pool fine; a prefill's features depend on the
+    # token budget, so one label would stand for different steps.
+    budgets = {str(p.extra["probe"].get("max_num_batched_tokens")) for p in probes}
+    if len(budgets) > 1:
+        raise ValueError(
+            f"--pool: the probes ran with different token budgets per step "
+            f"({', '.join(sorted(budgets))}); their prefill observations do not line up"
+        )
+    if len({p.info.block_size for p in probes}) > 1:
+        raise ValueError("--pool: the probes' servers had different KV block sizes")
+    servers = {(p.info.engine, p.info.version, p.info.model) for p in probes}
+    if len(servers) > 1:
+        listed = "; ".join(f"{e} {v or '?'} serving {m}" for e, v, m in sorted(servers, key=str))
+        say(f"calibrate: note: the probes came from different servers ({listed})")
+    result = pooled([p.result for p in probes])
+    each = pace([{(o.kind, o.label): o.y for o in p.result.obs} for p in probes])
+    say(
+        f"calibrate: pooled {len(probes)} probe{'s' if len(probes) > 1 else ''}, "
+        f"{result.requests} requests in "
+        f"{result.rounds} rounds"
+        + (f"; each probe against the others: {pace_text(each)}" if len(probes) > 1 else "")
+    )
+    if len(probes) > 1 and (m := moved(each)) is not None and m > PACE_NOTE:
+        say(
+            "calibrate: note: the server ran at different speeds in different probes; the "
+            "profile fits their median, the server as it usually runs"
+        )
+    extra = {
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "clock": first.extra["clock"],
+        "probe": {
+            **first.extra["probe"],
+            "requests": result.requests,
+            "seconds": round(sum(float(p.extra["probe"].get("seconds", 0)) for p in probes), 1),
+            "repeats": result.rounds,
+        },
+        "host": first.extra.get("host", {}),
+        "pooled": [
+            {
+                "file": p.path.name,
+                "created": p.extra.get("created"),
+                "server": f"{p.info.engine} {p.info.version or '?'} serving {p.info.model}",
+                "requests": p.result.requests,
+                "rounds": p.result.rounds,
+                "pace": None if (pc := each[i]) is None else round(pc, 3),
+                "host": p.extra.get("host", {}),
+            }
+            for i, p in enumerate(probes)
+        ],
+    }
+    base_p = load_profile(base)
+    prompts = PromptMaker(tokenizer, time.time_ns())
+    return await _fitted(
+        name,
+        base_p,
+        result,
+        first.info,
+        extra,
+        model=first.info.model,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        # the sequence cap the first probe's calibration was given, unless given again
+        max_num_seqs=max_num_seqs or first.extra["probe"].get("max_num_seqs"),
+        say=say,
+        t_start=t_start,
+    )
 
 
 def _dur(s: float) -> str:
@@ -567,4 +768,6 @@ def summary_lines(c: Calibration) -> list[str]:
         )
     if pace_ := (p.calibration or {}).get("pace"):
         lines.append(f"pace of the probe's rounds {pace_text(pace_['rounds'])}")
+    if len(probes := (p.calibration or {}).get("pooled", [])) > 1:
+        lines.append(f"pace of the pooled probes {pace_text([q['pace'] for q in probes])}")
     return lines

@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import aiohttp
 
@@ -155,6 +156,10 @@ class Pilot:
         return self.tpot_s * (1 + 0.3 * (batch - 1))
 
 
+Sample = tuple[float, list[float], int]
+"""One measurement of a pattern: (latency, its features, the round it was taken in)."""
+
+
 @dataclass
 class ProbeResult:
     obs: list[Obs] = field(default_factory=list)
@@ -171,6 +176,83 @@ class ProbeResult:
     pace: list[float | None] = field(default_factory=list)
     """Per round, how its latencies compared with the same patterns' in the other rounds
     (`agentload.stats.pace`: 1.10 is a round 10 % slower than usual); empty with one round."""
+    samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)
+    """Every pattern's measurements, by (kind, label): what `obs` and `pace` summarise."""
+    chunks: dict[int, list[int]] = field(default_factory=dict)
+    """Tokens per chunk on the wire (after the first), by decode batch size."""
+    rounds: int = 1
+
+    def summarise(self) -> None:
+        """Each pattern's median sample becomes one observation; each round gets its pace."""
+        self.obs = []
+        for (kind, label), samples in self.samples.items():
+            y, feats, _ = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
+            if kind == "decode":
+                # the median step, with the mean context of the samples
+                y = statistics.median(s[0] for s in samples)
+                feats = [statistics.fmean(s[1][i] for s in samples) for i in range(len(feats))]
+            self.obs.append(Obs(kind, label, y, feats, len(samples)))
+        self.pace = []
+        if self.rounds > 1:
+            per_round: list[dict[tuple[str, str], float]] = [{} for _ in range(self.rounds)]
+            for key, samples in self.samples.items():
+                for r in range(self.rounds):
+                    if ys := [y for y, _, k in samples if k == r]:
+                        per_round[r][key] = statistics.median(ys)
+            self.pace = pace(per_round)
+        self.chunking = {b: statistics.fmean(v) for b, v in sorted(self.chunks.items()) if v}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The measurements, for JSON: what `from_dict` reads back and `pooled` merges."""
+        return {
+            "rounds": self.rounds,
+            "requests": self.requests,
+            "samples": [
+                {"kind": kind, "label": label, "samples": [[y, x, r] for y, x, r in ss]}
+                for (kind, label), ss in self.samples.items()
+            ],
+            "chunks": {str(b): v for b, v in self.chunks.items()},
+            "first_chunks": [list(fc) for fc in self.first_chunks],
+            "idle": self.idle,
+            "busy": [list(b) for b in self.busy],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProbeResult:
+        """The measurements `as_dict` wrote, summarised; a KeyError, TypeError or ValueError
+        for data of another shape."""
+        r = cls(rounds=int(d["rounds"]), requests=int(d["requests"]))
+        for entry in d["samples"]:
+            r.samples[(str(entry["kind"]), str(entry["label"]))] = [
+                (float(y), [float(v) for v in x], int(k)) for y, x, k in entry["samples"]
+            ]
+        r.chunks = {int(b): [int(t) for t in v] for b, v in d["chunks"].items()}
+        r.first_chunks = [(int(a), int(b)) for a, b in d["first_chunks"]]
+        r.idle = [float(x) for x in d["idle"]]
+        r.busy = [(float(lo), float(hi), int(n)) for lo, hi, n in d["busy"]]
+        r.summarise()
+        return r
+
+
+def pooled(results: list[ProbeResult]) -> ProbeResult:
+    """Several probes as one: every pattern's samples together (each probe's rounds counted
+    after the previous probe's), so each observation is the median over all of them and the
+    pace compares every round with all the others."""
+    out = ProbeResult()
+    offset = 0
+    for res in results:
+        for key, samples in res.samples.items():
+            out.samples.setdefault(key, []).extend((y, x, offset + k) for y, x, k in samples)
+        for b, v in res.chunks.items():
+            out.chunks.setdefault(b, []).extend(v)
+        out.first_chunks += res.first_chunks
+        out.idle += res.idle
+        out.busy += res.busy
+        out.requests += res.requests
+        offset += res.rounds
+    out.rounds = max(1, offset)
+    out.summarise()
+    return out
 
 
 class Probe:
@@ -188,8 +270,6 @@ class Probe:
         self.prompts = prompts
         self.progress = progress
         self.result = ProbeResult()
-        self._chunks: dict[int, list[int]] = {}
-        self._samples: dict[tuple[str, str], list[tuple[float, list[float], int]]] = {}
         self._prefixes: dict[int, str] = {}
         self._frontend_prompts: dict[int, str] = {}
         self._recording = True
@@ -279,29 +359,13 @@ class Probe:
         self._finish()
 
     def _finish(self) -> None:
-        """Each pattern's median sample becomes one observation."""
-        for (kind, label), samples in self._samples.items():
-            y, feats, _ = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
-            if kind == "decode":
-                # the median step, with the mean context of the samples
-                y = statistics.median(s[0] for s in samples)
-                feats = [statistics.fmean(s[1][i] for s in samples) for i in range(len(feats))]
-            self.result.obs.append(Obs(kind, label, y, feats, len(samples)))
-        if self.plan.repeats > 1:
-            per_round: list[dict[tuple[str, str], float]] = [{} for _ in range(self.plan.repeats)]
-            for key, samples in self._samples.items():
-                for r in range(self.plan.repeats):
-                    if ys := [y for y, _, k in samples if k == r]:
-                        per_round[r][key] = statistics.median(ys)
-            self.result.pace = pace(per_round)
-        self.result.chunking = {
-            b: statistics.fmean(v) for b, v in sorted(self._chunks.items()) if v
-        }
+        self.result.rounds = self.plan.repeats
+        self.result.summarise()
 
     def _sample(self, kind: str, label: str, y: float, feats: list[float]) -> None:
         if not self._recording:
             return
-        self._samples.setdefault((kind, label), []).append((y, feats, self._round))
+        self.result.samples.setdefault((kind, label), []).append((y, feats, self._round))
 
     # -- the phases (one repetition each) ----------------------------------------------------
     def _cached(self, c: Call, warm: bool) -> int:
@@ -337,7 +401,7 @@ class Probe:
         wire = await asyncio.gather(*(self.call(q, self.plan.decode_tokens) for q in prompts))
         if self._recording:
             for c in wire:
-                self._chunks.setdefault(batch, []).extend(c.chunk_tokens)
+                self.result.chunks.setdefault(batch, []).extend(c.chunk_tokens)
         calls = await self.clocked(list(wire))
         w0 = max(c.times[0] for c in calls)
         w1 = min(c.times[-1] for c in calls)
