@@ -9,7 +9,8 @@ import pytest
 
 from agentload.sim import SimConfig, SimServer
 from agentload.sim.calibration.probe import frontend_gaps
-from agentload.sim.calibration.stream import Call
+from agentload.sim.calibration.prompts import PromptMaker
+from agentload.sim.calibration.stream import Call, Target, model_clock, stream_call
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile
@@ -50,12 +51,13 @@ def test_frontend_gaps_are_the_steps_between_an_arrival_and_its_prefill() -> Non
     dec = _call(0.0, times, list(range(1, len(times) + 1)))
     arrival = _call(0.0105, [0.0312], [1])
     got = frontend_gaps(dec, [arrival])
-    # the step in progress when it was sent (10 -> 12 ms) and the mixed one are left out
-    assert got == pytest.approx([0.005, 0.005])
+    # the step in progress when it was sent (10 -> 12 ms) counts, the ones before it and the
+    # mixed one do not
+    assert got == pytest.approx([0.002, 0.005, 0.005])
     # a chunk that carried two tokens hides a step: left out too
     counts = list(range(1, len(times) + 1))
     counts[7:] = [c + 1 for c in counts[7:]]
-    assert frontend_gaps(_call(0.0, times, counts), [arrival]) == pytest.approx([0.005])
+    assert frontend_gaps(_call(0.0, times, counts), [arrival]) == pytest.approx([0.002, 0.005])
     # an arrival that never got a token, or came after the stream, gives nothing
     assert frontend_gaps(dec, [_call(0.0105, [], [])]) == []
     assert frontend_gaps(dec, [_call(0.04, [0.05], [1])]) == []
@@ -84,3 +86,35 @@ async def test_a_request_counts_in_the_front_end_from_arrival_to_the_queue_only(
             gone.cancel()
             await asyncio.sleep(0.4)
             assert engine.frontend_requests == 0
+
+
+async def test_the_step_in_progress_when_a_request_arrives_pays_the_front_end_once() -> None:
+    # 4 ms steps; a request's 10 ms front end costs each step it overlaps 2 ms, the one in
+    # progress when it arrives included, and a step pays once however many requests arrive
+    profile = Profile(
+        step_overhead_s=0.004, frontend_step_s=0.002, request_overhead_s=0.010,
+        block_size=16, kv_blocks=256,
+    )  # fmt: skip
+    prompts = PromptMaker(None, 3)
+    async with SimServer(SimConfig(port=0, profile=profile, model="m")) as sim:
+        target = Target(sim.base_url, "m", model_times=True)
+        async with aiohttp.ClientSession() as http:
+            dec = Call(start=0.0)
+            task = asyncio.ensure_future(stream_call(http, target, prompts.prompt(32), 80, dec))
+            while not dec.counts or dec.counts[-1] < 15:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+            one = asyncio.ensure_future(stream_call(http, target, prompts.prompt(16), 1))
+            await asyncio.sleep(0.003)
+            two = await stream_call(http, target, prompts.prompt(16), 1)
+            d, a, b = [await model_clock(http, target, c) for c in (await task, await one, two)]
+    gaps = [t1 - t0 for t0, t1 in zip(d.times, d.times[1:], strict=False)]
+    assert all(g == pytest.approx(0.004) or g == pytest.approx(0.006) for g in gaps), gaps
+    for arrival in (a.start, b.start):
+        # the gap of the stream during which the request arrived
+        k = next(i for i, t in enumerate(d.times) if t > arrival)
+        assert d.times[k] - d.times[k - 1] == pytest.approx(0.006), (
+            arrival,
+            d.times[k - 2 : k + 2],
+        )
+    # plain steps before the first arrival and after the last request left the front end
+    assert gaps[5] == pytest.approx(0.004) and gaps[-1] == pytest.approx(0.004)

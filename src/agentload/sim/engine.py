@@ -229,6 +229,7 @@ class FrontEndSlot:
 
     def __init__(self, engine: Engine) -> None:
         engine.in_frontend += 1
+        engine.arrived()
         self._engine: Engine | None = engine
 
     def leave(self) -> None:
@@ -261,7 +262,8 @@ class Engine:
         self._aborts = 0
         self.steps = 0
         # requests the server is still reading (see FrontEndSlot) and, in _pending, the ones
-        # in their front-end delay: steps that start meanwhile pay frontend_step_s
+        # in their front-end delay: steps that start meanwhile pay frontend_step_s (and the one
+        # in progress when a request arrives: see `arrived`)
         self.in_frontend = 0
         # (model time it reaches the queue, order, wall time it is due, seq), a heap
         self._pending: list[tuple[float, int, float, Seq]] = []
@@ -281,6 +283,11 @@ class Engine:
         self._model_anchor = time.monotonic()
         self._wake_model: float | None = None
         self._step_end_model = 0.0
+        # A timed step in progress, whether it pays frontend_step_s, and what arrivals during
+        # it added to its length (see `arrived`).
+        self._stepping = False
+        self._step_pays_frontend = False
+        self._stretch = 0.0
 
     def model_now(self) -> float:
         """The model clock now (between steps it runs with the wall clock, times speedup)."""
@@ -304,6 +311,20 @@ class Engine:
         self.waiting.append(seq)
         self.metrics.num_waiting = len(self.waiting)
         self._wake.set()
+
+    def arrived(self) -> None:
+        """A request came in. A timed step in progress that does not pay `frontend_step_s`
+        yet (it started with no request in the front end) pays it now, and ends that much
+        later: the front end's work competes with the step in progress as with the ones
+        that start while it lasts (measured by the probe's front-end pattern)."""
+        if (
+            self._stepping
+            and not self._step_pays_frontend
+            and self.p.frontend_step_s > 0
+            and self.model_now() < self._step_end_model
+        ):
+            self._step_pays_frontend = True
+            self._stretch += self.p.frontend_step_s
 
     @property
     def frontend_requests(self) -> int:
@@ -457,7 +478,8 @@ class Engine:
             )
             if kv_blocks:
                 dt += p.decode_kv_token_s * kv_tokens(len(kv_blocks), bs, decode_ctx)
-            if self.in_frontend or self._pending:
+            self._step_pays_frontend = bool(self.in_frontend or self._pending)
+            if self._step_pays_frontend:
                 dt += p.frontend_step_s
             self.metrics.iteration_tokens.observe(p.max_num_batched_tokens - budget)
         return scheduled, dt
@@ -732,6 +754,7 @@ class Engine:
             self._wake_model = None
             deadline = t0 + dt / self.speedup
             self._step_end_model = model_t0 + dt
+            self._stepping, self._stretch = True, 0.0
             # Writing a step's tokens takes time; start early by half of it, so that tokens
             # leave spread around the deadline rather than all after it.
             emitting = sum(1 for seq, n in scheduled if seq.num_computed + n >= seq.total_len)
@@ -746,8 +769,20 @@ class Engine:
             # step starts on time rather than up to a millisecond late. The spin yields to the
             # loop: a request arriving in it is read now, on time, rather than after the step
             # (when, in model time, it would have missed the step's end).
-            while clock() < target:  # noqa: ASYNC110 (a spin; an event has no deadline)
-                await asyncio.sleep(0)
+            while True:
+                while clock() < target:  # noqa: ASYNC110 (a spin; an event has no deadline)
+                    await asyncio.sleep(0)
+                if not self._stretch:
+                    break
+                # a request arrived during the step and made it longer (`arrived`)
+                x, self._stretch = self._stretch, 0.0
+                dt += x
+                deadline += x / self.speedup
+                target += x / self.speedup
+                self._step_end_model = model_t0 + dt
+                delay = target - clock()
+                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
+            self._stepping = False
             if self._stopped:
                 break
             self.model_clock = model_t0 + dt

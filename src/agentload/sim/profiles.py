@@ -27,7 +27,7 @@ class Profile(BaseModel):
     #           + decode_context_token_s * context tokens read by decoding sequences
     #           + decode_max_context_s * longest context among decoding sequences
     #           + decode_kv_token_s * distinct KV tokens read by decoding sequences
-    #           + frontend_step_s if a request is in the front end
+    #           + frontend_step_s if a request is in the front end during the step
     #           + idle_wake_per_s * min(idle seconds, idle_wake_cap_s) on a step after idle
     step_overhead_s: float = Field(default=0.0, ge=0)
     prefill_token_s: float = Field(default=0.0, ge=0)

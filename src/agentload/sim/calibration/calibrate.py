@@ -486,6 +486,7 @@ async def calibrate(
             "idle_pause_s": plan.idle_pause_s,
             "busy_streams": plan.busy_streams,
             "busy_arrivals": plan.busy_arrivals,
+            "busy_contexts": plan.busy_contexts,
             "repeats": plan.repeats,
             "warmup_s": plan.warmup_s,
             "tokenizer": Path(tokenizer).name if tokenizer else None,

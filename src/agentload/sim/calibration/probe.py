@@ -85,6 +85,10 @@ class ProbePlan:
     """Short prompts per round of the busy-start pattern; each bounds the front end to one
     step's length, so many of them at scattered moments narrow it down."""
     busy_prompt: int = 64
+    busy_contexts: list[int] = field(default_factory=lambda: [256, 2048])
+    """Cached contexts the busy-start pattern's streams decode over, one run each: steps of
+    different lengths, so that a front end the step an arrival comes in hides from one
+    (`frontend_step_s`) shows in another (see `busy_start`)."""
     warmup_s: float = 60.0
     """Seconds of the probe's loading patterns first, recorded nothing: a freshly started vLLM
     ran its first minute or so up to 45 % slower (docs/simulator.md, "Warm-up")."""
@@ -134,6 +138,7 @@ class ProbePlan:
             busy_streams=self.busy_streams,
             busy_arrivals=self.busy_arrivals,
             busy_prompt=min(self.busy_prompt, top),
+            busy_contexts=[min(c, top) for c in self.busy_contexts],
             warmup_s=self.warmup_s,
             budget=self.budget,
             block_size=self.block_size,
@@ -317,8 +322,9 @@ class Probe:
             est = pl.first_chunk_pause_s + pilot.ttft(pl.frontend_context) + 160 * pilot.step(1)
             steps.append((f"front end {p}", est + 0.1, partial(self.frontend, p)))
         if pl.busy_streams and pl.busy_arrivals:
-            est = pilot.ttft(256) + self._busy_tokens() * pilot.step(pl.busy_streams) + 0.1
-            steps.append(("busy start", est, self.busy_start))
+            for ctx in pl.busy_contexts:
+                est = pilot.ttft(ctx) + self._busy_tokens() * pilot.step(pl.busy_streams) + 0.1
+                steps.append((f"busy start ctx={ctx}", est, partial(self.busy_start, ctx)))
         if pl.idle_pause_s and pl.idle_pairs:
             est = pl.idle_pairs * (pl.idle_pause_s + 2 * pilot.ttft(128)) + 0.05
             steps.append(("idle start", est, self.idle))
@@ -450,16 +456,23 @@ class Probe:
         # a scattered pause: a few steps each) before the streams end
         return 48 + 10 * self.plan.busy_arrivals
 
-    async def busy_start(self) -> None:
+    async def busy_start(self, ctx: int = 256) -> None:
         """Short cold prompts sent one after another, each after a random pause, while
-        `busy_streams` streams decode: the step boundaries around each one's prefill."""
+        `busy_streams` streams decode over a cached `ctx`-token context: the step boundaries
+        around each one's prefill.
+
+        An arrival makes the step it comes in `frontend_step_s` longer, so the next boundary
+        is never nearer to it than that: a front end that ends less than that after a
+        boundary (counting whole steps from the arrival) is bounded only to that stretch,
+        wherever in a step the arrival comes. Steps of another length (another context) move
+        where that happens, and their bounds close in on it."""
         # Streams whose chunks the server held (a whole answer in one chunk) show no step
         # boundaries: try again.
-        await _until_sampled(self._busy_start_once)
+        await _until_sampled(partial(self._busy_start_once, ctx))
 
-    async def _busy_start_once(self) -> bool:
+    async def _busy_start_once(self, ctx: int) -> bool:
         pl = self.plan
-        context = self.prompts.text(256)
+        context = self.prompts.text(ctx)
         await self.call(context, 1)  # cached: the streams start decoding at once
         # built before any is sent: making a prompt takes the client's loop for milliseconds
         texts = [self.prompts.text(pl.busy_prompt) for _ in range(pl.busy_arrivals)]
@@ -597,9 +610,10 @@ def mixed_step(dec: Call, pre: Call) -> int | None:
 
 
 def frontend_gaps(dec: Call, arrivals: list[Call]) -> list[float]:
-    """The decoding stream's steps that started while an arrival was in the front end: the
-    gaps that began after the arrival was sent and ended before the step holding its prefill
-    began. Chunks of several tokens are left out (a held token would hide a step)."""
+    """The decoding stream's steps taken while an arrival was in the front end: the gaps that
+    ended after the arrival was sent (the one in progress then included) and before the step
+    holding its prefill began. Chunks of several tokens are left out (a held token would hide
+    a step)."""
     out: list[float] = []
     t, n = dec.times, dec.counts
     for a in arrivals:
@@ -607,7 +621,7 @@ def frontend_gaps(dec: Call, arrivals: list[Call]) -> list[float]:
         if mixed is None:
             continue
         for i in range(1, mixed + 1):
-            if t[i - 1] >= a.start and n[i] - n[i - 1] == 1:
+            if t[i] > a.start and n[i] - n[i - 1] == 1:
                 out.append(t[i] - t[i - 1])
     return out
 
