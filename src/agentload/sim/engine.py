@@ -760,16 +760,16 @@ class Engine:
             emitting = sum(1 for seq, n in scheduled if seq.num_computed + n >= seq.total_len)
             lead = min(0.5 * self.emit_cost * emitting, MAX_LEAD_S, deadline - t0)
             target = deadline - lead
-            delay = target - clock()
-            # Yield at least once per step, even to spin: steps shorter than the spin (a high
-            # --speedup) would otherwise starve the loop, and arrivals, timers and anything
-            # sharing the loop would wait until the engine went idle.
-            await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
-            # The loop's timers have millisecond resolution: end the wait by spinning, so the
-            # step starts on time rather than up to a millisecond late. The spin yields to the
-            # loop: a request arriving in it is read now, on time, rather than after the step
-            # (when, in model time, it would have missed the step's end).
             while True:
+                delay = target - clock()
+                # Yield at least once per step, even to spin: steps shorter than the spin (a
+                # high --speedup) would otherwise starve the loop, and arrivals, timers and
+                # anything sharing the loop would wait until the engine went idle.
+                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
+                # The loop's timers have millisecond resolution: end the wait by spinning, so
+                # the step starts on time rather than up to a millisecond late. The spin
+                # yields to the loop: a request arriving in it is read now, on time, rather
+                # than after the step (when, in model time, it would have missed its end).
                 while clock() < target:  # noqa: ASYNC110 (a spin; an event has no deadline)
                     await asyncio.sleep(0)
                 if not self._stretch:
@@ -780,8 +780,6 @@ class Engine:
                 deadline += x / self.speedup
                 target += x / self.speedup
                 self._step_end_model = model_t0 + dt
-                delay = target - clock()
-                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
             self._stepping = False
             if self._stopped:
                 break

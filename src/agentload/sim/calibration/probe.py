@@ -456,7 +456,7 @@ class Probe:
         # a scattered pause: a few steps each) before the streams end
         return 48 + 10 * self.plan.busy_arrivals
 
-    async def busy_start(self, ctx: int = 256) -> None:
+    async def busy_start(self, ctx: int) -> None:
         """Short cold prompts sent one after another, each after a random pause, while
         `busy_streams` streams decode over a cached `ctx`-token context: the step boundaries
         around each one's prefill.
