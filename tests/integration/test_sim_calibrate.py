@@ -85,6 +85,7 @@ async def test_calibration_recovers_the_simulators_profile() -> None:
     # most of the busy-start arrivals bound the front end; every one agrees on the model clock
     busy = cal["busy_start"]
     assert busy["arrivals"] >= 32 and busy["consistent"] == busy["arrivals"]
+    assert result.profile.request_overhead_sigma == 0  # so every front end is the same
     # over two contexts: steps of two lengths, so that the stretch an arrival adds to the step
     # it comes in does not hide the front end's end (docs/simulator.md, probe step 9)
     assert cal["probe"]["busy_contexts"] == [256, 2048]
@@ -92,6 +93,19 @@ async def test_calibration_recovers_the_simulators_profile() -> None:
     assert "load_avg_1m_before" in cal["host"]
     assert any("the probe takes about" in line for line in lines)
     assert any("2048 tokens per step" in line for line in lines)
+
+
+async def test_calibration_recovers_the_spread_of_the_busy_front_end() -> None:
+    # Each request's front end drawn from a lognormal around 20 ms: the busy-start bounds
+    # give back its spread and median (docs/simulator.md, "The busy front end's spread").
+    spread = KNOWN.model_copy(update={"request_overhead_sigma": 0.3})
+    async with SimServer(SimConfig(port=0, profile=spread, speedup=10, model="m")) as sim:
+        result = await calibrate(Target(sim.base_url, "m"), name="fitted", plan=ProbePlan.quick())
+    p = result.profile
+    busy = (p.calibration or {})["busy_start"]
+    assert busy["arrivals"] >= 32 and busy["consistent"] < busy["arrivals"]
+    assert p.request_overhead_sigma == pytest.approx(0.3, abs=0.1)
+    assert p.request_overhead_s == pytest.approx(KNOWN.request_overhead_s, rel=0.1)
 
 
 def test_calibrate_cli_writes_a_loadable_profile(tmp_path: Path) -> None:

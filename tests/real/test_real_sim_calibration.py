@@ -47,6 +47,9 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
     # the idle engine's front end is split between the busy one's and idle_wake_s
     busy = cal["busy_start"]
     assert busy["arrivals"] >= 3
+    if p.idle_wake_s > 0:  # the busy front end was taken, and its spread with it (widened by
+        # the simulator's serving overhead, which does not vary)
+        assert p.request_overhead_sigma >= busy["sigma"] >= 0
     idle_front = busy["request_overhead_idle_s"]
     over = cal["serving_overhead"]
     assert over["request_overhead_fitted_s"] + p.idle_wake_s == pytest.approx(

@@ -34,15 +34,15 @@ def hold_probability(p0: float, per_seq: float, running: int) -> float:
     return min(COALESCE_MAX, max(0.0, p0 + per_seq * (running - 1)))
 
 
-def van_der_corput(n: int) -> float:
-    """The n-th point (n >= 1) of the base-2 van der Corput sequence, in (0, 1): any 2^k
-    consecutive points put one in each interval [i / 2^k, (i + 1) / 2^k)."""
-    x, f = 0.0, 0.5
+def van_der_corput(n: int, base: int = 2) -> float:
+    """The n-th point (n >= 1) of the van der Corput sequence in `base`, in (0, 1): any
+    base^k consecutive points put one in each interval [i / base^k, (i + 1) / base^k).
+    Sequences in different prime bases are independent of each other (a Halton sequence)."""
+    x, f = 0.0, 1.0 / base
     while n:
-        if n & 1:
-            x += f
-        n >>= 1
-        f *= 0.5
+        n, digit = divmod(n, base)
+        x += f * digit
+        f /= base
     return x
 
 

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import random
 import socket
+import statistics
 import struct
 import time
 from collections.abc import Mapping
@@ -19,13 +21,14 @@ from aiohttp import web
 
 from agentload import __version__
 from agentload.sim.behaviour import BehaviourSet, RequestView, ResponsePlan
-from agentload.sim.coalesce import coalescing
+from agentload.sim.coalesce import coalescing, van_der_corput
 from agentload.sim.config import SimConfig
 from agentload.sim.engine import Engine, FrontEndSlot, Seq
 from agentload.sim.faults import FAULT_HEADER, HTTP_FAULT_BODIES, HTTP_FAULTS, choose_fault
 from agentload.sim.guard import guard_middleware
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.modeltime import MODEL_TIMES_HEADER, ModelTimes
+from agentload.sim.profiles import Profile
 from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
 from agentload.wire import ROLE_HEADER
 
@@ -636,6 +639,21 @@ def _stable_digest(*parts: str) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
+_NORMAL = statistics.NormalDist()
+
+
+def request_overhead(p: Profile, n: int) -> float:
+    """The fixed part of the n-th request's front end (n >= 0): lognormal, with median
+    `request_overhead_s` and sigma `request_overhead_sigma`. Its quantile is the n-th point of
+    the base-3 van der Corput sequence, so a run is reproducible, any 3^k consecutive requests
+    cover the distribution evenly, and the draw is independent of the base-2 one that holds a
+    stream's first token (coalesce.py)."""
+    if p.request_overhead_sigma <= 0:
+        return p.request_overhead_s
+    z = _NORMAL.inv_cdf(van_der_corput(n + 1, 3))
+    return p.request_overhead_s * math.exp(p.request_overhead_sigma * z)
+
+
 class SimApp:
     """One simulator: engine, metrics, behaviours and the aiohttp application."""
 
@@ -1107,7 +1125,7 @@ class SimApp:
         )
         if record:
             seq.model_times = []
-        frontend = p.request_overhead_s + p.frontend_token_s * adm.prompt_len
+        frontend = request_overhead(p, adm.counter) + p.frontend_token_s * adm.prompt_len
         # The model's front end began when the request came: the simulator's own parsing,
         # tokenising and planning since then are part of it, not added to it. The engine
         # counts it from here (in model time) and queues the request when it is over.

@@ -22,10 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentload.engines.detect import detect_server
 from agentload.sim.calibration.fit import (
     PARAMS,
+    SPAN_SLACK_S,
     Fit,
     busy_spans,
     fit,
-    fit_busy_overhead,
+    fit_busy_lognormal,
     fit_coalescing,
     fit_first_hold,
     fit_idle_wake,
@@ -206,14 +207,15 @@ def _busy_note(
     bounds: list[tuple[float, float, int]], frontend_token_s: float, busy: float, idle: float
 ) -> dict[str, Any]:
     """The busy-start pattern: how many arrivals bounded the busy engine's front end, how
-    many of those bounds agree with the value taken (both without the per-token part), and
-    that value beside the idle one."""
+    many of those bounds agree with `busy`, the value most agree on (both without the
+    per-token part), and that value beside the idle one."""
     spans = busy_spans(bounds, frontend_token_s)
-    inside = sum(1 for lo, hi in spans if lo <= busy + 1e-4 and busy - 1e-4 <= hi)
+    slack = SPAN_SLACK_S
+    inside = sum(1 for lo, hi in spans if lo <= busy + slack and busy - slack <= hi)
     return {
         "arrivals": len(bounds),
         "consistent": inside,
-        "request_overhead_busy_s": round(busy, 6),
+        "mode_s": round(busy, 6),
         "request_overhead_idle_s": round(idle, 6),
     }
 
@@ -319,6 +321,7 @@ def without_overhead(profile: Profile, diffs: list[float]) -> Profile:
     and a note of it in the calibration block."""
     over = statistics.median(diffs)
     fitted = profile.request_overhead_s
+    sigma = profile.request_overhead_sigma
     cal = dict(profile.calibration or {})
     cal["serving_overhead"] = {
         "requests": len(diffs),
@@ -326,10 +329,25 @@ def without_overhead(profile: Profile, diffs: list[float]) -> Profile:
         "min_s": round(min(diffs), 6),
         "max_s": round(max(diffs), 6),
         "request_overhead_fitted_s": fitted,
+        **({"request_overhead_sigma_fitted": sigma} if sigma > 0 else {}),
     }
+    left = max(0.0, fitted - over)
     return profile.model_copy(
-        update={"request_overhead_s": _round(max(0.0, fitted - over)), "calibration": cal}
+        update={
+            "request_overhead_s": _round(left),
+            "request_overhead_sigma": spread_without(fitted, sigma, over),
+            "calibration": cal,
+        }
     )
+
+
+def spread_without(median: float, sigma: float, over: float) -> float:
+    """The spread of the front end less `over`, a part of it that does not vary (the
+    simulator's own serving overhead), such that the simulator's whole front end keeps the
+    fitted median and the fitted value one sigma above it: what varies is a smaller share."""
+    if sigma <= 0 or median <= over:
+        return sigma
+    return round(math.log((median * math.exp(sigma) - over) / (median - over)), 3)
 
 
 @dataclass
@@ -362,14 +380,20 @@ def build_profile(
     # an idle engine); a busy engine's arrivals reached its steps sooner on vLLM's CPU build.
     # The difference is paid by the first step after idle instead (idle_wake_s), so an idle
     # engine's TTFT stays as fitted.
+    # The busy front end also varies from request to request: the profile carries the median
+    # and spread of the lognormal that fits the busy-start bounds best.
     busy_note: dict[str, Any] = {}
     fields["idle_wake_s"] = 0.0
+    fields["request_overhead_sigma"] = 0.0
     if probe.busy:
         idle_over = f.params["request_overhead_s"]
-        busy_over = fit_busy_overhead(probe.busy, f.params["frontend_token_s"])
-        busy_note = _busy_note(probe.busy, f.params["frontend_token_s"], busy_over, idle_over)
+        token = f.params["frontend_token_s"]
+        busy_over, sigma, mode = fit_busy_lognormal(probe.busy, token)
+        busy_note = _busy_note(probe.busy, token, mode, idle_over)
+        busy_note.update(request_overhead_busy_s=round(busy_over, 6), sigma=sigma)
         if 0.0 <= busy_over < idle_over:
             fields["request_overhead_s"] = _round(busy_over)
+            fields["request_overhead_sigma"] = sigma
             fields["idle_wake_s"] = _round(idle_over - busy_over)
     if probe.idle:
         pause = extra["probe"]["idle_pause_s"]
@@ -754,6 +778,7 @@ def summary_lines(c: Calibration) -> list[str]:
                 f"  (fitted {1e3 * over['request_overhead_fitted_s']:.2f} ms, less "
                 f"{1e3 * over['median_s']:.2f} ms the simulator adds by serving it)"
             )
+    lines.append(f"{'request_overhead_sigma':<24} {p.request_overhead_sigma:>12.4g}")
     lines.append(f"{'idle_wake_s':<24} {p.idle_wake_s:>12.4g}")
     lines.append(f"{'idle_wake_per_s':<24} {p.idle_wake_per_s:>12.4g}")
     lines.append(f"{'coalesce_p':<24} {p.coalesce_p:>12.4g}")

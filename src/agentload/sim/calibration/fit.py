@@ -14,7 +14,7 @@ import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -243,6 +243,62 @@ def fit_busy_overhead(bounds: list[tuple[float, float, int]], frontend_token_s: 
         elif k == best and a <= where[1]:
             where = (where[0], b)  # the same stretch goes on
     return max(0.0, 0.5 * (where[0] + where[1]))
+
+
+# How likely an arrival's bounds count at least: one that no lognormal near the others explains
+# (a load spike moved it) then costs the same under every spread instead of widening the fit.
+SPAN_FLOOR = 1e-3
+# Bounds hold a value this close to them (as `_busy_note` in calibrate.py counts agreement).
+SPAN_SLACK_S = 1e-4
+# The widest spread a profile takes (`Profile.request_overhead_sigma`), and the narrowest the
+# search tries (bounds that all hold one value drive it towards 0, where they divide by it).
+MAX_SIGMA = 2.0
+MIN_LOG_SIGMA = math.log(1e-3)
+
+
+class BusyFrontEnd(NamedTuple):
+    median: float  # request_overhead_s
+    sigma: float  # request_overhead_sigma
+    mode: float  # where most bounds overlap (fit_busy_overhead)
+
+
+def fit_busy_lognormal(
+    bounds: list[tuple[float, float, int]], frontend_token_s: float
+) -> BusyFrontEnd:
+    """The busy engine's front end from the busy-start pattern's bounds: the median
+    (`request_overhead_s`) and spread (`request_overhead_sigma`) of the lognormal under which
+    the arrivals' bounds are most likely, each arrival's front end having ended inside its own
+    (an interval-censored maximum likelihood, the per-token part off as in `busy_spans`). When
+    every bound holds one value no spread is as likely as that: the median is then
+    `fit_busy_overhead`'s value and the spread 0."""
+    # scipy takes a while to import, and only a calibration needs it
+    from scipy.optimize import minimize
+    from scipy.special import ndtr
+
+    mode = fit_busy_overhead(bounds, frontend_token_s)
+    spans = [(lo, hi) for lo, hi in busy_spans(bounds, frontend_token_s) if hi > 0]
+    if not spans or not mode > 0:
+        return BusyFrontEnd(mode, 0.0, mode)
+    lo_s = np.array([lo for lo, _ in spans])
+    hi_s = np.array([hi for _, hi in spans])
+    lo, hi = np.log(np.maximum(lo_s, 1e-9)), np.log(hi_s)
+    floor = math.log(SPAN_FLOOR)
+
+    def loglik(theta: np.ndarray) -> float:
+        mu, sigma = theta[0], math.exp(max(theta[1], MIN_LOG_SIGMA))
+        p = ndtr((hi - mu) / sigma) - ndtr((lo - mu) / sigma)
+        return float(np.log(np.maximum(p, SPAN_FLOOR)).sum())
+
+    starts = [np.array([math.log(mode), math.log(s)]) for s in (0.05, 0.3, 1.0)]
+    best = max(
+        (minimize(lambda t: -loglik(t), x0, method="Nelder-Mead") for x0 in starts),
+        key=lambda r: -r.fun,
+    )
+    outside = int(np.sum((lo_s - SPAN_SLACK_S > mode) | (mode > hi_s + SPAN_SLACK_S)))
+    if outside * floor >= -best.fun:
+        return BusyFrontEnd(mode, 0.0, mode)
+    sigma = round(min(MAX_SIGMA, math.exp(max(best.x[1], MIN_LOG_SIGMA))), 3)
+    return BusyFrontEnd(math.exp(best.x[0]), sigma, mode)
 
 
 def fit_first_hold(streams: list[tuple[int, int]]) -> tuple[float, float]:
