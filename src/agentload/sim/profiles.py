@@ -46,8 +46,8 @@ class Profile(BaseModel):
     frontend_token_s: float = Field(default=0.0, ge=0)
     # the fixed part of each request's front end is lognormal: request_overhead_s is its
     # median and this the sigma of its log (0: every request the same). On vLLM's CPU build
-    # the busy front end's bounds fit sigma 0.30-0.34 within one server start, so the requests
-    # that finish together reach the queue in one step or spread over two, as there
+    # the busy front end's bounds fit sigma 0.24-0.34 within one server start (six starts),
+    # so requests that finish together reach the queue in one step or over two, as there
     request_overhead_sigma: float = Field(default=0.0, ge=0, le=2)
     # added to every engine step that starts while a request is in the front end: a front end
     # that shares a CPU with the engine's scheduler slows its steps (measured on vLLM's CPU
