@@ -22,7 +22,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentload.engines.detect import detect_server
 from agentload.sim.calibration.fit import (
     PARAMS,
-    SPAN_SLACK_S,
     Fit,
     busy_spans,
     fit,
@@ -30,6 +29,7 @@ from agentload.sim.calibration.fit import (
     fit_coalescing,
     fit_first_hold,
     fit_idle_wake,
+    spans_holding,
 )
 from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult, pooled
 from agentload.sim.calibration.prompts import PromptMaker
@@ -209,12 +209,9 @@ def _busy_note(
     """The busy-start pattern: how many arrivals bounded the busy engine's front end, how
     many of those bounds agree with `busy`, the value most agree on (both without the
     per-token part), and that value beside the idle one."""
-    spans = busy_spans(bounds, frontend_token_s)
-    slack = SPAN_SLACK_S
-    inside = sum(1 for lo, hi in spans if lo <= busy + slack and busy - slack <= hi)
     return {
         "arrivals": len(bounds),
-        "consistent": inside,
+        "consistent": spans_holding(busy_spans(bounds, frontend_token_s), busy),
         "mode_s": round(busy, 6),
         "request_overhead_idle_s": round(idle, 6),
     }

@@ -230,7 +230,11 @@ def fit_busy_overhead(bounds: list[tuple[float, float, int]], frontend_token_s: 
     spike moved does not shift it), less the per-token part (`busy_spans`).
 
     Written by hand: it is an interval-overlap count over a few dozen intervals."""
-    spans = busy_spans(bounds, frontend_token_s)
+    return _overlap_middle(busy_spans(bounds, frontend_token_s))
+
+
+def _overlap_middle(spans: list[tuple[float, float]]) -> float:
+    """The middle of the stretch where most of `spans` overlap (nan for none)."""
     if not spans:
         return math.nan
     edges = sorted({x for span in spans for x in span})
@@ -248,12 +252,18 @@ def fit_busy_overhead(bounds: list[tuple[float, float, int]], frontend_token_s: 
 # How likely an arrival's bounds count at least: one that no lognormal near the others explains
 # (a load spike moved it) then costs the same under every spread instead of widening the fit.
 SPAN_FLOOR = 1e-3
-# Bounds hold a value this close to them (as `_busy_note` in calibrate.py counts agreement).
+# Bounds hold a value this close to them.
 SPAN_SLACK_S = 1e-4
 # The widest spread a profile takes (`Profile.request_overhead_sigma`), and the narrowest the
 # search tries (bounds that all hold one value drive it towards 0, where they divide by it).
 MAX_SIGMA = 2.0
 MIN_LOG_SIGMA = math.log(1e-3)
+
+
+def spans_holding(spans: list[tuple[float, float]], value: float) -> int:
+    """How many of `spans` hold `value` (within SPAN_SLACK_S): the arrivals that agree on it."""
+    slack = SPAN_SLACK_S
+    return sum(1 for lo, hi in spans if lo <= value + slack and value - slack <= hi)
 
 
 class BusyFrontEnd(NamedTuple):
@@ -275,8 +285,9 @@ def fit_busy_lognormal(
     from scipy.optimize import minimize
     from scipy.special import ndtr
 
-    mode = fit_busy_overhead(bounds, frontend_token_s)
-    spans = [(lo, hi) for lo, hi in busy_spans(bounds, frontend_token_s) if hi > 0]
+    every = busy_spans(bounds, frontend_token_s)
+    mode = _overlap_middle(every)
+    spans = [(lo, hi) for lo, hi in every if hi > 0]
     if not spans or not mode > 0:
         return BusyFrontEnd(mode, 0.0, mode)
     lo_s = np.array([lo for lo, _ in spans])
@@ -294,7 +305,7 @@ def fit_busy_lognormal(
         (minimize(lambda t: -loglik(t), x0, method="Nelder-Mead") for x0 in starts),
         key=lambda r: -r.fun,
     )
-    outside = int(np.sum((lo_s - SPAN_SLACK_S > mode) | (mode > hi_s + SPAN_SLACK_S)))
+    outside = len(spans) - spans_holding(spans, mode)
     if outside * floor >= -best.fun:
         return BusyFrontEnd(mode, 0.0, mode)
     sigma = round(min(MAX_SIGMA, math.exp(max(best.x[1], MIN_LOG_SIGMA))), 3)
