@@ -321,6 +321,67 @@ def test_fidelity_rejects_bad_arguments(args: list[str], said: str) -> None:
     assert said in r.output
 
 
+def test_fidelity_pools_results_of_servers_at_different_speeds(tmp_path: Path) -> None:
+    # One profile measured beside three "real" servers: one 25 % faster than it, one as it,
+    # one 25 % slower (as a real server moves between starts). Alone, the fast and slow ones
+    # put the profile off by their speed; pooled, it is held against the median server.
+    files = []
+    for speedup in (1.25, 1.0, 0.8):
+        out = tmp_path / f"fid-{speedup}.json"
+        with SimProcess(SimConfig(port=0, profile="tiny-cpu", model="m", speedup=speedup)) as real:
+            r = CliRunner().invoke(
+                app,
+                ["sim", "fidelity", "--real", real.base_url, "--model", "m", "--profile",
+                 "tiny-cpu", "-w", "shared-prefix", "--seed", "5", "-o", str(out)],
+            )  # fmt: skip
+        assert r.exit_code in (0, 3), r.output
+        files.append(out)
+    alone = [json.loads(f.read_text()) for f in files]
+    pooled_out = tmp_path / "pooled.json"
+    args = [a for f in files for a in ("--pool", str(f))]
+    r = CliRunner().invoke(app, ["sim", "fidelity", *args, "-o", str(pooled_out)])
+    got = json.loads(pooled_out.read_text())
+    assert r.exit_code == (0 if got["within_goal"] else 3), r.output
+    (row,) = got["rows"]
+    for m in ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s"):
+        reals = sorted(res["rows"][0]["real"][m] for res in alone)
+        assert row["real"][m] == reals[1] and row["real_range"][m] == [reals[0], reals[2]]
+        assert row["sim"][m] == statistics.median(res["rows"][0]["sim"][m] for res in alone)
+    fast, usual, slow = got["pooled"]
+    assert fast["median_error"] > 0.12 and slow["median_error"] < -0.1
+    assert abs(got["median_error"]) < min(fast["median_error"], -slow["median_error"])
+    assert fast["pace"] < usual["pace"] < slow["pace"]
+    assert "3 results of profile tiny-cpu pooled, each one vote:" in r.output
+    assert f"  {files[0]}: {fast['within_goal']} of 3 goal metrics within 10%" in r.output
+    assert "the real server's pace by result: " in r.output
+    assert "inside the range the real server covered between the results" in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--model", "m", "--profile", "tiny-cpu"], "give --real (or --pool RESULT_JSON ...)"),
+        ([], "give --real, --model, --profile"),
+        (["--pool", "{x}", "--pool", "{x}", "--real", "http://127.0.0.1:9/v1", "--passes", "2"],
+         "--pool combines results already measured: drop --real, --passes"),
+        (["--pool", "{missing}", "--pool", "{x}"], "--pool: cannot read"),
+        (["--pool", "{bad}", "--pool", "{x}"], "--pool: {bad}: not JSON"),
+        (["--pool", "{x}"], "--pool: pooling needs two or more fidelity results"),
+    ],
+)  # fmt: skip
+def test_fidelity_pool_errors_name_what_to_change(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    paths = {"x": tmp_path / "x.json", "missing": tmp_path / "missing.json",
+             "bad": tmp_path / "bad.json"}  # fmt: skip
+    paths["x"].write_text(json.dumps({"profile": "p", "rows": []}))
+    paths["bad"].write_text("{not json")
+    fill = {k: str(v) for k, v in paths.items()}
+    r = CliRunner().invoke(app, ["sim", "fidelity", *(a.format(**fill) for a in args)])
+    assert r.exit_code == 2
+    assert said.format(**fill) in r.output
+
+
 def test_a_wall_clock_calibration_takes_the_serving_overhead_off(tmp_path: Path) -> None:
     out = tmp_path / "fitted.yaml"
     with SimProcess(SimConfig(port=0, profile=KNOWN, speedup=10, model="m")) as sim:

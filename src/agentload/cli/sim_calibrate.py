@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from agentload.cli.options import REQUIRED, Opt, command_options
+from agentload.cli.options import Opt, command_options
 from agentload.cli.sim import sim_app
 from agentload.redact import redact_argv
 
@@ -190,13 +190,17 @@ def _probe_errors() -> tuple[type[Exception], ...]:
 
 
 FIDELITY_OPTIONS = [
-    Opt("real", ("--real",), str, "The real server's OpenAI base URL.", SERVER, REQUIRED,
+    Opt("real", ("--real",), str | None, "The real server's OpenAI base URL.", SERVER,
         metavar="URL"),
-    Opt("model", ("--model",), str, "Model name on the real server.", SERVER, REQUIRED),
+    Opt("model", ("--model",), str | None, "Model name on the real server.", SERVER),
     Opt("api_key", ("--api-key",), str | None,
         "Bearer key for the real server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
-    Opt("profile", ("--profile",), str, "Profile to check: a built-in name or a file.", PROBE,
-        REQUIRED, metavar="NAME|FILE"),
+    Opt("pool", ("--pool",), list[Path],
+        "Instead of measuring: combine results this command wrote (-o) for one profile, one "
+        "per server start, replica or day (repeat it), into one comparison against the median "
+        "of their real servers, each result one vote.", SERVER, [], metavar="RESULT_JSON"),
+    Opt("profile", ("--profile",), str | None, "Profile to check: a built-in name or a file.",
+        PROBE, metavar="NAME|FILE"),
     Opt("tokenizer", ("--tokenizer",), str | None,
         "The model's tokenizer.json, for exact prompt lengths and for the simulator's token "
         "counts (recommended).", PROBE, metavar="FILE"),
@@ -223,13 +227,21 @@ def fidelity_command(**a: Any) -> None:
     """Run fixed workloads (prefill-heavy, decode-heavy, shared-prefix, concurrent) against the
     real server and against a simulator with PROFILE, and print the simulator's error on TTFT
     p50/p90, mean TPOT and ITL, output throughput and tokens per chunk, with a note on a TTFT
-    percentile that lies between bands of TTFTs a prefill apart. Exit code 0 when TTFT and
-    TPOT are within 10 % on every workload, 3 when not."""
+    percentile that lies between bands of TTFTs a prefill apart. --pool combines results of
+    several server starts or replicas. Exit code 0 when TTFT and TPOT are within 10 % on every
+    workload, 3 when not."""
     from agentload.sim.calibration.fidelity import WORKLOADS, fidelity, table
     from agentload.sim.calibration.stream import Target
     from agentload.sim.profiles import load_profile
 
     say = _say(a["quiet"])
+    if a["pool"]:
+        _show_fidelity(_pooled(a), a["out"], a["as_json"], table)
+        return
+    missing = [f for f, k in (("--real", "real"), ("--model", "model"), ("--profile", "profile"))
+               if not a[k]]  # fmt: skip
+    if missing:
+        raise _fail("fidelity", f"give {', '.join(missing)} (or --pool RESULT_JSON ...)", 2)
     _check_file("fidelity", "--tokenizer", a["tokenizer"])
     try:
         prof = load_profile(a["profile"])
@@ -261,32 +273,74 @@ def fidelity_command(**a: Any) -> None:
     _show_fidelity(result, a["out"], a["as_json"], table)
 
 
+def _pooled(a: dict[str, Any]) -> dict[str, Any]:
+    from agentload.sim.calibration.fidelity import pool
+
+    measuring = [flag for flag, given in (
+        ("--real", a["real"]), ("--model", a["model"]), ("--api-key", a["api_key"]),
+        ("--profile", a["profile"]), ("--tokenizer", a["tokenizer"]),
+        ("--workload", a["workload"]), ("--seed", a["seed"] is not None),
+        ("--passes", a["passes"] != 1), ("--warmup", a["warmup"] != 0),
+    ) if given]  # fmt: skip
+    if measuring:
+        raise _fail(
+            "fidelity",
+            f"--pool combines results already measured: drop {', '.join(measuring)}",
+            2,
+        )
+    results = []
+    for path in a["pool"]:
+        try:
+            results.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
+        except OSError as exc:
+            raise _fail("fidelity", f"--pool: cannot read {path}: {exc.strerror}", 2) from None
+        except ValueError as exc:
+            raise _fail("fidelity", f"--pool: {path}: not JSON: {exc}", 2) from None
+    try:
+        return pool(results)
+    except ValueError as exc:
+        raise _fail("fidelity", f"--pool: {exc}", 2) from None
+
+
 def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
     from agentload.sim.calibration.calibrate import first_pass_hint, pace_text
     from agentload.sim.calibration.fidelity import GOAL
 
+    pooled = result.get("pooled")
+    between, unit = ("between the results", "result") if pooled else ("between passes", "pass")
     if out is not None:
         out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     if as_json:
         print(json.dumps(result, indent=2))
     else:
         print(table(result["rows"]))
-        lb, la = result["load_before"], result["load_after"]
-        print(
-            f"\nload average (1 min) {lb['load_avg_1m']} before, {la['load_avg_1m']} after; "
-            f"prompt salt {result['salt']}"
-        )
+        if pooled:
+            print(f"\n{len(pooled)} results of profile {result['profile']} pooled, each one vote:")
+            for q in pooled:
+                print(
+                    f"  {q['source']}: {q['within_goal']} of {q['goal_metrics']} goal metrics "
+                    f"within {GOAL:.0%}, median error {100 * q['median_error']:+.0f} %, "
+                    f"{q['passes']} pass{'es' if q['passes'] != 1 else ''}"
+                )
+        else:
+            lb, la = result["load_before"], result["load_after"]
+            print(
+                f"\nload average (1 min) {lb['load_avg_1m']} before, {la['load_avg_1m']} "
+                f"after; prompt salt {result['salt']}"
+            )
         if result.get("unresolved"):
             print(
-                f"note: the real server moved by more than {GOAL:.0%} between passes on "
+                f"note: the real server moved by more than {GOAL:.0%} {between} on "
                 + ", ".join(result["unresolved"])
                 + ": an error of that size there is within its own swings"
             )
         if pace_ := result.get("pace"):
-            print(f"the real server's pace by pass: {pace_text(pace_['real'])}")
-            if hint := first_pass_hint(pace_["real"], result.get("warmup", {}).get("seconds")):
+            print(f"the real server's pace by {unit}: {pace_text(pace_['real'])}")
+            if not pooled and (
+                hint := first_pass_hint(pace_["real"], result.get("warmup", {}).get("seconds"))
+            ):
                 print(f"note: {hint}")
-            print(f"the simulator's pace by pass: {pace_text(pace_['sim'])}")
+            print(f"the simulator's pace by {unit}: {pace_text(pace_['sim'])}")
         med = result.get("median_error")
         if med is not None and math.isfinite(med):
             print(
@@ -312,7 +366,7 @@ def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, tabl
             print(
                 f"goal metrics: {verdicts.count('goal')} of {len(verdicts)} within "
                 f"{GOAL:.0%}, {verdicts.count('swings')} outside it but inside the range the "
-                f"real server covered between passes, {verdicts.count('off')} outside both"
+                f"real server covered {between}, {verdicts.count('off')} outside both"
                 + (": " + ", ".join(result["off"]) if result.get("off") else "")
             )
     if not result["within_goal"]:

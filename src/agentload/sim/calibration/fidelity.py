@@ -287,6 +287,100 @@ def unresolved(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _profile_name(profile: str) -> str:
+    # A built-in name or a file: results of one profile name it either way.
+    return profile.rsplit("/", 1)[-1].removesuffix(".yaml").removesuffix(".yml")
+
+
+def _side(source: str, rows: list[Any], side: str) -> dict[str, dict[str, float]]:
+    """One side's figures of a result read back, per workload; a clear error where one lacks."""
+    out: dict[str, dict[str, float]] = {}
+    for i, row in enumerate(rows):
+        where = f"{source}: rows[{i}]"
+        if not isinstance(row, dict) or not isinstance(row.get("workload"), str):
+            raise ValueError(f"{where}: no workload")
+        try:
+            figures = row[side]
+            out[row["workload"]] = {m: float(figures[m]) for m in METRICS} | {
+                key: float(figures[key]) for key, _ in SHIFTS.values() if key in figures
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}.{side}: missing or not a number: {exc}") from None
+    return out
+
+
+def pool(results: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Several fidelity results of one profile (each `(source, result)`: one per server start,
+    replica or day) as one comparison: per workload and metric, the median of the results'
+    real figures against the median of their simulated ones, each result one vote. A server
+    that ran fast or slow in one result moves that result's errors, not the pool's; the range
+    the results' real figures covered takes the place of the passes' range in the verdicts,
+    and each result's pace against the others is the servers' speed from result to result."""
+    if len(results) < 2:
+        raise ValueError("pooling needs two or more fidelity results")
+    reals: list[dict[str, dict[str, float]]] = []
+    sims: list[dict[str, dict[str, float]]] = []
+    own: list[list[dict[str, Any]]] = []  # each result's rows, from its figures
+    first_source, first = results[0]
+    for source, res in results:
+        rows = res.get("rows") if isinstance(res, dict) else None
+        if not isinstance(rows, list) or not rows:
+            raise ValueError(f"{source}: not a result of agentload sim fidelity (no rows)")
+        if not isinstance(res.get("profile"), str):
+            raise ValueError(f"{source}: not a result of agentload sim fidelity (no profile)")
+        if "pooled" in res:
+            raise ValueError(f"{source}: already a pool; give the results it pooled")
+        if _profile_name(res["profile"]) != _profile_name(first["profile"]):
+            raise ValueError(
+                f"{source}: profile {res.get('profile')!r}, but {first_source} has "
+                f"{first.get('profile')!r}: pool the results of one profile"
+            )
+        real, sim = _side(source, rows, "real"), _side(source, rows, "sim")
+        if reals and list(real) != list(reals[0]):
+            raise ValueError(
+                f"{source}: workloads {', '.join(real)}, but {first_source} has "
+                f"{', '.join(reals[0])}: pool results of the same workloads"
+            )
+        reals.append(real)
+        sims.append(sim)
+        own.append(compare(real, sim))
+    real_med, spread = combine(reals)
+    rows = compare(real_med, combine(sims)[0], spread, ranges(reals))
+    real_pace, sim_pace = pass_pace(reals), pass_pace(sims)
+    pooled = []
+    for (source, res), rows_, p in zip(results, own, real_pace, strict=True):
+        errs = [r["error"][m] for r in rows_ for m in GOAL_METRICS]
+        pooled.append(
+            {
+                "source": source,
+                "real_url": res.get("real_url"),
+                "passes": int(res.get("passes", 1)),
+                "within_goal": sum(abs(e) <= GOAL for e in errs),
+                "goal_metrics": len(errs),
+                "median_error": median_error(rows_),
+                "pace": p,
+            }
+        )
+    return {
+        "pooled": pooled,
+        "profile": first["profile"],
+        "passes": sum(q["passes"] for q in pooled),
+        "workloads": first.get("workloads", []),
+        "rows": rows,
+        "within_goal": all(r["within_goal"] for r in rows),
+        "unresolved": unresolved(rows),
+        "off": off(rows),
+        "band_edges": band_edges(rows),
+        "median_error": median_error(rows),
+        "pace": {
+            "real": real_pace,
+            "sim": sim_pace,
+            "real_moved": moved(real_pace),
+            "sim_moved": moved(sim_pace),
+        },
+    }
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """A markdown table: real value, sim value and error for the main metrics."""
     head = (
