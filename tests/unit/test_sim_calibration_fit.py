@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from agentload.sim.calibration.fit import (
     pairs,
     ttft_features,
 )
+from agentload.sim.calibration.probe import ProbeResult
 from agentload.sim.profiles import BUILTIN_PROFILES
 
 TRUE = {
@@ -119,12 +122,48 @@ def test_nnls_matches_unconstrained_solution_when_positive() -> None:
     assert (nnls(a, -b) >= 0).all()
 
 
-def test_coalescing_fit_inverts_geometric_chunks() -> None:
+def test_coalescing_fit_is_linear_in_the_batch() -> None:
     p0, p1 = 0.2, 0.05
-    pts = [(b, 1 / (1 - (p0 + p1 * (b - 1)))) for b in (1, 2, 4, 8)]
+    pts = [(b, p0 + p1 * (b - 1)) for b in (1, 2, 4, 8)]
     assert fit_coalescing(pts) == pytest.approx((p0, p1), abs=1e-3)
-    assert fit_coalescing([(1, 1.0), (4, 1.0)]) == (0.0, 0.0)
+    assert fit_coalescing([(1, 0.0), (4, 0.0)]) == (0.0, 0.0)
     assert fit_coalescing([]) == (0.0, 0.0)
+
+
+def _chunked(p: float, tokens: int, rng: random.Random) -> list[int]:
+    """A stream's chunks (after the first) when each token is held with probability p and
+    leaves with the next one; the last token flushes."""
+    chunks, run = [], 1
+    for i in range(tokens):
+        if i < tokens - 1 and rng.random() < p:
+            run += 1
+        else:
+            chunks.append(run)
+            run = 1
+    return chunks
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.3, 0.6])
+def test_the_probe_reads_the_hold_chance_of_geometric_chunks(p: float) -> None:
+    rng = random.Random(11)
+    r = ProbeResult()
+    r.chunks = {1: [c for _ in range(40) for c in _chunked(p, 95, rng)]}
+    r.summarise()
+    assert r.held[1] == pytest.approx(p, abs=0.03)
+    assert r.chunking[1] == pytest.approx(1 / (1 - p), rel=0.08)
+    assert fit_coalescing(list(r.held.items()))[0] == pytest.approx(p, abs=0.03)
+
+
+def test_a_rare_stall_is_one_hold_not_a_stream_of_them() -> None:
+    # vLLM's CPU server on 2 cores, single streams: a few chunks of 20-40 tokens (the front
+    # end not running for a while) among a thousand single tokens. Read as tokens per chunk
+    # they would hold 7 % of every stream's tokens; counted per chunk, 0.3 %.
+    r = ProbeResult()
+    r.chunks = {1: [1] * 1000 + [30, 24, 38]}
+    r.summarise()
+    assert r.chunking[1] == pytest.approx(1092 / 1003)
+    assert r.held[1] == pytest.approx(3 / 1003)
+    assert fit_coalescing(list(r.held.items())) == pytest.approx((0.003, 0.0), abs=1e-4)
 
 
 def test_builtin_profiles_say_whether_they_are_calibrated() -> None:

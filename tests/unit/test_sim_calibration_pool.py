@@ -56,6 +56,7 @@ def test_a_probe_result_survives_json() -> None:
     assert _obs(back) == _obs(r)
     assert back.pace == r.pace and len(back.pace) == 3
     assert back.chunking == r.chunking == {1: pytest.approx(4 / 3)}
+    assert back.held == r.held == {1: pytest.approx(1 / 3)}
     assert (back.first_chunks, back.idle, back.busy) == (r.first_chunks, r.idle, r.busy)
     assert (back.rounds, back.requests) == (3, 9)
 

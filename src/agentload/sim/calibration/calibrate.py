@@ -369,7 +369,7 @@ def build_profile(
     info: ServerInfo,
     extra: dict[str, Any],
 ) -> Profile:
-    p0, p1 = fit_coalescing(list(probe.chunking.items()))
+    p0, p1 = fit_coalescing(list(probe.held.items()))
     first_p, first_run = fit_first_hold(probe.first_chunks)
     fields = base.model_dump()
     fields.update({k: _round(v) for k, v in f.params.items()})
@@ -409,6 +409,7 @@ def build_profile(
             **extra,
             "fit": f.quality(),
             "chunking": {str(b): round(m, 3) for b, m in probe.chunking.items()},
+            "held": {str(b): round(h, 4) for b, h in probe.held.items()},
             "first_chunk": _first_chunk_note(probe.first_chunks),
             **({"idle_start": _idle_note(probe.idle)} if probe.idle else {}),
             **({"busy_start": busy_note} if busy_note else {}),

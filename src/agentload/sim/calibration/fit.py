@@ -191,11 +191,12 @@ def fit(obs: list[Obs], fixed: dict[str, float] | None = None) -> Fit:
 
 
 def fit_coalescing(batches: list[tuple[int, float]]) -> tuple[float, float]:
-    """`coalesce_p`, `coalesce_per_seq` from (batch size, mean tokens per chunk) pairs.
+    """`coalesce_p`, `coalesce_per_seq` from (batch size, chance a token is held) pairs.
 
-    A token is held with probability p = p0 + p1 (batch − 1); tokens per chunk are then
-    geometric with mean 1 / (1 − p), so p = 1 − 1 / mean, fitted linearly in the batch."""
-    pts = [(b, min(0.95, max(0.0, 1 - 1 / m))) for b, m in batches if m > 0]
+    A token is held with probability p = p0 + p1 (batch − 1), fitted linearly in the batch
+    (tokens per chunk are then geometric: a share p of chunks carry more than one token, and
+    their mean is 1 / (1 − p))."""
+    pts = [(b, min(0.95, max(0.0, p))) for b, p in batches]
     if not pts:
         return 0.0, 0.0
     if len({b for b, _ in pts}) < 2:

@@ -179,7 +179,10 @@ def calibrate_from_run(
             "(--base-url) pins down every term"
         )
     f = fit(obs, fixed=fixed)
-    probe = ProbeResult(obs=obs, chunking=chunking, requests=len(calls))
+    # A run's records count each request's chunks, not their sizes: the geometric model's
+    # hold chance from the mean tokens per chunk (1 - 1 / mean).
+    held = {b: 1 - 1 / m for b, m in chunking.items() if m > 0}
+    probe = ProbeResult(obs=obs, chunking=chunking, held=held, requests=len(calls))
     info = ServerInfo(
         engine="unknown",
         version=None,

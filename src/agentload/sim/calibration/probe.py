@@ -170,6 +170,10 @@ class ProbeResult:
     obs: list[Obs] = field(default_factory=list)
     chunking: dict[int, float] = field(default_factory=dict)
     """Mean tokens per chunk (after the first) by decode batch size, on the wire."""
+    held: dict[int, float] = field(default_factory=dict)
+    """By decode batch size, the share of chunks (after the first) that carried more than one
+    token: the chance a token is held back (`agentload.sim.coalesce`), counted per chunk so
+    that a rare stall, one chunk of 30 tokens, weighs as one hold and not as 29."""
     requests: int = 0
     first_chunks: list[tuple[int, int]] = field(default_factory=list)
     """(tokens in the first chunk, tokens in the stream) of the first-chunk pattern's streams."""
@@ -206,6 +210,7 @@ class ProbeResult:
                         per_round[r][key] = statistics.median(ys)
             self.pace = pace(per_round)
         self.chunking = {b: statistics.fmean(v) for b, v in sorted(self.chunks.items()) if v}
+        self.held = {b: sum(t > 1 for t in v) / len(v) for b, v in sorted(self.chunks.items()) if v}
 
     def as_dict(self) -> dict[str, Any]:
         """The measurements, for JSON: what `from_dict` reads back and `pooled` merges."""
