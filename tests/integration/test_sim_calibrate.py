@@ -528,6 +528,36 @@ async def test_pooled_probes_fit_the_server_as_it_usually_runs(tmp_path: Path) -
     )
 
 
+SHIPPED_PROBES = Path(__file__).resolve().parents[2] / "benchmarks/data/vllm-cpu-tiny"
+
+
+async def test_the_shipped_profile_is_its_kept_probes_refitted() -> None:
+    # The probes vllm-cpu-tiny was pooled from are kept in the repository: refitting them
+    # gives the shipped profile, so a change to the fit shows here before it ships unmeasured.
+    shipped = load_profile("vllm-cpu-tiny")
+    cal = shipped.calibration or {}
+    probes = sorted(SHIPPED_PROBES.glob("*.probe.json"))
+    assert [p.name for p in probes] == [q["file"] for q in cal["pooled"]]
+    got = await pool(probes, name="vllm-cpu-tiny", max_num_seqs=128)
+    # Only the simulator's serving overhead is timed anew (on this host), and comes off the
+    # fitted front end; everything else is the probes' alone.
+    fitted = [*PARAMS, "idle_wake_s", "idle_wake_per_s", "coalesce_p", "coalesce_per_seq",
+              "coalesce_first_p", "coalesce_first_run"]  # fmt: skip
+    for name in fitted:
+        if name != "request_overhead_s":
+            want = getattr(shipped, name)
+            assert getattr(got.profile, name) == pytest.approx(want, rel=2e-3), name
+    refit = got.profile.calibration or {}
+    for key in ("request_overhead_busy_s", "sigma", "arrivals", "consistent"):
+        assert refit["busy_start"][key] == cal["busy_start"][key], key
+    assert refit["held"] == cal["held"] and refit["fit"] == cal["fit"]
+    assert [q["pace"] for q in refit["pooled"]] == [q["pace"] for q in cal["pooled"]]
+    overhead = refit["serving_overhead"]["median_s"]
+    assert shipped.request_overhead_s + cal["serving_overhead"]["median_s"] == pytest.approx(
+        got.profile.request_overhead_s + overhead, abs=2e-5
+    )
+
+
 def _generated(base_url: str) -> int:
     with urllib.request.urlopen(base_url.removesuffix("/v1") + "/sim/stats") as r:
         return int(json.loads(r.read())["generation_tokens"])
