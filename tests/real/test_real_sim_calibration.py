@@ -43,6 +43,11 @@ def test_calibrate_quick_against_vllm(vllm_server: Any, tiny_model: Path, tmp_pa
     assert cal["fit"]["ttft"]["observations"] >= 4
     assert p.prefill_token_s + p.prefill_attention_s > 0
     assert p.step_overhead_s + p.decode_seq_s > 0
+    # the real streams' chunks by batch size: how many carried several tokens, and their mean
+    held, chunking = cal["held"], cal["chunking"]
+    assert set(held) == set(chunking) and "1" in held
+    assert all(0 <= held[b] <= 1 <= chunking[b] for b in held)
+    assert p.coalesce_p <= max(held.values()) + 1e-4  # (rounded to 4 places)
     # short prompts arriving beside decoding streams were found in a real server's steps, and
     # the idle engine's front end is split between the busy one's and idle_wake_s
     busy = cal["busy_start"]
