@@ -287,6 +287,30 @@ def unresolved(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a result says of its rows: whether all are within the goal, and what is not."""
+    return {
+        "within_goal": all(r["within_goal"] for r in rows),
+        "unresolved": unresolved(rows),
+        "off": off(rows),
+        "band_edges": band_edges(rows),
+        "median_error": median_error(rows),
+    }
+
+
+def paces(
+    real: list[dict[str, dict[str, float]]], sim: list[dict[str, dict[str, float]]]
+) -> dict[str, Any]:
+    """Each side's pace by pass (or pooled result), and how far apart each side's lie."""
+    real_pace, sim_pace = pass_pace(real), pass_pace(sim)
+    return {
+        "real": real_pace,
+        "sim": sim_pace,
+        "real_moved": moved(real_pace),
+        "sim_moved": moved(sim_pace),
+    }
+
+
 def _profile_name(profile: str) -> str:
     # A built-in name or a file: results of one profile name it either way.
     return profile.rsplit("/", 1)[-1].removesuffix(".yaml").removesuffix(".yml")
@@ -346,9 +370,8 @@ def pool(results: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         own.append(compare(real, sim))
     real_med, spread = combine(reals)
     rows = compare(real_med, combine(sims)[0], spread, ranges(reals))
-    real_pace, sim_pace = pass_pace(reals), pass_pace(sims)
     pooled = []
-    for (source, res), rows_, p in zip(results, own, real_pace, strict=True):
+    for (source, res), rows_, p in zip(results, own, pass_pace(reals), strict=True):
         errs = [r["error"][m] for r in rows_ for m in GOAL_METRICS]
         pooled.append(
             {
@@ -367,17 +390,8 @@ def pool(results: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         "passes": sum(q["passes"] for q in pooled),
         "workloads": first.get("workloads", []),
         "rows": rows,
-        "within_goal": all(r["within_goal"] for r in rows),
-        "unresolved": unresolved(rows),
-        "off": off(rows),
-        "band_edges": band_edges(rows),
-        "median_error": median_error(rows),
-        "pace": {
-            "real": real_pace,
-            "sim": sim_pace,
-            "real_moved": moved(real_pace),
-            "sim_moved": moved(sim_pace),
-        },
+        **summary(rows),
+        "pace": paces(reals, sims),
     }
 
 
@@ -483,15 +497,7 @@ async def fidelity(
         spread if several else None,
         ranges(real_passes) if several else None,
     )
-    extra: dict[str, Any] = {}
-    if several:
-        real_pace, sim_pace = pass_pace(real_passes), pass_pace(sim_passes)
-        extra["pace"] = {
-            "real": real_pace,
-            "sim": sim_pace,
-            "real_moved": moved(real_pace),
-            "sim_moved": moved(sim_pace),
-        }
+    extra: dict[str, Any] = {"pace": paces(real_passes, sim_passes)} if several else {}
     return {
         "real_url": real.base_url,
         "profile": profile,
@@ -502,11 +508,7 @@ async def fidelity(
         "load_after": load_note(),
         "workloads": [w.__dict__ for w in chosen],
         "rows": rows,
-        "within_goal": all(r["within_goal"] for r in rows),
-        "unresolved": unresolved(rows),
-        "off": off(rows),
-        "band_edges": band_edges(rows),
-        "median_error": median_error(rows),
+        **summary(rows),
         **extra,
         # every pass's figures, for a look at the spread beyond its summary
         "per_pass": {"real": real_passes, "sim": sim_passes},
