@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from agentload.domains import domain_names, get_domain
+from agentload.domains import get_domain, own_domain_names
 from agentload.domains.base import Domain, Environment, grade
 
 
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--domain", action="append", help="default: every domain")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    names = args.domain or domain_names()
+    names = args.domain or own_domain_names()
     results = {n: bench(get_domain(n), args.rounds) for n in names}
     metrics = list(next(iter(results.values())))
     print("| metric | " + " | ".join(names) + " |")

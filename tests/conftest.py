@@ -4,6 +4,7 @@ CLI end to end); tests/real needs a real engine (`make test-real`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,23 @@ from agentload.sim import SimConfig, SimServer  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 """Test data: the vLLM 0.32 reference captures and datasets written for the tests."""
+
+TAU2_DATA = Path(
+    os.environ.get("AGENTLOAD_TAU2_DATA") or _HERE.resolve().parents[1] / "shared" / "tau2-data"
+)
+"""τ²-bench's data files (tasks, databases, policies), beside the checkout as `shared/` is in
+development and CI, or wherever AGENTLOAD_TAU2_DATA points. They are never shipped here."""
+if (TAU2_DATA / "airline" / "tasks.json").is_file():
+    # Runs started by the tests (and the simulators they start) find the τ² domains.
+    os.environ.setdefault("AGENTLOAD_TAU2_DATA", str(TAU2_DATA))
+
+
+@pytest.fixture
+def tau2_data() -> Path:
+    """The τ²-bench data folder; the test is skipped where there is none."""
+    if not (TAU2_DATA / "airline" / "tasks.json").is_file():
+        pytest.skip("no τ²-bench data folder (set AGENTLOAD_TAU2_DATA)")
+    return TAU2_DATA
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
-from agentload.domains import domain_names, get_domain, get_task
+from agentload.domains import get_domain, get_task, own_domain_names
 from agentload.sim import SimConfig, SimProcess, SimServer
 from agentload.sim.roles import (
     MISTAKES,
@@ -79,7 +79,7 @@ def run(pairs: Pairs, **kw: Any) -> tuple[list[EpisodeResult], list[CallRecord]]
 
 
 def all_task_ids() -> list[str]:
-    return [t.id for name in domain_names() for t in get_domain(name).tasks()]
+    return [t.id for name in own_domain_names() for t in get_domain(name).tasks()]
 
 
 @pytest.fixture(scope="module")

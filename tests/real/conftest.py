@@ -52,12 +52,16 @@ def _real_python() -> str:
 def _domain_corpus(path: Path) -> Path:
     """Text of agentload's own domains, so the tokenizer encodes their prompts compactly."""
     from agentload.domains import domain_names, get_domain
+    from agentload.domains.tau2.data import Tau2DataError
 
     parts = []
     for name in domain_names():
         d = get_domain(name)
-        parts.append(d.policy)
-        parts.extend(json.dumps(t) for t in d.tool_schemas())
+        try:  # τ²'s domains join when their data folder is there
+            parts.append(d.policy)
+            parts.extend(json.dumps(t) for t in d.tool_schemas())
+        except Tau2DataError:
+            continue
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
 

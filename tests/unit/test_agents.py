@@ -16,7 +16,7 @@ from agentload.agents import (
 )
 from agentload.agents.prompts import text_system_prompt
 from agentload.agents.strategies import parse_tool_call
-from agentload.domains import domain_names, get_domain, grade
+from agentload.domains import get_domain, grade, own_domain_names
 from agentload.domains.base import Task, UserScenario
 from agentload.workloads import EpisodeOptions, EpisodeSpec, ToolLatency, episode_seed, run_episode
 from agentload.workloads.episode import grade_environment
@@ -24,7 +24,7 @@ from agentload.workloads.episode import grade_environment
 
 def available_domains() -> list[str]:
     names = []
-    for name in domain_names():
+    for name in own_domain_names():
         try:
             if get_domain(name).tasks():
                 names.append(name)

@@ -44,6 +44,7 @@ __all__ = [
     "get_domain",
     "get_task",
     "grade",
+    "own_domain_names",
     "pass_hat_k",
     "to_domain",
 ]
@@ -75,6 +76,12 @@ def to_domain(name: str, obj: Any) -> Domain:
 def domain_names() -> list[str]:
     """Registered domain names, sorted."""
     return DOMAINS.names()
+
+
+def own_domain_names() -> list[str]:
+    """Registered domains whose data agentload has (every one but the τ² family, whose
+    data is read from a τ²-bench data folder)."""
+    return [d for d in DOMAINS.names() if not d.startswith("tau2-")]
 
 
 def get_domain(name: str) -> Domain:
