@@ -104,6 +104,30 @@ class ToolLatencyConfig(BaseModel):
     spread: float = Field(0.5, ge=0, le=100, description="uniform: ±spread×mean; lognormal: sigma.")
 
 
+class Tau2Config(BaseModel):
+    """The τ²-bench domain family (tau2-airline, tau2-retail, tau2-telecom, tau2-mock)."""
+
+    model_config = _STRICT
+
+    data: str | None = Field(
+        None,
+        description="τ²-bench data folder (its data/tau2/domains, or a τ²-bench checkout); "
+        "default: the AGENTLOAD_TAU2_DATA environment variable.",
+    )
+    split: str = Field(
+        "base",
+        min_length=1,
+        description="Task split of τ²'s split files (base, train, test; telecom also small, "
+        "full) that a whole-domain selection runs.",
+    )
+    max_steps: int = Field(
+        200, ge=1, le=100_000, description="τ² steps per episode (messages passed), as τ²'s."
+    )
+    max_errors: int = Field(
+        10, ge=1, le=100_000, description="Failed tool calls that end a τ² episode, as τ²'s."
+    )
+
+
 class WorkloadConfig(BaseModel):
     """Which episodes run and how the agent and user behave."""
 
@@ -129,6 +153,11 @@ class WorkloadConfig(BaseModel):
     )
     agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
     user: str = Field("llm", description="User simulator (a registered name).")
+    few_shot: str | None = Field(
+        None,
+        description="Example conversations of the few-shot agent: a JSONL file, one example "
+        "a line (docs/episodes.md).",
+    )
     temperature: float | None = Field(None, ge=0, le=100)
     max_steps: int = Field(30, ge=1, le=MAX_STEPS, description="Agent LLM calls per episode.")
     max_user_turns: int = Field(20, ge=1, le=MAX_STEPS)
@@ -139,6 +168,7 @@ class WorkloadConfig(BaseModel):
     keep_reasoning: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tool_latency: ToolLatencyConfig = Field(default_factory=ToolLatencyConfig)
+    tau2: Tau2Config = Field(default_factory=Tau2Config)
     agent_max_tokens: int | None = Field(
         None,
         ge=1,
@@ -201,6 +231,24 @@ class WorkloadConfig(BaseModel):
         from agentload.plugins import USERS
 
         return USERS.check(value)
+
+    @field_validator("few_shot")
+    @classmethod
+    def _few_shot(cls, value: str | None) -> str | None:
+        # Read now, so that a bad line is one configuration error before any episode.
+        if value is not None:
+            from agentload.agents.strategies import load_few_shot
+
+            load_few_shot(value)
+        return value
+
+    @model_validator(mode="after")
+    def _few_shot_needed(self) -> WorkloadConfig:
+        if self.agent == "few-shot" and self.few_shot is None:
+            from agentload.agents.strategies import FEW_SHOT_MISSING
+
+            raise ValueError(FEW_SHOT_MISSING)
+        return self
 
 
 class LoadConfig(BaseModel):
@@ -808,8 +856,9 @@ workload:
   seed: 7
   request_seed: none              # none | episode | <int>: the `seed` each call carries
   agent_max_tokens: 1024          # user_max_tokens: 256
-  agent: tool-calling             # tool-calling | react | act | oracle | noop
-  user: llm                       # llm | scripted
+  agent: tool-calling             # tool-calling | react | act | few-shot | oracle | noop
+  # few_shot: examples.jsonl      # the few-shot agent's example conversations
+  user: llm                       # llm | react | verify | reflection | scripted
   tool_latency: {kind: lognormal, mean_s: 0.2, spread: 0.5}
 load:
   concurrency: 16                 # closed loop; or rate: 2.0 (+ burstiness, max_concurrency)

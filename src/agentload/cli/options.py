@@ -186,6 +186,16 @@ ENDPOINTS = [
     ),
     Opt("user_model", ("--user-model",), str | None, "User model.", ENDPOINT),
     Opt(
+        "judge_base_url",
+        ("--judge-base-url",),
+        str | None,
+        "Judge endpoint (τ² natural-language assertions); default: none, those rewards "
+        "are partial.",
+        ENDPOINT,
+        metavar="URL",
+    ),
+    Opt("judge_model", ("--judge-model",), str | None, "Judge model.", ENDPOINT),
+    Opt(
         "api_key_env",
         ("--api-key-env",),
         str | None,
@@ -265,6 +275,25 @@ EPISODES = [
         metavar="LIST",
     ),
     Opt(
+        "tau2_data",
+        ("--tau2-data",),
+        str | None,
+        "τ²-bench data folder for the tau2-* domains (its data/tau2/domains, or a checkout); "
+        "default: $AGENTLOAD_TAU2_DATA.",
+        WORKLOAD,
+        path="workload.tau2.data",
+        metavar="DIR",
+    ),
+    Opt(
+        "split",
+        ("--split",),
+        str | None,
+        "τ² task split a whole tau2-* domain runs: base, train, test (telecom: small, full).",
+        WORKLOAD,
+        path="workload.tau2.split",
+        metavar="NAME",
+    ),
+    Opt(
         "trials",
         ("--trials", "-k"),
         int | None,
@@ -290,6 +319,15 @@ EPISODES = [
         WORKLOAD,
         path="workload.agent",
         metavar="NAME",
+    ),
+    Opt(
+        "few_shot",
+        ("--few-shot",),
+        str | None,
+        "Example conversations of --agent few-shot: a JSONL file, one example a line.",
+        WORKLOAD,
+        path="workload.few_shot",
+        metavar="FILE",
     ),
     Opt(
         "user",

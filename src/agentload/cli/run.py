@@ -220,6 +220,21 @@ def _endpoint_overrides(a: dict[str, Any], base: dict[str, Any], ov: _Overrides)
         for k, v in user_given.items():
             ov.put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
     # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
+    judge_given = {
+        k: v
+        for k, v in (("base_url", a.get("judge_base_url")), ("model", a.get("judge_model")))
+        if v is not None
+    }
+    if judge_given:
+        judge_yaml = eps.get("judge") if isinstance(eps.get("judge"), dict) else None
+        if judge_yaml is None:
+            # A judge starts as a copy of the agent's endpoint, as a separate user does.
+            ov.put("endpoints.judge", {**(agent_yaml or {}), "name": "judge"}, "--judge-base-url")
+            for k, v in given.items():
+                if k not in judge_given:
+                    ov.put(f"endpoints.judge.{k}", v, _ENDPOINT_FLAGS[k])
+        for k, v in judge_given.items():
+            ov.put(f"endpoints.judge.{k}", v, f"--judge-{k.replace('_', '-')}")
     if a.get("metrics_url") is not None:
         urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
         if len(urls) > 1:  # replicas behind one address: scraped and summed

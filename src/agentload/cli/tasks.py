@@ -37,7 +37,8 @@ def _domains(names: list[str] | None, category: str | None = None) -> list[tuple
     loads when none is named: one broken domain must not hide the others."""
     out = []
     known = domain_names()
-    for name in names or known:
+    # The τ² family is listed when named: its data lives outside agentload.
+    for name in names or [d for d in known if not d.startswith("tau2-")]:
         if name not in known:
             raise typer.BadParameter(
                 f"unknown domain {name!r}; known: {', '.join(known)}", param_hint="--domain"
@@ -54,6 +55,14 @@ def _domains(names: list[str] | None, category: str | None = None) -> list[tuple
     return out
 
 
+def _task_splits(domain: Domain, task: Any) -> list[str]:
+    splits = getattr(domain, "splits", None)
+    tid = getattr(task, "tau2_id", None)
+    if splits is None or tid is None:
+        return []
+    return [name for name, ids in splits().items() if tid in ids] or ["base"]
+
+
 def _first_sentence(text: str) -> str:
     head, dot, _ = text.partition(". ")
     return head + ("." if dot else "")
@@ -67,7 +76,22 @@ def _check_category(category: str | None) -> None:
 
 
 _LIST_OPTIONS = [
-    Opt("domain", ("--domain", "-d"), list[str] | None, "Domain(s) to list [default: all].", ""),
+    Opt(
+        "domain",
+        ("--domain", "-d"),
+        list[str] | None,
+        "Domain(s) to list [default: all built-in; name tau2-airline etc. for τ²'s].",
+        "",
+    ),
+    Opt(
+        "tau2_data",
+        ("--tau2-data",),
+        str | None,
+        "τ²-bench data folder for the tau2-* domains [default: $AGENTLOAD_TAU2_DATA].",
+        "",
+        metavar="DIR",
+    ),
+    Opt("split", ("--split",), str | None, "τ² task split to list [default: base].", ""),
     Opt(
         "category",
         ("--category",),
@@ -85,14 +109,39 @@ def tasks_list(ctx: typer.Context, **kw: Any) -> None:
     """List tasks (the default when no subcommand is given)."""
     if ctx.invoked_subcommand is not None:
         return
+    _tau2(kw)
     _list(kw["domain"], kw["category"], kw["as_json"])
 
 
 @tasks_app.command("list")
 @command_options(_LIST_OPTIONS)
 def tasks_list_command(**kw: Any) -> None:
-    """List tasks: id, category, gold actions, writes, required outputs, the customer's goal."""
+    """List tasks: id, category, gold actions, writes, required outputs, the customer's goal
+    (τ² tasks: also the splits each belongs to)."""
+    _tau2(kw)
     _list(kw["domain"], kw["category"], kw["as_json"])
+
+
+def _tau2(kw: dict[str, Any]) -> None:
+    """Point the τ² family at --tau2-data / --split; a bad folder or split is one line."""
+    from agentload.domains.tau2 import configure
+    from agentload.domains.tau2.data import Tau2DataError, data_dir, splits
+
+    configure(kw.get("tau2_data"), kw.get("split"))
+    wanted = [d for d in kw.get("domain") or () if d.startswith("tau2-")]
+    if not wanted:
+        return
+    try:
+        data_dir()
+        for d in wanted:
+            known = splits(d.removeprefix("tau2-").removesuffix("-workflow")) or {"base": []}
+            if (kw.get("split") or "base") not in known:
+                raise typer.BadParameter(
+                    f"{d} has no split {kw.get('split')!r}; known: {', '.join(known)}",
+                    param_hint="--split",
+                )
+    except Tau2DataError as e:
+        raise typer.BadParameter(str(e), param_hint="--tau2-data") from None
 
 
 def _list(domain: list[str] | None, category: str | None, as_json: bool) -> None:
@@ -106,20 +155,25 @@ def _list(domain: list[str] | None, category: str | None, as_json: bool) -> None
         out.flush()
         return
     table = Table(title="agentload tasks")
-    for col in ("id", "category", "actions", "writes", "outputs", "what the customer wants"):
+    tau2 = any(d.name.startswith("tau2-") for d, _ in domains)
+    cols = ["id", "category", "actions", "writes", "outputs", "what the customer wants"]
+    for col in [*cols, "splits"] if tau2 else cols:
         table.add_column(col, overflow="fold")
     counts: Counter[str] = Counter()
     for d, tasks in domains:
         for t in tasks:
             writes = sum(1 for a in t.gold_actions if (tool := d.tool(a.name)) and tool.writes)
-            table.add_row(
+            row = [
                 t.id,
                 t.category,
                 str(len(t.gold_actions)),
                 str(writes),
                 ", ".join(t.required_outputs),
-                _first_sentence(t.scenario.instructions),
-            )
+                _first_sentence(t.scenario.opening or t.scenario.instructions),
+            ]
+            if tau2:
+                row.append(", ".join(_task_splits(d, t)))
+            table.add_row(*row)
             counts[t.category] += 1
     console = Console()
     console.print(table)

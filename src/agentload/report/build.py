@@ -127,6 +127,8 @@ def _key_rows(s: Summary) -> list[list[str]]:
             ["success rate", pct(ep.success_rate)],
             ["pass^k", ", ".join(f"k={k}: {pct(v)}" for k, v in pk) or DASH],
         ]
+        if ep.partial:
+            rows.append(["partial rewards (no judge)", _partial_text(ep.partial)])
         if rates:
             rows.append(["episodes / min", num(ep.episodes_per_min)])
     if slo and rates:
@@ -392,8 +394,18 @@ def _by_domain(doc: Document, ep: Episodes) -> None:
     )
 
 
+def _partial_text(partial: Mapping[str, Any]) -> str:
+    return (
+        f"{count(partial.get('episodes'))} episodes of {count(partial.get('tasks'))} tasks "
+        "with natural-language assertions were not judged (no judge endpoint); they are "
+        "left out of success rate, mean reward and pass^k"
+    )
+
+
 def _episodes(doc: Document, ep: Episodes, rates: bool = True) -> None:
     doc.h("Episodes")
+    if ep.partial:
+        doc.p("Partial rewards: " + _partial_text(ep.partial) + ".")
     per = ep.tokens_per_success
     doc.table(
         ["figure", "value"],

@@ -121,15 +121,26 @@ def sweep_charts(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         for kk in ks
         if kk != "1"
     ]
+    if any(r.get("ttft_p90") is not None for r in rows):
+        # Success and latency on one chart: how much quality a load point costs, and when.
+        quality.append(
+            _line(x, rows, "ttft_p90", "agent TTFT p90 (s)", yaxis="y2", line={"dash": "dot"})
+        )
     if any(r.get("success_rate") is not None for r in rows):
         figs.append(
             {
                 "data": quality,
                 "layout": _layout(
-                    f"Quality under load: task success against {kind}",
+                    f"Quality under load: task success and latency against {kind}",
                     kind,
                     "share",
                     yaxis={"title": {"text": "share"}, "range": [0, 1.05]},
+                    yaxis2={
+                        "overlaying": "y",
+                        "side": "right",
+                        "title": {"text": "seconds"},
+                        "rangemode": "tozero",
+                    },
                 ),
             }
         )

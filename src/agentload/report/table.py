@@ -74,6 +74,11 @@ def _episodes_table(ep: Episodes | None, slo: SloBlock | None, errs: Mapping[str
     if ep:
         t.add_row("episodes", count(ep.episodes))
         t.add_row("success rate", pct(ep.success_rate))
+        if ep.partial:
+            t.add_row(
+                "partial (no judge)",
+                f"{count(ep.partial.get('episodes'))} episodes, left out of success and pass^k",
+            )
         pk = ep.pass_hat_k
         if pk:
             t.add_row("pass^k", "  ".join(f"{k}:{pct(v)}" for k, v in list(pk.items())[:5]))

@@ -138,6 +138,9 @@ class SessionRecord(Record):
     user: Any = None
     reward: float | None = Field(None, ge=0, le=1)
     reward_breakdown: dict[str, Any] | None = None
+    # τ² tasks with natural-language assertions and no judge: the reward covers the other
+    # components only (a partial reward, never reported as a full one).
+    reward_partial: bool | None = None
     grader_version: Any = None
     data_version: Any = None
     termination: str | None = None
@@ -389,6 +392,8 @@ class EpisodeGroup(_Model):
     success_rate: float | None = None
     mean_reward: float | None = None
     pass_hat_k: dict[str, float] = Field(default_factory=dict)
+    # Episodes with a partial reward (τ² NL assertions, no judge), left out of the figures above.
+    partial: dict[str, Any] | None = None
 
 
 class Episodes(EpisodeGroup):

@@ -337,6 +337,22 @@ def _pass_k(sessions: Sequence[SessionRecord]) -> dict[str, float]:
 
 
 def _episode_group(sessions: Sequence[SessionRecord]) -> dict[str, Any]:
+    """Success, reward and pass^k of fully graded episodes; episodes whose reward is partial
+    (τ²'s natural-language assertions with no judge) are counted apart."""
+    partial = [s for s in sessions if s.reward_partial]
+    if partial:
+        out = _episode_group([s for s in sessions if not s.reward_partial])
+        out["graded_episodes"] = out["episodes"]
+        out["episodes"] = len(sessions)
+        out["tasks"] = len({str(s.task_id) for s in sessions})
+        out["partial"] = {
+            "episodes": len(partial),
+            "tasks": len({str(s.task_id) for s in partial}),
+            "successes_without_judge": sum(_success(s) for s in partial),
+            "note": "natural-language assertions not judged (no judge endpoint): left out "
+            "of success rate, mean reward and pass^k",
+        }
+        return out
     n = len(sessions)
     succ = sum(_success(s) for s in sessions)
     rewards = [s.reward for s in sessions if s.reward is not None]

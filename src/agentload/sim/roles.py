@@ -605,6 +605,11 @@ class SkilledAgent:
         self.generic = GenericBehaviour(config)
 
     def respond(self, request: RequestView) -> ResponsePlan:
+        if (request.task or "").startswith("tau2-"):
+            from agentload.sim.tau2_roles import agent_response
+
+            tau2 = agent_response(request, self.config.seed, agent_skill(request.options))
+            return tau2 if tau2 is not None else self.generic.respond(request)
         try:
             plan = episode_plan(
                 request.task or "",
@@ -827,6 +832,11 @@ class CooperativeUser:
         self.generic = GenericBehaviour(config)
 
     def respond(self, request: RequestView) -> ResponsePlan:
+        if (request.task or "").startswith("tau2-"):
+            from agentload.sim.tau2_roles import user_response
+
+            tau2 = user_response(request)
+            return tau2 if tau2 is not None else self.generic.respond(request)
         found = _lookup(request.task)
         if found is None:
             return self.generic.respond(request)

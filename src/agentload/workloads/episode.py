@@ -18,7 +18,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -88,8 +88,8 @@ class ToolLatency:
 
 @dataclass
 class EpisodeOptions:
-    agent: str = "tool-calling"  # tool-calling | react | act | oracle | noop
-    user: str = "llm"  # llm | scripted
+    agent: str = "tool-calling"  # tool-calling | react | act | few-shot | oracle | noop
+    user: str = "llm"  # llm | react | verify | reflection | scripted
     temperature: float | None = None
     max_steps: int = 30  # agent steps (model calls) per episode
     max_user_turns: int = 20
@@ -104,6 +104,20 @@ class EpisodeOptions:
     # per-request seed makes engines sample on a per-request generator (a different path
     # from unseeded traffic), so it is sent only when asked for.
     request_seed: str | int = "none"
+    # τ² domains run under τ²'s own limits: messages passed (agent, user and tool results
+    # each count one) and failed tool calls (the episode ends when this many have failed).
+    tau2_max_steps: int = 200
+    tau2_max_errors: int = 10
+    # The few-shot agent's examples file (JSONL). Agent factories take (domain, task) only,
+    # so it is handed to the registered `few-shot` strategy when the options are made (for
+    # the process: one examples file at a time); a bad file is a ValueError here.
+    few_shot: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.few_shot is not None:
+            from agentload.agents.strategies import use_few_shot_file
+
+            use_few_shot_file(self.few_shot)
 
 
 def request_seed_for(option: str | int, episode_seed: int) -> int | None:
@@ -397,26 +411,38 @@ async def run_episode(
     client; afterwards never raises except on cancellation (a bug inside the loop ends the
     episode as `infra_error` with the exception in `error`).
     """
+    if spec.task_id.startswith("tau2-"):
+        from agentload.workloads.tau2_episode import run_tau2_episode
+
+        return await run_tau2_episode(spec, clients, options)
     try:
         ep = _Episode(spec, clients, options)
     except KeyError as e:
         raise ValueError(str(e.args[0]) if e.args else str(e)) from None
     started_at = time.time()
     start_ns = _now_ns()
-    termination = "infra_error"
-    error: str | None = None
-    try:
-        async with asyncio.timeout(options.budget_s):
-            await ep.run()
-    except _Stop as stop:
-        termination, error = stop.termination, stop.error
-    except TimeoutError:
-        termination, error = "budget_exceeded", f"episode wall time over {options.budget_s} s"
-    except Exception as e:  # a bug must not take the other episodes of the run down
-        log.exception("episode %s (%s) failed", spec.session_id, spec.task_id)
-        termination, error = "infra_error", f"internal error: {type(e).__name__}: {e}"
+    termination, error = await drive(ep.run, spec, options.budget_s)
     end_ns = _now_ns()
     return _finish(ep, termination, error, started_at, start_ns, end_ns)
+
+
+async def drive(
+    run: Callable[[], Awaitable[None]], spec: EpisodeSpec, budget_s: float | None
+) -> tuple[str, str | None]:
+    """Run an episode's loop to its end under the wall-time budget: (termination, error).
+    The loop ends by raising _Stop; a bug ends it as `infra_error` and is logged, never
+    raised, so that it cannot take the run's other episodes down."""
+    try:
+        async with asyncio.timeout(budget_s):
+            await run()
+    except _Stop as stop:
+        return stop.termination, stop.error
+    except TimeoutError:
+        return "budget_exceeded", f"episode wall time over {budget_s} s"
+    except Exception as e:
+        log.exception("episode %s (%s) failed", spec.session_id, spec.task_id)
+        return "infra_error", f"internal error: {type(e).__name__}: {e}"
+    return "infra_error", "the episode loop returned without an ending"
 
 
 _BASE_HASHES: dict[tuple[str, str, int], str] = {}
@@ -510,9 +536,15 @@ class EpisodeEnd:
     user_s: float
 
 
-def episode_records(end: EpisodeEnd) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Grade the episode and build its session and trajectory records."""
-    grade_dict, reward = _grade(end)
+def episode_records(
+    end: EpisodeEnd, grade: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Grade the episode (unless its `grade` is given) and build its session and trajectory
+    records."""
+    if grade is None:
+        grade_dict, reward = _grade(end)
+    else:
+        grade_dict, reward = grade, float(grade.get("reward", 0.0))
     spec = end.spec
     identity = {
         "session_id": spec.session_id,
@@ -590,6 +622,8 @@ def _tally_calls(ep: _Episode) -> tuple[float, float]:
         if rec.role == "user":
             counts["user_calls"] += 1
             user_s += rec.total_s
+        elif rec.role == "judge":
+            counts["judge_calls"] = counts.get("judge_calls", 0) + 1
         else:
             counts["agent_calls"] += 1
             llm_s += rec.total_s

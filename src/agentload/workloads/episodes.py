@@ -3,6 +3,7 @@ tasks, graded, trial after trial (the default kind)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -24,12 +25,12 @@ if TYPE_CHECKING:
 
 
 def available_tasks(domains: list[str]) -> dict[str, list[str]]:
-    """Task ids of each registered domain; only the `domains` asked for are loaded (all when
-    none is named)."""
+    """Task ids of each registered domain; only the `domains` asked for are loaded (when
+    none is named, every domain but the τ² family, whose data must be pointed at)."""
     from agentload.domains import domain_names, get_domain
 
     names = domain_names()
-    wanted = [d for d in domains if d in names] or names
+    wanted = [d for d in domains if d in names] or [d for d in names if not d.startswith("tau2-")]
     return {d: [t.id for t in get_domain(d).tasks()] if d in wanted else [] for d in names}
 
 
@@ -48,6 +49,8 @@ def resolve_tasks(cfg: RunConfig) -> list[str]:
     from agentload.domains import domain_names
 
     needed = needed_domains(cfg)
+    if any(d.startswith("tau2-") for d in needed):
+        _check_tau2(cfg)
     unknown = [d for d in needed if d not in domain_names()]
     if unknown:  # said before any domain loads its tasks (seconds for a large one)
         raise ConfigError(
@@ -62,6 +65,55 @@ def resolve_tasks(cfg: RunConfig) -> list[str]:
         return select_tasks(cfg.workload.tasks, cfg.workload.domains, available)
     except PlanError as e:
         raise ConfigError(f"invalid configuration: field 'workload.tasks': {e}") from None
+
+
+def configure_tau2(cfg: RunConfig) -> None:
+    """Point the τ² family at the configured data folder and split (this process and the
+    processes it starts: workers and the embedded simulator inherit the environment)."""
+    from agentload.domains.tau2 import configure
+
+    t = cfg.workload.tau2
+    configure(t.data, t.split)
+
+
+def _check_tau2(cfg: RunConfig) -> None:
+    """The data folder and split, checked before any task loads: one line naming the field."""
+    from agentload.domains.tau2.data import Tau2DataError, data_dir, splits
+
+    configure_tau2(cfg)
+    try:
+        root = data_dir()
+    except Tau2DataError as e:
+        raise ConfigError(f"invalid configuration: field 'workload.tau2.data': {e}") from None
+    split = cfg.workload.tau2.split
+    for d in needed_domains(cfg):
+        if not d.startswith("tau2-"):
+            continue
+        key = d.removeprefix("tau2-")
+        try:
+            known = splits(key) or {"base": []}
+        except Tau2DataError as e:
+            raise ConfigError(f"invalid configuration: field 'workload.tau2.data': {e}") from None
+        except KeyError:
+            continue  # not a τ² domain of ours: the unknown-domain check names it
+        if split not in known:
+            raise ConfigError(
+                f"invalid configuration: field 'workload.tau2.split': {d} has no split "
+                f"{split!r} in {root}; known: {', '.join(known)}"
+            )
+
+
+def warm_tau2(task_ids: list[str]) -> None:
+    """Load the τ² domains' tasks, databases and prompts in this process before the first
+    episode: a 14 MB task file or a 7 MB database parsed inside the first episode would stall
+    the event loop under measurement."""
+    from agentload.domains import get_domain
+
+    for name in sorted({t.partition("/")[0] for t in task_ids if t.startswith("tau2-")}):
+        d: Any = get_domain(name)
+        d.get_task(next(t for t in task_ids if t.startswith(name + "/")))
+        d.make_world()
+        d.system_prompt()
 
 
 def episode_options(cfg: RunConfig) -> EpisodeOptions:
@@ -82,6 +134,9 @@ def episode_options(cfg: RunConfig) -> EpisodeOptions:
         agent_max_tokens=w.agent_max_tokens,
         user_max_tokens=w.user_max_tokens,
         request_seed=w.request_seed,
+        tau2_max_steps=w.tau2.max_steps,
+        tau2_max_errors=w.tau2.max_errors,
+        few_shot=w.few_shot,
     )
 
 
@@ -124,6 +179,7 @@ class EpisodesWorkload(Workload):
         super().__init__(cfg)
         self._tasks: list[str] | None = None
         self.options = episode_options(cfg)
+        configure_tau2(cfg)
 
     def units(self) -> list[str]:
         if self._tasks is None:
@@ -141,6 +197,18 @@ class EpisodesWorkload(Workload):
             domains = sorted({t.partition("/")[0] for t in self.units()})
             meta["grader_version"] = GRADER_VERSION
             meta["data_versions"] = {d: get_domain(d).data_version for d in domains}
+            tau2 = [d for d in domains if d.startswith("tau2-")]
+            if tau2:
+                from agentload.domains.tau2.data import data_dir
+                from agentload.domains.tau2.grading import GRADER_VERSION as TAU2_GRADER
+
+                meta["tau2"] = {
+                    "data_dir": str(data_dir()),
+                    "split": self.cfg.workload.tau2.split,
+                    "grader_version": TAU2_GRADER,
+                    "files": {d: getattr(get_domain(d), "data_hashes", None) for d in tau2},
+                    "judge": "judge" in self.cfg.endpoints,
+                }
         return meta
 
     def tool_roles(self) -> tuple[str, ...]:
@@ -149,6 +217,8 @@ class EpisodesWorkload(Workload):
         return () if self.cfg.workload.agent in ("react", "act", "oracle", "noop") else ("agent",)
 
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
+        # In a thread: the event loop (and the loop-lag monitor) keeps turning meanwhile.
+        await asyncio.to_thread(warm_tau2, self.units())
         if embedded:
             ep = endpoints["agent"]
             await prime_sim(ep.base_url, ep.model, self.units())
