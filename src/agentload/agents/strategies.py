@@ -5,6 +5,8 @@
 - ``react`` / ``act``: the tools are described in the system prompt and the model writes one
   action as JSON in its text (react: a ``Thought:`` first); tool results come back as user
   messages starting with ``Observation:``.
+- ``few-shot``: tool-calling with example conversations after the policy in the system
+  prompt, read from a JSONL file (τ-bench's few-shot agent; see `load_few_shot`).
 - ``oracle``: no model; executes the task's gold actions one per step, then states the
   required outputs. It scores 1.0 on every task, which checks the domain and the runner.
 - ``noop``: no model; always replies the same sentence and never calls a tool. It scores 0.
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -175,6 +179,148 @@ class TextActionAgent:
         self.messages.append(
             {"role": "user", "content": PARSE_RETRY.format(error=error, respond="respond")}
         )
+
+
+FEW_SHOT_EXAMPLES = 5  # examples shown per episode (τ-bench's few-shot agent)
+FEW_SHOT_MISSING = (
+    "agent 'few-shot' needs a file of example conversations: set workload.few_shot "
+    "(--few-shot FILE)"
+)
+
+
+class FewShotError(ValueError):
+    """A few-shot examples file that cannot be used; the message names the file (and the
+    line)."""
+
+
+def load_few_shot(path: str | Path) -> tuple[str, ...]:
+    """The examples of a few-shot file, read once per path and version of the file.
+
+    JSONL, one example a line (blank lines skipped), each a JSON object with either
+    ``"messages_display"``: the conversation as text (τ-bench's few-shot files), or
+    ``"messages"``: OpenAI chat messages, shown one a line as ``role: content`` (system
+    messages left out, tool calls as ``assistant (tool call): name {arguments}``), so that a
+    line of an agentload trajectories.jsonl is an example too. Other keys are ignored.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise FewShotError(f"few-shot file {p}: cannot read it ({e.strerror})") from None
+    return _load_few_shot(str(p), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_few_shot(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise FewShotError(f"few-shot file {path}: cannot read it ({why})") from None
+    examples = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise FewShotError(f"few-shot file {path}, line {n}: not valid JSON ({e})") from None
+        try:
+            examples.append(_example(obj))
+        except ValueError as e:
+            raise FewShotError(f"few-shot file {path}, line {n}: {e}") from None
+    if not examples:
+        raise FewShotError(f"few-shot file {path}: no examples (one JSON object a line)")
+    return tuple(examples)
+
+
+def _example(obj: Any) -> str:
+    if isinstance(obj, Mapping):
+        shown = obj.get("messages_display")
+        if isinstance(shown, str) and shown.strip():
+            return shown.strip()
+        messages = obj.get("messages")
+        if isinstance(messages, list) and messages:
+            return _render_messages(messages)
+    raise ValueError('expected a JSON object with a "messages_display" text or a "messages" list')
+
+
+def _render_messages(messages: list[Any]) -> str:
+    lines = []
+    for i, m in enumerate(messages, 1):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise ValueError(f'"messages" item {i} is not a message with a "role"')
+        role = m["role"]
+        if role == "system":  # the policy is in the prompt already
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        if content:
+            lines.append(f"{role}: {content if isinstance(content, str) else json.dumps(content)}")
+        for tc in m.get("tool_calls") or ():
+            fn = (tc.get("function") or {}) if isinstance(tc, Mapping) else {}
+            args = fn.get("arguments")
+            args = args if isinstance(args, str) else json.dumps(args or {})
+            lines.append(f"{role} (tool call): {fn.get('name', '')} {args}")
+    if not lines:
+        raise ValueError('"messages" holds no conversation (only system messages)')
+    return "\n".join(lines)
+
+
+def few_shot_system_prompt(policy: str, examples: Sequence[str], task_id: str) -> str:
+    """The policy, then `FEW_SHOT_EXAMPLES` of the examples (all of them when there are no
+    more), as τ-bench lays them out. τ-bench draws them anew for every episode; here the draw is
+    seeded by the task, so every trial of a task sees the same ones and a run is repeatable."""
+    chosen = list(examples)
+    if len(chosen) > FEW_SHOT_EXAMPLES:
+        chosen = random.Random(f"agentload/few-shot/{task_id}").sample(chosen, FEW_SHOT_EXAMPLES)
+    shown = "\n\n".join(f"Example {i}:\n{e}" for i, e in enumerate(chosen, 1))
+    return f"{policy.rstrip()}\n\n{shown}"
+
+
+class FewShotAgent(ToolCallingAgent):
+    """tool-calling, with example conversations after the policy in the system prompt."""
+
+    name = "few-shot"
+
+    def __init__(
+        self, domain: Domain, task: Task, examples: Sequence[str], *, keep_reasoning: bool = False
+    ) -> None:
+        super().__init__(domain, task, keep_reasoning=keep_reasoning)
+        self.messages[0]["content"] = few_shot_system_prompt(
+            domain.system_prompt(), examples, task.id
+        )
+
+
+class FewShotFactory:
+    """The ``few-shot`` registry entry.
+
+    Its examples file is a setting of the entry (`examples_file`, set by `use_few_shot_file`,
+    which `EpisodeOptions(few_shot=...)` calls) rather than an argument, so the factory keeps
+    the `factory(domain, task, *, keep_reasoning)` form of every strategy and both episode
+    loops (built-in and τ²) build it through `make_agent` unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.examples_file: str | None = None
+
+    def __call__(self, domain: Domain, task: Task, *, keep_reasoning: bool = False) -> Agent:
+        if self.examples_file is None:
+            raise ValueError(FEW_SHOT_MISSING)
+        examples = load_few_shot(self.examples_file)
+        return FewShotAgent(domain, task, examples, keep_reasoning=keep_reasoning)
+
+
+few_shot_agent = FewShotFactory()
+
+
+def use_few_shot_file(path: str | Path | None) -> None:
+    """Point the ``few-shot`` strategy of this process at an examples file (read and checked
+    now: FewShotError names the file and line), or at none."""
+    if path is not None:
+        load_few_shot(path)
+    few_shot_agent.examples_file = None if path is None else str(path)
 
 
 class OracleAgent:

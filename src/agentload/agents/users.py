@@ -2,6 +2,8 @@
 
 Both answer the agent's text replies one at a time; `reply(None, ...)` gives the customer's
 opening message. A reply containing a stop token (see `prompts.STOP_TOKENS`) ends the episode.
+The LLM customer follows one of τ-bench's user strategies (llm, react, verify, reflection;
+`agentload.agents.user_strategies`), each registered under its own name.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from agentload.agents.base import LLMCall
 from agentload.agents.prompts import AGENT_GREETING, STOP, STOP_TOKENS, user_system_prompt
+from agentload.agents.user_strategies import check_strategy, strategy_system_prompt, user_reply
 from agentload.client import CallResult
 from agentload.domains.base import Task, UserScenario
 from agentload.plugins import USERS
@@ -34,27 +37,29 @@ def is_stop(text: str) -> bool:
 
 class LlmUser:
     """An LLM plays the customer from the scenario prompt; it sees the conversation with the
-    roles flipped (the agent's replies are its `user` messages)."""
+    roles flipped (the agent's replies are its `user` messages). `strategy` is one of
+    `user_strategies.USER_STRATEGIES`; its extra calls (checks, reflections, new drafts) are
+    user calls like the first."""
 
-    name = "llm"
     uses_llm = True
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, *, strategy: str = "llm") -> None:
+        self.name = self.strategy = check_strategy(strategy)
+        prompt = strategy_system_prompt(strategy, user_system_prompt(task.scenario))
         self.messages: list[dict[str, Any]] = [
-            {"role": "system", "content": user_system_prompt(task.scenario)},
+            {"role": "system", "content": prompt},
             {"role": "user", "content": AGENT_GREETING},
         ]
 
     async def reply(self, agent_text: str | None, llm: LLMCall) -> UserTurn:
         if agent_text is not None:
             self.messages.append({"role": "user", "content": agent_text})
-        res = await llm(self.messages, None)
-        if not res.ok:
-            return UserTurn("", res)
-        text = res.content.strip()
+        said = await user_reply(self.strategy, self.messages, llm)
+        if not said.ok or said.message is None:
+            return UserTurn("", said.result)
         # Reasoning is never kept: the customer's thoughts are not part of the conversation.
-        self.messages.append({"role": "assistant", "content": text})
-        return UserTurn(text, res)
+        self.messages.append(said.message)
+        return UserTurn(said.text, said.result)
 
 
 _SPACES = re.compile(r"\s+")
@@ -156,6 +161,18 @@ def scripted_user(task: Task, *, max_turns: int = 20) -> ScriptedUser:
 
 def llm_user(task: Task, *, max_turns: int = 20) -> LlmUser:
     return LlmUser(task)
+
+
+def react_user(task: Task, *, max_turns: int = 20) -> LlmUser:
+    return LlmUser(task, strategy="react")
+
+
+def verify_user(task: Task, *, max_turns: int = 20) -> LlmUser:
+    return LlmUser(task, strategy="verify")
+
+
+def reflection_user(task: Task, *, max_turns: int = 20) -> LlmUser:
+    return LlmUser(task, strategy="reflection")
 
 
 UserFactory = Callable[..., Any]
