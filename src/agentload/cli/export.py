@@ -1,4 +1,5 @@
-"""`agentload export DIR`: the run's records as flat tables."""
+"""`agentload export DIR`: the run's records as flat tables, or its τ² episodes as τ²-bench
+results files."""
 
 from __future__ import annotations
 
@@ -11,29 +12,65 @@ import typer
 from agentload.cli.app import app
 from agentload.results.jsonl import ResultsError
 
+FORMATS = ("csv", "parquet", "tau2")
+
 
 @app.command("export")
 def export_command(
     out_dir: Annotated[Path, typer.Argument(help="Results directory of a run.")],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="csv or parquet (parquet needs pyarrow).")
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="csv or parquet (tables; parquet needs pyarrow), or tau2 (the τ² episodes "
+            "as τ²-bench results files, one per domain).",
+        ),
     ] = "csv",
     dest: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Folder for the tables.", show_default="DIR/export"),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for the files; for tau2 also a .json file (a run of one domain).",
+            show_default="DIR/export",
+        ),
+    ] = None,
+    tau2_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--tau2-data",
+            metavar="DIR",
+            help="tau2: τ²-bench data folder for the task records.",
+            show_default="the run's, else AGENTLOAD_TAU2_DATA",
+        ),
     ] = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the written paths as JSON.")
     ] = False,
 ) -> None:
-    """Write calls, sessions and per-turn statistics as CSV or Parquet tables."""
+    """Write calls, sessions and per-turn statistics as CSV or Parquet tables, or the run's
+    τ² episodes as τ²-bench results files (`tau2 view` opens them; τ²'s evaluator re-grades
+    them)."""
     from agentload.results.dirs import check_results_dir
     from agentload.results.export import ExportError, export
+    from agentload.results.tau2_export import Tau2ExportError, export_tau2
 
+    if fmt not in FORMATS:
+        typer.echo(
+            f"error: --format: expected csv or parquet tables, or tau2, got {fmt!r}", err=True
+        )
+        raise typer.Exit(2)
     try:
         check_results_dir(out_dir)
-        paths = export(out_dir, fmt, dest)
-    except (ExportError, ResultsError) as e:
+        if fmt == "tau2":
+            done = export_tau2(out_dir, dest, tau2_data)
+            paths = done.paths
+            for w in done.warnings:
+                typer.echo(f"warning: {w}", err=True)
+        else:
+            paths = export(out_dir, fmt, dest)
+    except (ExportError, Tau2ExportError, ResultsError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if json_out:

@@ -57,10 +57,17 @@ def gold_hashes(domain: Tau2Domain, task: Tau2Task) -> tuple[str, str | None]:
 
 def replay(domain: Tau2Domain, task: Tau2Task, messages: Sequence[Mapping[str, Any]]) -> World:
     """The environment an episode's messages leave: the task's initial state, then every
-    state-changing tool call of the messages after the task's own history (τ²'s replay)."""
+    state-changing tool call of the messages after the task's own history (τ²'s replay).
+    The history is skipped only where the messages start with it: an episode's own
+    messages (`tau2.messages` of a trajectory) do not hold it."""
     world = domain.task_world(task)
-    history = len((task.tau2.get("initial_state") or {}).get("message_history") or ())
-    for requestor, name, args in history_tool_calls(messages[history:]):
+    history = list((task.tau2.get("initial_state") or {}).get("message_history") or ())
+    lead = history and len(messages) >= len(history)
+    held = lead and all(
+        m.get("role") == h.get("role") and m.get("content") == h.get("content")
+        for h, m in zip(history, messages, strict=False)
+    )
+    for requestor, name, args in history_tool_calls(messages[len(history) if held else 0 :]):
         if domain._mutates(name, requestor):
             world.call(requestor, name, args)
     world.sync()
