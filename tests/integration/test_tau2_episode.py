@@ -197,3 +197,21 @@ def test_missing_data_folder_is_one_line(tmp_path: Path) -> None:
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "workload.tau2.data" in lines[0] and "does not exist" in lines[0]
     assert not (tmp_path / "r").exists()
+
+
+async def test_a_task_with_a_message_history_continues_from_it() -> None:
+    d = _domain("tau2-mock")
+    task = d.get_task("tau2-mock/update_task_with_message_history")
+    history = task.tau2["initial_state"]["message_history"]
+    res = await run_episode(spec(task.id), {}, EpisodeOptions(agent="oracle", user="scripted"))
+    t = res.trajectory
+    msgs = t["tau2"]["messages"]
+    assert [m["role"] for m in msgs[: len(history)]] == [h["role"] for h in history]
+    assert all(m.get("content") == h.get("content") for m, h in zip(msgs, history, strict=False))
+    assert GREETING not in [m.get("content") for m in msgs]
+    # The agent saw the history: its user message, its own tool call and the result.
+    agent_view = t["messages"]
+    assert agent_view[1] == {"role": "user", "content": history[0]["content"]}
+    assert agent_view[2]["tool_calls"][0]["function"]["name"] == history[1]["tool_calls"][0]["name"]
+    assert agent_view[3]["role"] == "tool"
+    assert res.session["termination"] == "user_stop" and res.session["reward"] == 1.0

@@ -182,12 +182,24 @@ def _list(domain: list[str] | None, category: str | None, as_json: bool) -> None
 
 
 @tasks_app.command("show")
-def tasks_show(task_id: str = typer.Argument(..., help='Task id, e.g. "airline/007".')) -> None:
-    """Print one task as JSON: scenario, gold actions, required outputs."""
+def tasks_show(
+    task_id: str = typer.Argument(..., help='Task id, e.g. "airline/007" or "tau2-airline/3".'),
+    tau2_data: str | None = typer.Option(
+        None, "--tau2-data", help="τ²-bench data folder [default: $AGENTLOAD_TAU2_DATA]."
+    ),
+) -> None:
+    """Print one task as JSON: scenario, gold actions, required outputs (τ²'s: its record)."""
+    from agentload.domains.tau2 import configure
+    from agentload.domains.tau2.data import Tau2DataError
+
+    configure(tau2_data)
     try:
         task = get_task(task_id)
     except KeyError as e:
         typer.echo(f"error: {e.args[0]}", err=True)
+        raise typer.Exit(2) from None
+    except Tau2DataError as e:
+        typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     sys.stdout.buffer.write(orjson.dumps(task.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
 

@@ -308,12 +308,72 @@ class Tau2Episode:
 
     async def run(self) -> None:
         self.world = self.domain.task_world(self.task)
-        self.trajectory.append({"role": "assistant", "content": GREETING, "tool_calls": None})
-        self.agent.messages.append({"role": "assistant", "content": GREETING})
-        self.user.hear(GREETING)
+        history = (self.task.tau2.get("initial_state") or {}).get("message_history") or ()
+        agent_next = self._continue(history) if history else False
+        if not history:
+            self.trajectory.append({"role": "assistant", "content": GREETING, "tool_calls": None})
+            self.agent.messages.append({"role": "assistant", "content": GREETING})
+            self.user.hear(GREETING)
+        if agent_next:
+            await self.agent_turn()
         while True:
             await self.user_turn()
             await self.agent_turn()
+
+    def _continue(self, history: Sequence[Mapping[str, Any]]) -> bool:
+        """Start from a task's message history, as τ² does: the trajectory begins with it,
+        the agent and the user each see their side of it (its state changes are already in
+        the world). True when the agent speaks next, False when the user does."""
+        agent, user = self.agent.messages, self.user.messages
+        for h in history:
+            role, text = h.get("role"), h.get("content")
+            calls = [
+                ToolCall(str(c.get("id") or ""), c["name"], dict(c.get("arguments") or {}))
+                for c in h.get("tool_calls") or ()
+            ]
+            if role == "tool":
+                msg = {"role": "tool", "tool_call_id": str(h.get("id") or ""), "content": text}
+                requestor = h.get("requestor") or "assistant"
+                (agent if requestor == "assistant" else user).append(msg)
+                self.trajectory.append(
+                    {
+                        "role": "tool",
+                        "id": str(h.get("id") or ""),
+                        "content": text,
+                        "requestor": requestor,
+                        "error": bool(h.get("error")),
+                    }
+                )
+                continue
+            wire = {"role": "assistant", "content": text, "tool_calls": _openai(calls)}
+            if role == "assistant":
+                if calls:
+                    agent.append(wire)
+                else:
+                    agent.append({"role": "assistant", "content": text})
+                    self.user.hear(text or "")
+            elif role == "user":
+                if calls:
+                    user.append(wire)
+                else:
+                    agent.append({"role": "user", "content": text})
+                    user.append({"role": "assistant", "content": text})
+            self.trajectory.append(
+                {
+                    "role": role,
+                    "content": text,
+                    "tool_calls": _wire_calls(calls, "user" if role == "user" else "assistant")
+                    or None,
+                }
+            )
+        last = history[-1]
+        if last.get("role") == "tool":
+            return (last.get("requestor") or "assistant") == "assistant"
+        if last.get("role") == "user":
+            if is_user_stop(last.get("content")):
+                raise _Stop("user_stop")
+            return not last.get("tool_calls")
+        return bool(last.get("tool_calls"))
 
     async def user_turn(self) -> None:
         """The user speaks (running its own tools first, as often as it calls them)."""
