@@ -860,6 +860,8 @@ workload:
   # few_shot: examples.jsonl      # the few-shot agent's example conversations
   user: llm                       # llm | react | verify | reflection | scripted
   tool_latency: {kind: lognormal, mean_s: 0.2, spread: 0.5}
+  # τ²-bench's domains (tasks: [tau2-airline, tau2-telecom]) read their data from here:
+  # tau2: {data: tau2-bench/data/tau2/domains, split: base, max_steps: 200, max_errors: 10}
 load:
   concurrency: 16                 # closed loop; or rate: 2.0 (+ burstiness, max_concurrency)
   num_episodes: 200
