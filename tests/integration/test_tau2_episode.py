@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -215,3 +216,33 @@ async def test_a_task_with_a_message_history_continues_from_it() -> None:
     assert agent_view[2]["tool_calls"][0]["function"]["name"] == history[1]["tool_calls"][0]["name"]
     assert agent_view[3]["role"] == "tool"
     assert res.session["termination"] == "user_stop" and res.session["reward"] == 1.0
+
+
+def test_tasks_grade_and_check_on_tau2(tmp_path: Path, tau2_data: Path) -> None:
+    out = tmp_path / "r"
+    base = [sys.executable, "-m", "agentload"]
+    run = [
+        *base, "run", "--tasks", "tau2-airline/0-5,tau2-telecom", "--split", "small",
+        "--tau2-data", str(tau2_data), "--sim-speedup", "50", "--concurrency", "6",
+        "--out", str(out), "--progress", "off", "--no-report",
+    ]  # fmt: skip
+    p = subprocess.run(run, capture_output=True, text=True, timeout=240)
+    assert p.returncode in (0, 3), p.stderr[-2000:]
+    env = {**os.environ, "AGENTLOAD_TAU2_DATA": str(tau2_data)}
+    g = subprocess.run([*base, "tasks", "grade", str(out), "--json"], capture_output=True,
+                       text=True, timeout=120, env=env)  # fmt: skip
+    rows = [json.loads(line) for line in g.stdout.splitlines()]
+    assert g.returncode == 0 and len(rows) == 26 and all(r["match"] for r in rows)
+    # A stored reward that its messages do not earn is found.
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    t = json.loads(lines[0])
+    t["reward"] = 1.0 - t["reward"]
+    lines[0] = json.dumps(t)
+    (out / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+    g = subprocess.run([*base, "tasks", "grade", str(out)], capture_output=True, text=True,
+                       timeout=120, env=env)  # fmt: skip
+    assert g.returncode == 1 and "1 of 26 differ" in g.stdout + g.stderr
+    c = subprocess.run([*base, "tasks", "check", "-d", "tau2-mock"], capture_output=True,
+                       text=True, timeout=120, env=env)  # fmt: skip
+    assert c.returncode == 1
+    assert c.stdout.count("the gold trajectory scores 0.0") == 2

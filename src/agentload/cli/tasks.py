@@ -213,15 +213,21 @@ def tasks_check(
     Fails (exit 1) when a gold action errors, a task fails its own grading, a write task
     leaves the database unchanged, or a read-only / refusal task changes it.
     """
+    from agentload.domains.tau2 import Tau2Domain
+    from agentload.domains.tau2.grading import GRADER_VERSION as TAU2_GRADER
+    from agentload.domains.tau2.grading import check_tasks as check_tau2_tasks
+
     problems = 0
     for d, tasks in _domains(domain):
-        found = check_tasks(d)
+        tau2 = isinstance(d, Tau2Domain)
+        found = check_tau2_tasks(d) if isinstance(d, Tau2Domain) else check_tasks(d)
         for line in found:
             typer.echo(line)
         problems += len(found)
+        where = "" if tau2 else f", db {Environment(d).db_hash()[:12]}"
         typer.echo(
             f"{d.name}: {len(tasks)} tasks checked, data {d.data_version}, "
-            f"grader {GRADER_VERSION}, db {Environment(d).db_hash()[:12]}"
+            f"grader {TAU2_GRADER if tau2 else GRADER_VERSION}{where}"
         )
     if problems:
         typer.echo(f"{problems} problem(s)")

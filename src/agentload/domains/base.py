@@ -499,6 +499,20 @@ def grade_trajectory(trajectory: Mapping[str, Any], domain: Domain | None = None
     task_id = trajectory.get("task_id")
     if not isinstance(task_id, str) or "/" not in task_id:
         raise ValueError(f"trajectory has no task id: {task_id!r}")
+    if task_id.startswith("tau2-"):
+        from agentload.domains.tau2.grading import grade_stored
+
+        info = grade_stored(trajectory)
+        return Grade(
+            reward=float(info["reward"]),
+            db_match=bool(info.get("db_match", False)),
+            outputs_ok=bool(info.get("outputs_ok", False)),
+            missing_outputs=list(info.get("missing_outputs") or ()),
+            grader_version=str(info["grader_version"]),
+            data_version=str(info["data_version"]),
+            db_hash=str(info.get("db_hash") or ""),
+            gold_hash=str(info.get("gold_hash") or ""),
+        )
     if domain is None:
         from agentload.domains import get_domain
 

@@ -31,7 +31,13 @@ def available_tasks(domains: list[str]) -> dict[str, list[str]]:
 
     names = domain_names()
     wanted = [d for d in domains if d in names] or [d for d in names if not d.startswith("tau2-")]
-    return {d: [t.id for t in get_domain(d).tasks()] if d in wanted else [] for d in names}
+    out: dict[str, list[str]] = {}
+    for d in names:
+        dom: Any = get_domain(d) if d in wanted else None
+        # A τ² task is selectable whatever its split: the split picks a whole domain's tasks.
+        tasks = [] if dom is None else dom.all_tasks() if d.startswith("tau2-") else dom.tasks()
+        out[d] = [t.id for t in tasks]
+    return out
 
 
 def needed_domains(cfg: RunConfig) -> list[str]:
@@ -62,9 +68,32 @@ def resolve_tasks(cfg: RunConfig) -> list[str]:
         for d in needed:  # a domain the selectors name must be loaded even when not listed
             if d in domain_names() and not available[d]:
                 available.update(available_tasks([d]))
-        return select_tasks(cfg.workload.tasks, cfg.workload.domains, available)
+        selectors = list(cfg.workload.tasks)
+        if any(d.startswith("tau2-") for d in needed):
+            selectors = _tau2_selectors(cfg, available)
+        return select_tasks(selectors, cfg.workload.domains, available)
     except PlanError as e:
         raise ConfigError(f"invalid configuration: field 'workload.tasks': {e}") from None
+
+
+def _tau2_selectors(cfg: RunConfig, available: dict[str, list[str]]) -> list[str]:
+    """The task selectors with each whole τ² domain spelled out as its split's tasks (the
+    split decides what a whole domain runs; any task of the file can be named)."""
+    from agentload.domains import get_domain
+
+    sels = list(cfg.workload.tasks) or list(cfg.workload.domains)
+    out: list[str] = []
+    for sel in sels:
+        d, _, rest = sel.partition("/")
+        if not d.startswith("tau2-") or d not in available:
+            out.append(sel)
+            continue
+        domain: Any = get_domain(d)
+        if rest in ("", "*"):
+            out.extend(t.id for t in domain.tasks())
+        else:
+            out.append(sel)
+    return out
 
 
 def configure_tau2(cfg: RunConfig) -> None:
@@ -86,8 +115,14 @@ def _check_tau2(cfg: RunConfig) -> None:
     except Tau2DataError as e:
         raise ConfigError(f"invalid configuration: field 'workload.tau2.data': {e}") from None
     split = cfg.workload.tau2.split
+    # The split decides only what a whole-domain selection runs; named tasks run as named.
+    whole = set(cfg.workload.domains) | {
+        sel.partition("/")[0] for sel in cfg.workload.tasks if sel.partition("/")[2] in ("", "*")
+    }
+    if not cfg.workload.tasks:
+        whole |= set(needed_domains(cfg))
     for d in needed_domains(cfg):
-        if not d.startswith("tau2-"):
+        if not d.startswith("tau2-") or d not in whole:
             continue
         key = d.removeprefix("tau2-")
         try:

@@ -216,6 +216,10 @@ class Tau2Domain(Domain):
         kit = self.module.AGENT_KIT if requestor == "assistant" else self.module.USER_KIT
         return None if kit is None else kit.SPECS.get(name)
 
+    def all_tasks(self) -> list[Tau2Task]:
+        """Every task of τ²'s task file, whatever its split, in file order."""
+        return list(self._all_tasks.values())
+
     def splits(self) -> dict[str, list[str]]:
         return data.splits(self.key)
 

@@ -275,3 +275,44 @@ def gold_messages(domain: Tau2Domain, task: Tau2Task) -> tuple[list[dict[str, An
     msgs.append({"role": "assistant", "content": f"Done. {infos}".strip(), "tool_calls": None})
     msgs.append({"role": "user", "content": f"Thanks. {STOP}", "tool_calls": None})
     return msgs, world
+
+
+def check_tasks(domain: Tau2Domain) -> list[str]:
+    """The gold trajectory of every task of the current split, graded: one line per task
+    that does not score 1 (a task that needs the judge counts when the rest scores 1)."""
+    problems = []
+    for t in domain.tasks():
+        assert isinstance(t, Tau2Task)
+        msgs, world = gold_messages(domain, t)
+        info = grade(domain, t, msgs, "user_stop", world=world)
+        errors = sum(1 for m in msgs if m.get("role") == "tool" and m.get("error"))
+        if info["reward"] != 1.0:
+            failed = [k for k, v in info["reward_breakdown"].items() if v != 1.0]
+            problems.append(
+                f"{t.id}: the gold trajectory scores {info['reward']} "
+                f"({', '.join(failed)} not met; {errors} gold action(s) failed)"
+            )
+    return problems
+
+
+def grade_stored(trajectory: Mapping[str, Any]) -> dict[str, Any]:
+    """Re-grade a stored τ² trajectory (a trajectories.jsonl line) from its own messages,
+    on a world rebuilt from them; the judge's stored verdicts are reused (no model call)."""
+    from agentload.domains import get_domain
+
+    task_id = str(trajectory.get("task_id") or "")
+    stored = trajectory.get("tau2")
+    if not isinstance(stored, Mapping) or not isinstance(stored.get("messages"), list):
+        raise ValueError(f"trajectory of {task_id or 'an unknown task'} holds no τ² messages")
+    domain = get_domain(task_id.partition("/")[0])
+    if not isinstance(domain, Tau2Domain):
+        raise ValueError(f"{task_id} is not a τ² task")
+    task = domain.get_task(task_id)
+    verdicts = (stored.get("reward_info") or {}).get("nl_assertions")
+    return grade(
+        domain,
+        task,
+        stored["messages"],
+        str(stored.get("termination_reason") or ""),
+        nl_checks=verdicts if isinstance(verdicts, list) else None,
+    )
