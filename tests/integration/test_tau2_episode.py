@@ -186,6 +186,15 @@ def test_run_cli_summary(tmp_path: Path, tau2_data: Path) -> None:
     assert set(files["tau2-airline"]) >= {"airline/db.json", "airline/tasks.json"}
     assert all(len(h) == 64 for h in files["tau2-mock"].values())
     assert summary["run"]["tau2"]["judge"] is False
+    r = subprocess.run(
+        [sys.executable, "-m", "agentload", "report", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = (out / "report.md").read_text()
+    assert "τ²-bench" in report and "split base, no judge" in report
 
 
 def test_missing_data_folder_is_one_line(tmp_path: Path) -> None:

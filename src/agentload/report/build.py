@@ -128,7 +128,13 @@ def _key_rows(s: Summary) -> list[list[str]]:
             ["pass^k", ", ".join(f"k={k}: {pct(v)}" for k, v in pk) or DASH],
         ]
         if ep.partial:
-            rows.append(["partial rewards (no judge)", _partial_text(ep.partial)])
+            p = ep.partial
+            rows.append(
+                [
+                    "partial rewards (no judge)",
+                    f"{count(p.get('episodes'))} episodes, not in success rate or pass^k",
+                ]
+            )
         if rates:
             rows.append(["episodes / min", num(ep.episodes_per_min)])
     if slo and rates:

@@ -68,6 +68,9 @@ def context_rows(
         tasks += f" ({w['tasks_selected']} tasks)"
     rows.append(["tasks", tasks])
     rows.append(["trials per task", _join(w.get("trials"))])
+    if w.get("tau2_split") is not None:
+        judge = "a judge endpoint" if w.get("tau2_judge") else "no judge (NL assertions partial)"
+        rows.append(["τ²-bench", f"split {w['tau2_split']}, {judge}"])
     if w.get("agent"):
         rows.append(["agent / user", f"{w.get('agent')} / {w.get('user')}"])
     for role, e in eps.items():

@@ -148,6 +148,9 @@ def run_context(out_dir: Path | str) -> dict[str, Any]:
             "seed": w.get("seed"),
             "tasks_selected": run.get("tasks"),
             "data_versions": run.get("data_versions"),
+            # τ²-bench runs: the split a whole domain ran and whether a judge graded
+            "tau2_split": (run.get("tau2") or {}).get("split"),
+            "tau2_judge": (run.get("tau2") or {}).get("judge"),
         }
         if cfg
         else {},
