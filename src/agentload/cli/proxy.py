@@ -10,6 +10,13 @@ import orjson
 import typer
 
 from agentload.cli.app import app
+from agentload.cli.tools import (
+    BodyTimeoutOpt,
+    HeaderTimeoutOpt,
+    KeepaliveTimeoutOpt,
+    MaxBodyOpt,
+    MaxConnectionsOpt,
+)
 
 
 @app.command("proxy")
@@ -27,7 +34,7 @@ def proxy_command(
         str, typer.Option("--host", help="Address to listen on.", metavar="ADDR")
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("--port", help="TCP port; 0 picks a free one.", metavar="PORT", min=0)
+        int, typer.Option("--port", help="TCP port; 0 picks a free one.", metavar="PORT")
     ] = 8100,
     duration: Annotated[
         float | None,
@@ -41,20 +48,47 @@ def proxy_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the proxy's figures as JSON when it stops.")
     ] = False,
+    header_timeout: HeaderTimeoutOpt = 10.0,
+    body_timeout: BodyTimeoutOpt = 30.0,
+    keepalive_timeout: KeepaliveTimeoutOpt = 75.0,
+    max_body: MaxBodyOpt = 64.0,
+    max_connections: MaxConnectionsOpt = 4096,
 ) -> None:
     """Forward every request to --upstream unchanged and record its chat completions (calls,
     sessions, trajectories, summary and report) into --out. Point an agent's OpenAI base URL
-    at http://HOST:PORT/v1, or http://HOST:PORT/s/SESSION/v1 to name its session."""
+    at http://HOST:PORT/v1, or http://HOST:PORT/s/SESSION/v1 to name its session.
+    SIGTERM and SIGHUP stop it as Ctrl-C does, with everything written."""
+    from agentload.http_limits import check_port, limits_from_flags
     from agentload.proxy.server import ProxyConfig, _upstream_root, serve
     from agentload.util import run_async
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if (bad := check_port(port)) is not None:
+            raise ValueError(bad)
+        limits = limits_from_flags(
+            header_timeout, body_timeout, keepalive_timeout, max_body, max_connections
+        )
+    except ValueError as e:
+        typer.echo(f"agentload proxy: {e}", err=True)
+        raise typer.Exit(2) from None
+    try:
         _upstream_root(upstream)
     except ValueError as e:
         typer.echo(f"agentload proxy: {e}", err=True)
         raise typer.Exit(2) from None
-    cfg = ProxyConfig(upstream=upstream, out=out, host=host, port=port, overwrite=overwrite)
+    cfg = ProxyConfig(
+        upstream=upstream,
+        out=out,
+        host=host,
+        port=port,
+        overwrite=overwrite,
+        max_body_bytes=limits.max_body_bytes,
+        max_callers=limits.max_connections,
+        header_timeout_s=limits.header_timeout_s,
+        body_timeout_s=limits.body_timeout_s,
+        keepalive_timeout_s=limits.keepalive_timeout_s,
+    )
     try:
         summary = run_async(serve(cfg, duration))
     except FileExistsError:

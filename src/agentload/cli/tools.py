@@ -19,6 +19,7 @@ import typer
 from agentload.cli.app import app
 
 if TYPE_CHECKING:
+    from agentload.http_limits import ServiceLimits
     from agentload.tools import SessionStore, ToolSession
 
 tools_app = typer.Typer(
@@ -91,8 +92,43 @@ HostOpt = Annotated[
     str, typer.Option("--host", help="Address to listen on (http).", metavar="ADDR")
 ]
 PortOpt = Annotated[
+    int, typer.Option("--port", help="TCP port (http); 0 picks a free one.", metavar="PORT")
+]
+# The limits of a long-lived HTTP service (agentload.http_limits), shared with `proxy`.
+HeaderTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--header-timeout",
+        help="Seconds a connection has to send a request's headers, then it is closed.",
+        metavar="S",
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--body-timeout", help="Seconds a request's body may take to arrive.", metavar="S"
+    ),
+]
+KeepaliveTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--keepalive-timeout",
+        help="Seconds an idle connection stays open between requests.",
+        metavar="S",
+    ),
+]
+MaxBodyOpt = Annotated[
+    float,
+    typer.Option("--max-body", help="Largest request body in MiB (413 beyond it).", metavar="MIB"),
+]
+MaxConnectionsOpt = Annotated[
     int,
-    typer.Option("--port", help="TCP port (http); 0 picks a free one.", metavar="PORT", min=0),
+    typer.Option(
+        "--max-connections",
+        help="Open connections at most (lowered to fit the file descriptor limit); at the "
+        "cap a new connection closes the longest idle one.",
+        metavar="N",
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Database seed of new sessions.")]
 GradeToolOpt = Annotated[
@@ -136,6 +172,11 @@ def serve_command(
     duration: DurationOpt = None,
     record: RecordOpt = None,
     remote: RemoteOpt = None,
+    header_timeout: HeaderTimeoutOpt = 10.0,
+    body_timeout: BodyTimeoutOpt = 30.0,
+    keepalive_timeout: KeepaliveTimeoutOpt = 75.0,
+    max_body: MaxBodyOpt = 4.0,
+    max_connections: MaxConnectionsOpt = 4096,
 ) -> None:
     """Serve a domain's tools over MCP (HTTP or stdio) and HTTP/JSON.
 
@@ -143,8 +184,17 @@ def serve_command(
     /sessions/SID/mcp (a session created by POST /sessions), JSON at /sessions; see
     docs/external-agents.md. stdio: one environment for the process, for --task, or with
     --remote the session of a running tool server."""
+    from agentload.http_limits import check_port, limits_from_flags
     from agentload.tools import ToolsError
 
+    if (bad := check_port(port)) is not None:
+        raise _fail(bad)
+    try:
+        limits = limits_from_flags(
+            header_timeout, body_timeout, keepalive_timeout, max_body, max_connections
+        )
+    except ValueError as e:
+        raise _fail(str(e)) from None
     logging.basicConfig(
         level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -168,7 +218,7 @@ def serve_command(
     if transport is Transport.stdio:
         _serve_stdio(store, task, grade_tool, record)
     else:
-        _serve_http(store, task, host, port, grade_tool, duration, record)
+        _serve_http(store, task, host, port, grade_tool, duration, record, limits)
 
 
 def _serve_stdio(store: SessionStore, task: str | None, grade_tool: bool, rec: Path | None) -> None:
@@ -209,6 +259,7 @@ def _serve_http(
     grade_tool: bool,
     duration: float | None,
     rec: Path | None,
+    limits: ServiceLimits,
 ) -> None:
     from agentload.tools import ToolServer
     from agentload.util import run_async
@@ -220,6 +271,7 @@ def _serve_http(
         seed=store.seed,
         default_task=task,
         grade_tool=grade_tool,
+        limits=limits,
     )
 
     async def main() -> None:
@@ -245,13 +297,15 @@ def _serve_http(
 
 
 async def _until_stopped(work: Coroutine[Any, Any, None] | None, duration: float | None) -> None:
-    """Run until `work` ends (re-raising its error), `duration` passes or SIGTERM arrives;
-    Ctrl-C raises KeyboardInterrupt as usual. SIGTERM is a normal stop (exit 0, --record
-    written): how a harness or Kubernetes ends the server."""
+    """Run until `work` ends (re-raising its error), `duration` passes or SIGTERM or SIGHUP
+    arrives; Ctrl-C raises KeyboardInterrupt as usual. SIGTERM is a normal stop (exit 0,
+    --record written): how a harness, docker, systemd or Kubernetes ends the server. SIGHUP
+    (a closed terminal; nothing to reload here) stops it the same way, --record written."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
     if work is not None:
         tasks.append(asyncio.create_task(work))
@@ -263,8 +317,9 @@ async def _until_stopped(work: Coroutine[Any, Any, None] | None, duration: float
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
 
 
 @tools_app.command("scripts")

@@ -25,6 +25,8 @@ from typing import Any
 
 import httptools
 
+from agentload.http_limits import ConnectionCap, ConnectionGuard, ServiceLimits
+
 log = logging.getLogger("agentload.proxy")
 _now_ns = time.perf_counter_ns
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -119,10 +121,19 @@ def chunk(data: bytes) -> bytes:
 class Caller(asyncio.Protocol):
     """One caller's connection: parses requests and runs the handler for each, in order."""
 
-    def __init__(self, handler: Handler, max_body: int, live: set[Caller]) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        max_body: int,
+        live: set[Caller],
+        limits: ServiceLimits | None = None,
+        cap: ConnectionCap | None = None,
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
         self.live = live
+        # Header, body and idle deadlines and the connection cap (agentload.http_limits).
+        self.guard = ConnectionGuard(limits, cap, self._expired) if limits is not None else None
         self.parser = httptools.HttpRequestParser(self)
         # Made inside the loop (the server's factory). asyncio.get_running_loop() per request
         # would cost a getpid() system call each time (CPython 3.11 checks the pid).
@@ -150,11 +161,16 @@ class Caller(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.live.add(self)
+        if self.guard is not None and not self.guard.opened():
+            self.refused = True  # every connection is serving a request: no room for this one
+            transport.abort()  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         self.read_ns = _now_ns()
         if self.refused:
             return  # what the caller still sends after a refusal is dropped
+        if self.guard is not None:
+            self.guard.data()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -168,6 +184,8 @@ class Caller(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.live.discard(self)
+        if self.guard is not None:
+            self.guard.lost()
         if self.task is not None:
             self.task.cancel()
         self._wake()
@@ -194,6 +212,11 @@ class Caller(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.guard is not None:
+            self.guard.headers_done()
+        length = self.parser_content_length()
+        if length > self.max_body:  # refused before a byte of the body is read
+            raise _TooLarge(f"request body of {length} bytes is over {self.max_body} bytes")
         if self.task is not None or self.queue:
             return  # never inside another reply: the caller sends its body after a pause
         for k, v in self._headers:
@@ -206,7 +229,16 @@ class Caller(asyncio.Protocol):
             raise _TooLarge(f"request body over {self.max_body} bytes")
         self._body.append(body)
 
+    def parser_content_length(self) -> int:
+        for k, v in self._headers:
+            if k.lower() == b"content-length":
+                v = v.strip()
+                return int(v) if v.isdigit() else 0  # malformed: the parser refuses it
+        return 0
+
     def on_message_complete(self) -> None:
+        if self.guard is not None:
+            self.guard.message_done()
         if self.parser.should_upgrade():
             return  # refused (501) once the parser stops at the upgrade
         body = self._body
@@ -241,6 +273,8 @@ class Caller(asyncio.Protocol):
                     return
         finally:
             self.task = None
+            if self.guard is not None and not self.closed and not self.refused:
+                self.guard.reply_done()
 
     def write(self, data: bytes) -> None:
         """Send `data` now (one socket write); raises ConnectionResetError if the caller left."""
@@ -281,6 +315,20 @@ class Caller(asyncio.Protocol):
                 transport.write_eof()
             self.loop.call_later(_LINGER_S, self.abort)
 
+    def _expired(self, kind: str) -> None:
+        """A deadline passed, or the connection cap closes this idle connection."""
+        if self.refused or self.closed:
+            return
+        if kind == "body":
+            assert self.guard is not None
+            secs = self.guard.limits.body_timeout_s
+            self._refuse(408, f"request body did not arrive within {secs:g} s")
+        elif kind == "idle":
+            self.close()
+        else:  # a slow or silent sender: nothing to answer, free its descriptor now
+            self.refused = True
+            self.abort()
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
@@ -291,12 +339,23 @@ class Caller(asyncio.Protocol):
 
 
 async def serve_callers(
-    handler: Handler, host: str, port: int, max_body: int, live: set[Caller]
+    handler: Handler,
+    host: str,
+    port: int,
+    max_body: int,
+    live: set[Caller],
+    limits: ServiceLimits | None = None,
+    cap: ConnectionCap | None = None,
 ) -> asyncio.Server:
-    """Listen on host:port; each connection is a `Caller` running `handler`."""
+    """Listen on host:port; each connection is a `Caller` running `handler`, under `limits`
+    (deadlines) and `cap` (open connections) when given."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: Caller(handler, max_body, live), host, port, reuse_address=True
+        lambda: Caller(handler, max_body, live, limits, cap),
+        host,
+        port,
+        reuse_address=True,
+        backlog=1024,
     )
 
 

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import logging
 import re
+import signal
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,6 +29,12 @@ from multidict import CIMultiDict
 from agentload.client.errors import classify_http_error
 from agentload.client.record import CallRecord
 from agentload.client.safety import redact
+from agentload.http_limits import (
+    DEFAULT_MAX_BODY,
+    ConnectionCap,
+    ServiceLimits,
+    connection_budget,
+)
 from agentload.proxy.caller import (
     Caller,
     ProxyRequest,
@@ -45,6 +52,7 @@ from agentload.proxy.meter import (
 )
 from agentload.proxy.sessions import ProxySession, bearer_key, session_for, split_session_path
 from agentload.proxy.upstream import REPLY_SKIP, REQUEST_SKIP, Http1Error, RelayPool, UpstreamConn
+from agentload.redact import redact_url, url_secrets
 from agentload.results.recorder import Recorder
 from agentload.stats import percentile_sorted
 from agentload.wire import ROLE_HEADER
@@ -76,14 +84,22 @@ class ProxyConfig:
     endpoint: str = "upstream"
     overwrite: bool = False
     max_connections: int = 1000
-    max_body_bytes: int = 1 << 30
-    """Largest request body taken (413 beyond it); long agent contexts fit."""
+    """Upstream connections at most (calls in flight)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    """Largest request body taken (413 beyond it, before it is read); long agent contexts
+    fit."""
+    max_callers: int = 4096
+    """Open caller connections at most (lowered to fit the file descriptors; see
+    `agentload.http_limits`)."""
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
 
 
 def _upstream_root(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"--upstream {url!r}: expected http(s)://host[:port][/path]")
+        raise ValueError(f"--upstream {redact_url(url)!r}: expected http(s)://host[:port][/path]")
     path = parts.path.rstrip("/")
     # Callers send /v1/...; an upstream given as .../v1 must not become /v1/v1/...
     if path.endswith("/v1"):
@@ -198,6 +214,7 @@ class ProxyServer:
         self._listener: asyncio.Server | None = None
         self._callers: set[Caller] = set()
         self._started_at = 0.0
+        self.cap: ConnectionCap | None = None
 
     @property
     def url(self) -> str:
@@ -214,6 +231,7 @@ class ProxyServer:
         else:
             own = self._recorder = Recorder(cfg.out, overwrite=cfg.overwrite)
             own.write_config({"proxy": {"upstream": self.root, "host": cfg.host, "port": cfg.port}})
+            own.add_secrets(url_secrets(self.root))
         self._started_at = time.time()
         # Other paths (models, metrics, health...) go upstream through aiohttp's client.
         self._session = aiohttp.ClientSession(
@@ -225,8 +243,16 @@ class ProxyServer:
         )
         # Chat completions, the hot path, on the client's HTTP/1.1 connections (proxy.upstream).
         self._pool = RelayPool(self.root, limit=cfg.max_connections)
+        limits = ServiceLimits(
+            header_timeout_s=cfg.header_timeout_s,
+            body_timeout_s=cfg.body_timeout_s,
+            keepalive_timeout_s=cfg.keepalive_timeout_s,
+            max_body_bytes=cfg.max_body_bytes,
+        )
+        # A proxied call holds two descriptors: the caller's connection and the upstream's.
+        self.cap = ConnectionCap(connection_budget(cfg.max_callers, 2))
         self._listener = await serve_callers(
-            self._handle, cfg.host, cfg.port, cfg.max_body_bytes, self._callers
+            self._handle, cfg.host, cfg.port, cfg.max_body_bytes, self._callers, limits, self.cap
         )
         if self.port == 0:
             self.port = self._listener.sockets[0].getsockname()[1]
@@ -270,7 +296,8 @@ class ProxyServer:
         try:
             for s in self.sessions.values():
                 rec.record_episode(*s.records(self.run_id))
-            proxy = {"upstream": self.root, "sessions": len(self.sessions), **self.overhead()}
+            proxy = {"upstream": redact_url(self.root), "sessions": len(self.sessions)}
+            proxy.update(self.overhead())
             rec.write_meta(
                 {
                     "run_id": self.run_id,
@@ -598,19 +625,35 @@ def _bad_gateway(caller: Caller, message: str, *, close: bool) -> None:
         caller.write(reply_head(502, hdrs, framing, close=close) + body)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end the proxy as Ctrl-C does: replies under way finish, then the sessions,
+trajectories, summary and report are written. SIGTERM is how docker, Kubernetes and systemd
+stop a service; SIGHUP comes from a closed terminal or SSH session (a service manager never
+stops with it), and the proxy has no configuration to reload, so it ends the run cleanly
+rather than killing it with run.json left `running`."""
+
+
 async def serve(config: ProxyConfig, duration_s: float | None = None) -> dict[str, Any]:
-    """Run until `duration_s` passes or the task is cancelled (Ctrl-C); returns the summary."""
+    """Run until `duration_s` passes, SIGTERM or SIGHUP arrives, or the task is cancelled
+    (Ctrl-C); returns the summary."""
     proxy = ProxyServer(config)
     await proxy.start()
-    print(f"agentload proxy: {proxy.base_url} -> {proxy.root}", flush=True)
+    print(f"agentload proxy: {proxy.base_url} -> {redact_url(proxy.root)}", flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed = []
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not main
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
     try:
-        if duration_s is None:
-            await asyncio.Event().wait()
-        else:
-            await asyncio.sleep(duration_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), duration_s)
     except asyncio.CancelledError:
         pass
     finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
         with contextlib.suppress(asyncio.CancelledError):
             summary = await asyncio.shield(proxy.stop())
     return summary

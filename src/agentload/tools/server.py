@@ -25,20 +25,28 @@ from typing import Any
 import orjson
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentload.domains import Domain, Grade
+from agentload.http_limits import ConnectionCap, ConnectionGuard, ServiceLimits, connection_budget
 from agentload.tools.mcp_server import build_mcp_server
 from agentload.tools.sessions import SessionStore, ToolsError, ToolSession, UnknownSession
 
 log = logging.getLogger(__name__)
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOOLS_MAX_BODY = 4 << 20
+"""Largest request body by default: tool arguments and grading replies are small."""
+
+
+class BodyTooLarge(ToolsError):
+    status = 413
 
 
 class _DropClientGone(logging.Filter):
@@ -94,13 +102,20 @@ class ToolServer:
         default_task: str | None = None,
         grade_tool: bool = False,
         max_sessions: int = 100_000,
+        limits: ServiceLimits | None = None,
     ) -> None:
+        """`limits`: header, body and idle deadlines, the largest body and the connection cap
+        (default: `ServiceLimits` with a 4 MiB body)."""
         self.store = SessionStore(domain, seed=seed, max_sessions=max_sessions)
         self.domain = self.store.domain
         self.default_task = default_task
         if default_task is not None:
             self.store.task(default_task)  # fail now, not at the first MCP call
         self.host, self.port = host, port
+        self.limits = limits or ServiceLimits(max_body_bytes=TOOLS_MAX_BODY)
+        self.cap: ConnectionCap | None = None
+        # One Host/Origin policy for every route, the SDK's own (see `_security`).
+        self._host_check = TransportSecurityMiddleware(_security(host))
         self._mcp = build_mcp_server(
             self._resolve,
             self.domain.tools,
@@ -156,6 +171,7 @@ class ToolServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
+        self.cap = ConnectionCap(connection_budget(self.limits.max_connections))
         config = uvicorn.Config(
             self._asgi,
             interface="asgi3",
@@ -163,6 +179,9 @@ class ToolServer:
             log_config=None,  # leave the embedding program's logging alone
             access_log=False,
             loop="none",
+            http=_guarded_protocol(self.limits, self.cap),
+            timeout_keep_alive=max(1, round(self.limits.keepalive_timeout_s)),
+            backlog=1024,
             # Agents may still hold MCP notification streams open when the server stops.
             timeout_graceful_shutdown=2,
         )
@@ -211,6 +230,12 @@ class ToolServer:
     # --- routing ---
 
     async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = await self._refusal(scope)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+            receive = _bounded(receive, self.limits.max_body_bytes)
         path = scope.get("path", "") if scope["type"] == "http" else ""
         if path in ("/mcp", "/mcp/"):
             await self._manager.handle_request(scope, receive, send)
@@ -224,6 +249,29 @@ class ToolServer:
             await self._manager.handle_request(scope, receive, send)
             return
         await self._json_app(scope, receive, send)
+
+    async def _refusal(self, scope: Scope) -> Response | None:
+        """The answer to a request refused before it reaches a route: a foreign Host or Origin
+        (DNS rebinding), or a declared body over the limit, refused before it is read."""
+        refused = await self._host_check.validate_request(Request(scope), is_post=False)
+        if refused is not None:
+            return refused
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                v = value.strip()
+                if v.isdigit() and int(v) > self.limits.max_body_bytes:
+                    err = BodyTooLarge(
+                        f"request body of {int(v)} bytes is over {self.limits.max_body_bytes}",
+                        field="body",
+                    )
+                    # Close rather than read the body it declared only to discard it.
+                    return Response(
+                        orjson.dumps(err.to_dict()),
+                        status_code=413,
+                        media_type="application/json",
+                        headers={"Connection": "close"},
+                    )
+        return None
 
     def _resolve(self, request: Any) -> ToolSession:
         """The session an MCP call acts on (see the module docstring)."""
@@ -360,16 +408,79 @@ class ToolServer:
 
 def _security(host: str) -> TransportSecuritySettings | None:
     """On a loopback address, the SDK's DNS-rebinding protection: only loopback Host headers
-    reach MCP (a web page cannot drive the tools through a rebound name). Elsewhere the
-    deployment decides who may connect."""
+    (and Origins, when sent) reach any route, MCP or JSON (a web page cannot drive the tools
+    through a rebound name). Elsewhere the deployment decides who may connect."""
     if host not in _LOOPBACK:
         return None
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    # With and without a port: a client of a server on port 80 sends the bare name.
+    hosts = names + [f"{n}:*" for n in names]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=hosts,
         allowed_origins=[f"http://{h}" for h in hosts],
     )
+
+
+def _bounded(receive: Receive, limit: int) -> Receive:
+    """`receive` refusing a body (chunked, so of no declared length) once over `limit`."""
+    seen = 0
+
+    async def bounded() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(f"request body over {limit} bytes", field="body")
+        return message
+
+    return bounded
+
+
+def _guarded_protocol(limits: ServiceLimits, cap: ConnectionCap) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol with the header, body and idle deadlines and the connection
+    cap of `agentload.http_limits` (uvicorn alone has no deadline for a request's headers,
+    so a silent connection or a trickle of header bytes would hold a descriptor for good)."""
+
+    class Guarded(HttpToolsProtocol):
+        guard: ConnectionGuard
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.guard = ConnectionGuard(limits, cap, self._expired)
+            if not self.guard.opened():
+                transport.abort()
+
+        def data_received(self, data: bytes) -> None:
+            self.guard.data()
+            super().data_received(data)
+
+        def on_headers_complete(self) -> None:
+            self.guard.headers_done()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self.guard.message_done()
+            super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.guard.reply_done()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.guard.lost()
+            super().connection_lost(exc)
+
+        def _expired(self, kind: str) -> None:
+            if self.transport is None or self.transport.is_closing():
+                return
+            if kind == "idle":
+                self.transport.close()
+            else:  # a slow or silent sender (or evicted at the cap): free its descriptor now
+                self.transport.abort()
+
+    return Guarded
 
 
 class _QuietServer(uvicorn.Server):
