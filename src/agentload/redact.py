@@ -7,9 +7,11 @@ Three layers, all used before anything reaches the results folder:
   masked. Used for config.yaml, run.json and summary.json.
 - `redact_argv(argv)`: the saved command line (`--api-key X`, `--api-key=X`,
   `--extra-body '{"api_key": ...}'`, `-H 'Authorization: Bearer ...'`, URLs with a password).
-- `Scrubber`: the known secret *values* of a run (the key read from the environment, secret
-  headers and extra-body values, URL passwords), replaced wherever they appear in a record,
-  e.g. in an error message where a server echoed the key back.
+- `Scrubber`: the known secret *values* of a run (`endpoint_secrets`: the key read from the
+  environment, named or the implicit OPENAI_API_KEY; secret headers and extra-body values;
+  URL passwords; any configured value that `redact_text` would mask), replaced wherever they
+  appear in a record, e.g. in a reply where a server echoed the key back. The results
+  folder's recorder holds one and passes every line, config.yaml and run.json through it.
 
 `*_env` keys name an environment variable and are kept: the name is not the secret.
 """
@@ -48,6 +50,13 @@ _OPENAI_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}")
 _OWN_FIELDS = frozenset({"first_token"})  # timeouts.first_token, seconds
 # Values shorter than this are not scrubbed as known secrets: "abc" would mangle records.
 MIN_SECRET_LEN = 4
+# Keys that local OpenAI-compatible servers document as "any value will do" (vLLM's EMPTY,
+# llama.cpp's sk-no-key-required, ...): not secrets, and replacing every "EMPTY" or "dummy"
+# in replies and tool data would only mangle the records.
+PLACEHOLDER_KEYS = frozenset(
+    {"empty", "none", "null", "dummy", "token-abc123", "sk-no-key-required", "ollama",
+     "lm-studio", "not-needed", "no-key", "fake", "test"}
+)  # fmt: skip
 
 
 def is_secret_key(key: str) -> bool:
@@ -186,6 +195,25 @@ def _leaf_secrets(obj: Any, secret: bool = False) -> Iterable[str]:
         yield str(obj)
 
 
+def text_secrets(text: str) -> Iterable[str]:
+    """The parts of `text` that `redact_text` masks (a URL's userinfo, a `Bearer` token, an
+    `sk-...` key, the value of `api_key=...`): a value the saved configuration hides is also
+    a value to scrub from every record, wherever the run sent it."""
+    for m in _USERINFO.finditer(text):
+        yield from _url_secrets(text[m.start() : m.end()] + "h")
+    for m in _BEARER.finditer(text):
+        yield m.group(0).split(None, 1)[1]
+    yield from _OPENAI_KEY.findall(text)
+    for m in _KEY_VALUE.finditer(text):
+        yield m.group(0)[m.end(2) - m.start() :]
+
+
+def url_secrets(url: str | None) -> set[str]:
+    """A URL's credentials in every form a server could echo them back (as written, decoded,
+    and as an `Authorization: Basic` value); empty without `user:pass@`."""
+    return {s for s in _url_secrets(url) if len(s) >= MIN_SECRET_LEN}
+
+
 def _url_secrets(url: str | None) -> Iterable[str]:
     if not url:
         return
@@ -204,16 +232,16 @@ def _url_secrets(url: str | None) -> Iterable[str]:
 
 
 def _header_secrets(headers: Mapping[str, Any]) -> Iterable[str]:
-    """The secret values in request headers (Authorization and the like) that a server could
-    echo back: each whole value, its token without the scheme, and for Basic credentials the
-    decoded pair and password; and a `Bearer` token under any header name."""
+    """The secret values in request headers that a server could echo back. A header named
+    like a secret (Authorization, X-Api-Key, Cookie...): its whole value, its token without
+    the scheme, and for Basic credentials the decoded pair and password. Any other header:
+    the parts that look like a secret (`text_secrets`: a `Bearer` token, an `sk-...` key),
+    the same ones config.yaml hides."""
     for name, value in headers.items():
         if not isinstance(value, str):
             continue
         if not is_secret_key(str(name)):
-            m = _BEARER.search(value)
-            if m:
-                yield m.group(0).split(None, 1)[1]
+            yield from text_secrets(value)
             continue
         yield value
         scheme, _, token = value.partition(" ")
@@ -229,22 +257,48 @@ def _header_secrets(headers: Mapping[str, Any]) -> Iterable[str]:
             yield pair.partition(":")[2]
 
 
+def _implicit_key_env() -> str:
+    # Imported here: the client package imports this module.
+    from agentload.client.config import DEFAULT_KEY_ENV
+
+    return DEFAULT_KEY_ENV
+
+
 def endpoint_secrets(endpoint: Any, env: Mapping[str, str] | None = None) -> set[str]:
-    """Secret values of one endpoint config (pydantic model or mapping): its API key (from
-    the environment too), secret headers, extra-body values and URL credentials, in every
-    form a server could echo them back. Values too short to be keys are left out."""
+    """Secret values of one endpoint config (pydantic model or mapping), in every form a
+    server could echo them back: the API key it sends (from the variable `api_key_env`
+    names, or from OPENAI_API_KEY when it names none), secret headers, extra-body values,
+    URL credentials, and any value elsewhere in it that looks like a secret. Values too short
+    to be keys are left out."""
     env = os.environ if env is None else env
     d = endpoint.model_dump() if hasattr(endpoint, "model_dump") else dict(endpoint)
     found: set[str] = set()
-    name = d.get("api_key_env")
-    if name and env.get(name):
+    name = d.get("api_key_env") or _implicit_key_env()
+    if env.get(name):
         found.add(env[name])
     found.update(_header_secrets(d.get("headers") or {}))
     found.update(_leaf_secrets(d.get("extra_body") or {}))
-    found.update(_leaf_secrets({k: v for k, v in d.items() if k not in ("headers",)}))
+    rest = {k: v for k, v in d.items() if k not in ("headers",)}
+    found.update(_leaf_secrets(rest))
+    found.update(s for leaf in _leaf_strings(rest) for s in text_secrets(leaf))
     for key in ("base_url", "metrics_url"):
         found.update(_url_secrets(d.get(key)))
-    return {s for s in found if len(s) >= MIN_SECRET_LEN}
+    for url in d.get("metrics_urls") or ():
+        found.update(_url_secrets(url))
+    return {
+        s for s in found if len(s) >= MIN_SECRET_LEN and s.strip().lower() not in PLACEHOLDER_KEYS
+    }
+
+
+def _leaf_strings(obj: Any) -> Iterable[str]:
+    if isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from _leaf_strings(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _leaf_strings(v)
+    elif isinstance(obj, str):
+        yield obj
 
 
 class Scrubber:
@@ -258,6 +312,8 @@ class Scrubber:
         vals = set(self._values)
         for s in secrets:
             if not s or len(s) < MIN_SECRET_LEN or s == REDACTED:
+                continue
+            if s.strip().lower() in PLACEHOLDER_KEYS:
                 continue
             vals.add(s.encode())
             # The same value as it appears inside a JSON string (escaped quotes, backslashes).

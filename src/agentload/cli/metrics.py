@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.app import app
+from agentload.redact import Scrubber, redact_url, url_secrets
 from agentload.servermetrics.derived import metrics_url, rate_rows, snapshot_rows
 from agentload.servermetrics.parse import COUNTERS, GAUGES, parse_metrics
 from agentload.servermetrics.scraper import fetch_metrics
@@ -29,7 +30,7 @@ def _fmt(v: Any) -> str:
 
 
 def _snapshot_table(sample: dict[str, Any], url: str, raw: bool) -> Table:
-    t = Table(title=f"{url} ({sample.get('engine')})", title_justify="left")
+    t = Table(title=f"{redact_url(url)} ({sample.get('engine')})", title_justify="left")
     t.add_column("figure")
     t.add_column("value", justify="right")
     for label, value in snapshot_rows(sample):
@@ -108,7 +109,9 @@ def metrics_command(
                 raise typer.BadParameter("must be positive", param_hint="--watch")
             run_async(_watch(url, watch, count, timeout_s, json_out, console))
     except (aiohttp.ClientError, TimeoutError) as e:
-        typer.echo(f"error: cannot scrape {url}: {type(e).__name__}: {e}", err=True)
+        # Neither the URL's password nor an error quoting it back is printed.
+        why = redact_url(Scrubber(url_secrets(url)).text(str(e)))
+        typer.echo(f"error: cannot scrape {redact_url(url)}: {type(e).__name__}: {why}", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

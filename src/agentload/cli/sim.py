@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from typing import Any
 
 import typer
@@ -36,9 +38,28 @@ SIM_OPTIONS = [
         "api_key",
         "--api-key",
         str | None,
-        "Require 'Authorization: Bearer KEY' on /v1 routes (401 otherwise).",
+        "Require 'Authorization: Bearer KEY' on /v1 routes (401 otherwise). Visible to "
+        "other users in the process list: prefer --api-key-env or --api-key-file.",
         SERVER,
         metavar="KEY",
+    ),
+    Opt(
+        "api_key_env",
+        ("--api-key-env",),
+        str | None,
+        "Like --api-key, the key read from this environment variable.",
+        SERVER,
+        None,
+        metavar="NAME",
+    ),
+    Opt(
+        "api_key_file",
+        ("--api-key-file",),
+        str | None,
+        "Like --api-key, the key read from this file (its first line).",
+        SERVER,
+        None,
+        metavar="PATH",
     ),
     _sim(
         "tokenizer",
@@ -260,9 +281,70 @@ def _parse_kinds(values: list[str]) -> list[FaultKind]:
     return kinds or list(FAULT_KINDS)
 
 
+# A key file larger than this is not a key (and reading /dev/zero must end).
+KEY_FILE_MAX_BYTES = 64 * 1024
+
+
+def _read_key_file(path: str) -> str:
+    flag = "--api-key-file"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as e:
+        raise typer.BadParameter(
+            f"cannot read {path}: {e.strerror or e}", param_hint=flag
+        ) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise typer.BadParameter(f"{path} is not a regular file", param_hint=flag)
+        data = f.read(KEY_FILE_MAX_BYTES + 1)
+    if len(data) > KEY_FILE_MAX_BYTES:
+        raise typer.BadParameter(
+            f"{path} is larger than {KEY_FILE_MAX_BYTES // 1024} KiB; expected one key",
+            param_hint=flag,
+        )
+    try:
+        lines = data.decode().strip().splitlines()
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{path} is not UTF-8 text", param_hint=flag) from None
+    if not lines or not lines[0].strip():
+        raise typer.BadParameter(f"{path} is empty; expected the key", param_hint=flag)
+    return lines[0].strip()
+
+
+def api_key(a: dict[str, Any]) -> str | None:
+    """The key the server requires, from --api-key, --api-key-env or --api-key-file (one of
+    them at most): the latter two keep it out of the process list."""
+    given = [f for f, n in _KEY_FLAGS if a.get(n) is not None]
+    if len(given) > 1:
+        raise typer.BadParameter(
+            f"give the key one way only, not {' and '.join(given)}", param_hint=given[0]
+        )
+    if a.get("api_key_env") is not None:
+        name = a["api_key_env"]
+        key = os.environ.get(name)
+        if not key:
+            raise typer.BadParameter(
+                f"environment variable {name} is not set or empty", param_hint="--api-key-env"
+            )
+        return str(key)
+    if a.get("api_key_file") is not None:
+        return _read_key_file(a["api_key_file"])
+    key = a.get("api_key")
+    return None if key is None else str(key)
+
+
+_KEY_FLAGS = (
+    ("--api-key", "api_key"),
+    ("--api-key-env", "api_key_env"),
+    ("--api-key-file", "api_key_file"),
+)
+
+
 def sim_config(a: dict[str, Any]) -> SimConfig:
     """The SimConfig the parsed flags describe (ValidationError for values it refuses)."""
-    fields = {k: v for k, v in a.items() if k not in ("no_prefix_caching", "log_level")}
+    skip = ("no_prefix_caching", "log_level", "api_key_env", "api_key_file")
+    fields = {k: v for k, v in a.items() if k not in skip}
+    fields["api_key"] = api_key(a)
     fields["prefix_caching"] = not a["no_prefix_caching"]
     fields["behaviour_options"] = _parse_options(a["behaviour_options"])
     fields["fault_kinds"] = _parse_kinds(a["fault_kinds"])

@@ -13,8 +13,11 @@ those (and a torn last line, and any unreadable line) to `dropped/` (agentload.r
 so that the resumed run re-runs exactly the unfinished (task, trial) pairs, the final files
 hold each pair once, and nothing recorded is deleted.
 
-Secrets: known secret values of the run (`add_secrets`) are replaced in every line before it
-is written, and config.yaml / run.json go through `agentload.redact`.
+Secrets: one mechanism for every file written here. Known secret values of the run
+(`add_secrets`, from `agentload.redact.endpoint_secrets`) are replaced in every record line,
+in config.yaml and in run.json before they are written; config.yaml and run.json also go
+through `agentload.redact` (secret-named fields, URL passwords, secret-shaped values).
+summary.json and the report are built from these files, so they hold no secret either.
 
 A failed write (a full disk, a folder gone read-only) is reported once through
 `on_write_error` and kept in `write_error`; the recorder then stops writing rather than
@@ -221,7 +224,7 @@ class Recorder:
     def write_config(self, config: Mapping[str, Any]) -> None:
         """config.yaml; secrets are redacted here too, whatever the caller did."""
         text = yaml.safe_dump(redact(config), sort_keys=False, allow_unicode=True)
-        atomic_write_bytes(self.out_dir / CONFIG, text.encode())
+        atomic_write_bytes(self.out_dir / CONFIG, self.scrubber.bytes(text.encode()))
 
     def write_meta(self, meta: Mapping[str, Any]) -> None:
         """run.json, merged over what a resumed run had written; atomic replace."""
@@ -241,10 +244,8 @@ class Recorder:
         else:
             out.setdefault("resume_count", 0)
         out["written_at"] = time.time()
-        atomic_write_bytes(
-            self.out_dir / RUN,
-            orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
-        )
+        data = orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+        atomic_write_bytes(self.out_dir / RUN, self.scrubber.bytes(data))
 
     def close(self) -> None:
         with self._lock:

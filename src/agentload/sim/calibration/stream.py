@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from agentload.client.safety import redact, split_userinfo
+from agentload.redact import url_secrets
 from agentload.sim.modeltime import MODEL_TIMES_HEADER
 
 
@@ -65,11 +67,29 @@ class Target:
     model_times: bool = False
     """Ask the simulator for model-clock timings (only an agentload simulator has them)."""
     timeout_s: float = 300.0
+    _basic: str | None = field(default=None, init=False, repr=False)
+    _secrets: tuple[str, ...] = field(default=(), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # `http://user:pass@host` leaves the URL (so no message or saved file shows it, and
+        # aiohttp does not refuse it next to a key) and goes out as a Basic header when no
+        # key is given, as `agentload run` sends it; with a key, the key is what is sent.
+        secrets = url_secrets(self.base_url)
+        self.base_url, self._basic = split_userinfo(self.base_url)
+        if self.api_key:
+            secrets.add(self.api_key)
+        self._secrets = tuple(secrets)
+
+    def redact(self, text: str) -> str:
+        """`text` (a server's reply) without the key or the URL's credentials."""
+        return redact(text, self._secrets)
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json"}
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic:
+            h["Authorization"] = self._basic
         if self.model_times:
             h[MODEL_TIMES_HEADER] = "1"
         return h
@@ -171,7 +191,7 @@ async def _stream_once(
             timeout=aiohttp.ClientTimeout(total=target.timeout_s),
         ) as r:
             if r.status != 200:
-                text = (await r.text())[:300].replace("\n", " ")
+                text = target.redact((await r.text())[:300].replace("\n", " "))
                 raise ProbeError(f"HTTP {r.status} from {target.base_url}: {text}")
             buf = bytearray()
             last = 0
@@ -198,7 +218,7 @@ async def _stream_once(
         raise
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise ProbeError(
-            f"request to {target.base_url} failed: {type(exc).__name__}: {exc}"
+            f"request to {target.base_url} failed: {type(exc).__name__}: {target.redact(str(exc))}"
         ) from None
     if not call.times:
         raise ProbeError(f"{target.base_url}: a stream ended without tokens")
