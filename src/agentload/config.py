@@ -128,6 +128,32 @@ class Tau2Config(BaseModel):
     )
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an RFC 9110 token
+
+# Request body keys agentload sets on every call, and where each is configured instead: an
+# extra_body copy would override them (`stream: false` breaks every streamed call).
+CORE_BODY_KEYS = {
+    "model": "set the endpoint's model (--model)",
+    "messages": "the workload builds them",
+    "tools": "the workload builds them",
+    "tool_choice": "the agent sets it",
+    "stream": "set the endpoint's stream (--no-stream)",
+    "stream_options": "sent with streaming (stream)",
+    "max_tokens": "set max_tokens (--max-tokens, --agent-max-tokens, --user-max-tokens)",
+    "temperature": "set temperature (--temperature)",
+    "seed": "set workload.request_seed (--request-seed)",
+}
+
+
+def _line_error(loc: tuple[str, ...], value: Any, msg: str) -> Any:
+    """One error of a ValidationError raised by a validator, at a path below its field."""
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    return InitErrorDetails(
+        type=PydanticCustomError("value_error", "{msg}", {"msg": msg}), loc=loc, input=value
+    )
+
+
 class WorkloadConfig(BaseModel):
     """Which episodes run and how the agent and user behave."""
 
@@ -374,6 +400,60 @@ class SimSettings(BaseModel):
             return [p.strip() for p in value.split(",") if p.strip()]
         return value
 
+    # Checked as the simulator will read them, so that a bad setting is one line naming its
+    # field before anything starts (not the simulator's own multi-line error).
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, value: str) -> str:
+        from agentload.sim.profiles import load_profile
+
+        try:
+            load_profile(value)
+        except ValueError as e:
+            raise ValueError(str(e).splitlines()[0][:300]) from None
+        return value
+
+    @field_validator("fault_kinds")
+    @classmethod
+    def _fault_kinds(cls, value: list[str] | None) -> list[str] | None:
+        from agentload.sim.config import FAULT_KINDS
+
+        for kind in value or ():
+            if kind not in FAULT_KINDS:
+                raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
+        return value
+
+    @field_validator("behaviour_options")
+    @classmethod
+    def _behaviour_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        skill = value.get("agent_skill")
+        if skill is not None:
+            try:
+                ok = not isinstance(skill, bool) and 0 <= float(skill) <= 1
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"agent_skill: a share from 0 to 1, got {skill!r}")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from agentload.sim.config import SimConfig
+
+        unknown = [k for k in value if k not in SimConfig.model_fields]
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a simulator setting (see `agentload sim --help`)")
+        try:
+            SimConfig.model_validate(value)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            got = "" if err["type"] in ("value_error", "missing") else f" (got {err['input']!r})"
+            raise ValueError(f"{where}: {msg}{got}"[:300]) from None
+        return value
+
 
 class MetricsConfig(BaseModel):
     model_config = _STRICT
@@ -550,6 +630,35 @@ class RunConfig(BaseModel):
             return out
         return value
 
+    @field_validator("endpoints")
+    @classmethod
+    def _request_parts(cls, value: dict[str, EndpointConfig]) -> dict[str, EndpointConfig]:
+        errors: list[Any] = []
+        for role, ep in value.items():
+            for name in ep.headers:
+                if not _HEADER_NAME.fullmatch(name):
+                    errors.append(
+                        _line_error(
+                            (role, "headers"),  # the name itself may hold a newline
+                            name,
+                            "not a valid HTTP header name (letters, digits and "
+                            "!#$%&'*+-.^_`|~ only, no spaces)",
+                        )
+                    )
+            for key in ep.extra_body:
+                if key in CORE_BODY_KEYS:
+                    errors.append(
+                        _line_error(
+                            (role, "extra_body", key),
+                            ep.extra_body[key],
+                            f"{key!r} is part of the request agentload builds; "
+                            f"{CORE_BODY_KEYS[key]}",
+                        )
+                    )
+        if errors:
+            raise ValidationError.from_exception_data("endpoints", errors)
+        return value
+
     @model_validator(mode="after")
     def _roles(self) -> RunConfig:
         if self.endpoints:
@@ -694,15 +803,20 @@ def _decode_config(path: Path, raw: bytes) -> str:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping in a YAML config file; every problem is one ConfigError naming the file."""
+    from agentload.results.jsonl import NotRegularFile, read_regular
+
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
+        # Bounded, and only a regular file: /dev/zero never ends and a FIFO blocks.
+        raw = read_regular(path, limit=MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
             raise ConfigError(
                 f"{path}: {path.stat().st_size} bytes is too large for a config file "
                 f"(at most {MAX_CONFIG_BYTES // (1024 * 1024)} MiB)"
             )
-        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except NotRegularFile as e:
+        raise ConfigError(f"{path}: cannot read: is {e.kind}, expected a regular file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
     text = _decode_config(path, raw)
@@ -825,7 +939,22 @@ redact = _redact
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
     """JSON-safe, redacted form for config.yaml."""
-    return redact(cfg.model_dump(mode="json", by_alias=True))
+    out = redact(cfg.model_dump(mode="json", by_alias=True))
+    # No selection is written as no setting: a config file's `tasks: []` is refused
+    # (check_task_selection), and a saved config.yaml is reused as one.
+    if isinstance(out.get("workload"), dict) and out["workload"].get("tasks") == []:
+        del out["workload"]["tasks"]
+    return out
+
+
+def check_task_selection(path: Path, data: Mapping[str, Any]) -> None:
+    """`tasks: []` in a config file reads as "no tasks" but would run every task: refused."""
+    w = data.get("workload")
+    if isinstance(w, Mapping) and w.get("tasks") == []:
+        raise ConfigError(
+            f"invalid configuration: {path}: field 'workload.tasks': an empty list would run "
+            "every task; leave the setting out for every task, or name the tasks"
+        )
 
 
 def dump_yaml(data: Mapping[str, Any]) -> str:

@@ -66,8 +66,11 @@ def parse_slo(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str, float]
     else:
         parts = [spec] if isinstance(spec, str) else list(spec)
         items = []
-        for term in (t for part in parts for t in part.split(",")):
+        terms = [t for part in parts for t in part.split(",")]
+        for term in terms:
             if not term.strip():
+                if any(t.strip() for t in terms):  # `ttft_p90=1s,,`: a term lost to a typo?
+                    raise ValueError("empty SLO term (a stray comma?); expected key=value,...")
                 continue
             key, sep, val = term.partition("=")
             if not sep:

@@ -262,6 +262,13 @@ def _configure(a: dict[str, Any]) -> RunConfig:
             )
         if a.get("overwrite"):
             raise ConfigError("--resume keeps the results in DIR; drop --overwrite")
+        from agentload.results.jsonl import ResultsError
+        from agentload.results.resume import check_resumable
+
+        try:  # a FIFO would hang the reads below; an emptied config.yaml, run the defaults
+            check_resumable(a["resume"])
+        except ResultsError as e:
+            raise ConfigError(f"--resume: {e}") from None
         cfg = load_saved_config(a["resume"])
         # Output flags apply to this attempt; they change no episode.
         data = cfg.model_dump(by_alias=True)
@@ -270,10 +277,12 @@ def _configure(a: dict[str, Any]) -> RunConfig:
             set_path(data, dotted, value)
         data["out"] = str(a["resume"])
         return build_config(data=data, flags=flags)
-    from agentload.config import read_yaml
+    from agentload.config import check_task_selection, read_yaml
 
     path = a.get("config")
     base = read_yaml(path) if path is not None else {}
+    if path is not None:
+        check_task_selection(path, base)
     ov, flags = cli_overrides(a, base)
     return build_config(path=path, overrides=ov, flags=flags)
 
@@ -294,6 +303,27 @@ def _progress_mode(a: dict[str, Any]) -> str:
     return mode
 
 
+def _check_places(cfg: RunConfig) -> None:
+    """Bad input, not a failed run (exit 2): an --out that is a file (or below one), a --ray
+    host that does not resolve."""
+    from agentload.results.dirs import check_out_dir
+    from agentload.results.jsonl import ResultsError
+
+    try:
+        check_out_dir(cfg.out)
+    except ResultsError as e:
+        raise ConfigError(f"results folder (--out): {e}") from None
+    address = cfg.ray.address if cfg.ray is not None else "auto"
+    host, _, port = address.rpartition(":")
+    if address != "auto" and "://" not in address and host and port.isdigit():
+        import socket
+
+        try:
+            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise ConfigError(f"--ray {address}: cannot resolve {host!r} ({e.strerror})") from None
+
+
 def _main(
     command: str, a: dict[str, Any], configure: Callable[[dict[str, Any]], RunConfig] | None = None
 ) -> None:
@@ -308,6 +338,7 @@ def _main(
 
     try:
         cfg = (configure or _configure)(a)
+        _check_places(cfg)
         mode = _progress_mode(a)
         if command != "sweep":
             outcome = run_async(

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from agentload.results.files import CALLS, SESSIONS
-from agentload.results.jsonl import ResultsError
+from agentload.results.files import CALLS, CONFIG, RECORD_FILES, RUN, SESSIONS, SUMMARY
+from agentload.results.jsonl import ResultsError, file_kind
 
 SWEEP = "sweep.json"
 SWEEP_KINDS = ("concurrency", "rate")
@@ -26,6 +28,38 @@ def check_results_dir(path: Path) -> None:
         raise ResultsError(f"{path}: not a directory")
     if not has_records(path):
         raise ResultsError(f"{path}: no {CALLS} or {SESSIONS} (not a results directory?)")
+    check_regular_files(path)
+
+
+def check_regular_files(path: Path) -> None:
+    """ResultsError naming the first of the folder's files that is not a regular file: a FIFO
+    blocks its reader and a device such as /dev/zero never ends."""
+    for name in (*RECORD_FILES, RUN, CONFIG, SUMMARY, SWEEP):
+        p = path / name
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:  # absent (or unreadable: the reader says so)
+            continue
+        if not stat.S_ISREG(mode):
+            raise ResultsError(f"{p}: is {file_kind(mode)}, expected a regular file; move it away")
+
+
+def check_out_dir(out: Path | str) -> None:
+    """ResultsError unless `out` is a folder or can become one: a file there, or above it,
+    is refused before anything runs."""
+    p = Path(out)
+    for q in (p, *p.parents):
+        try:
+            mode = os.stat(q).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:  # unreadable: the writer says so
+            return
+        if not stat.S_ISDIR(mode):
+            what = "is" if q == p else f"is below {q}, which is"
+            kind = "a file" if stat.S_ISREG(mode) else file_kind(mode)
+            raise ResultsError(f"{p} {what} {kind}, expected a results folder")
+        return
 
 
 def is_sweep(path: Path) -> bool:

@@ -30,6 +30,7 @@ ROLES = ("user", "assistant", "tool")
 CACHED_CONVERSATIONS = 4096
 KEEP_BYTES = 32 << 20  # datasets up to this size stay parsed in memory after the index
 MAX_TOKEN_KEYS = ("max_new_tokens", "max_completion_tokens", "max_tokens")
+MAX_DELAY_S = 86400  # delay_seconds: longest think or tool time a replay waits
 # Episodes that ended with these reasons stopped before sending their last client turn (the
 # user's stop message, the results of a hand-over or of the last allowed step).
 _UNSENT_TAIL = frozenset({"user_stop", "agent_transfer", "max_steps", "too_many_errors"})
@@ -322,8 +323,10 @@ class _Builder:
         if content is not None and not isinstance(content, str | list):
             raise _err(p, line, "content", f"expected a string, got {type(content).__name__}")
         delay = row.get("delay_seconds", 0.0) or 0.0
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
             raise _err(p, line, "delay_seconds", f"expected a number >= 0, got {delay!r}")
+        if delay > MAX_DELAY_S:  # a wait the replay could not honour (or the clock overflows)
+            raise _err(p, line, "delay_seconds", f"at most {MAX_DELAY_S} (one day), got {delay!r}")
         mt = None
         for key in MAX_TOKEN_KEYS:
             if row.get(key) is not None:
