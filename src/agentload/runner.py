@@ -255,7 +255,9 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
             + (f"; {n} sessions rebuilt" if (n := recorder.rebuilt_sessions) else "")
             + (f"; {redo} {workload.noun} ended by infrastructure errors run again" if redo else "")
         )
-    tracker = ProgressTracker(
+    # A replay counts its ETA in turns (agentload.workloads.replay.TurnProgress).
+    make_tracker = getattr(workload, "progress_tracker", None)
+    tracker = (make_tracker(plan) if make_tracker else ProgressTracker)(
         total=plan.to_issue,
         duration_s=cfg.load.duration_s,
         noun=workload.noun,
@@ -481,14 +483,16 @@ async def _preflight(
 ) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
     """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
     use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
-    from agentload.engines.preflight import preflight_for_run
+    from agentload.engines.preflight import preflight_for_run, seeded_roles
 
+    w = cfg.workload
     return await preflight_for_run(
         endpoints,
         enabled=cfg.preflight,
         tool_roles=workload.tool_roles(),
         metrics=cfg.metrics.enabled,
         say=say,
+        seeded=seeded_roles(w.request_seed, w.temperature, endpoints),
     )
 
 
@@ -779,6 +783,9 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
         block = client_block(rep, run.cfg, extra)
         block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
         summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
+        stopped = (summary.get("errors") or {}).get("engine_stopped")
+        if stopped:  # the likeliest cause of a dead engine, before the verdict
+            run.opts.say(str(stopped["message"]))
         verdict = judge(
             stop_reason=rep.stop_reason,
             error=rep.error,

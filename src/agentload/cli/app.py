@@ -26,6 +26,7 @@ class _OneLineErrors(TyperGroup):
     ) -> Any:
         # Click's own signature, so no argument can reach it twice.
         call = (args, prog_name, complete_var, False, windows_expand_args)
+        _plain_metavars(self)
         if not standalone_mode:
             return super().main(*call, **extra)
         try:
@@ -46,6 +47,23 @@ class _OneLineErrors(TyperGroup):
             print(f"{where}: error: {msg} (see {where} --help)", file=sys.stderr, flush=True)
             sys.exit(e.exit_code)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _plain_metavars(command: Any) -> None:
+    """Give every option without a metavar a plain one, as argparse does: nothing for flags,
+    the option's name in upper case otherwise. Newer typers print a Python type there
+    ("<bool>", "<list[str]>"); an explicit metavar, a public Click attribute, is shown as it is
+    by every typer this package supports. (The --help option and positional arguments keep
+    what the installed typer prints: neither takes a metavar for that column.)"""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", "") != "option":
+            continue
+        if param.is_flag or param.count:
+            param.metavar = ""
+        elif param.metavar is None:
+            param.metavar = str(param.name or "value").upper()
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
 
 
 app = typer.Typer(
@@ -72,26 +90,3 @@ def _root(
     ),
 ) -> None:
     """Benchmark OpenAI-compatible LLM inference services under agentic workloads."""
-
-
-def _plain_type_column() -> None:
-    """Typer's rich help prints a Python type beside every parameter ("<bool>" for flags,
-    "<str>", "<list[str]>"); show nothing for flags and a plain upper-case name otherwise, as
-    other command-line tools do. Parameters with a metavar keep it."""
-    from typer.core import TyperArgument, TyperOption
-
-    for cls in (TyperOption, TyperArgument):
-        original = cls.display_type_rich
-
-        def display(self: Any, ctx: Any, _original: Any = original) -> str | None:
-            if getattr(self, "is_flag", False):
-                return None
-            shown = _original(self, ctx)
-            if shown and shown.startswith("<") and shown.endswith(">"):
-                return shown[1:-1].replace("list[", "").replace("]", "").upper()
-            return shown
-
-        cls.display_type_rich = display  # type: ignore[method-assign]
-
-
-_plain_type_column()

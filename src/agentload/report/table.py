@@ -79,6 +79,11 @@ def _episodes_table(ep: Episodes | None, slo: SloBlock | None, errs: Mapping[str
                 "partial (no judge)",
                 f"{count(ep.partial.get('episodes'))} episodes, left out of success and pass^k",
             )
+        if ep.infra_error:
+            t.add_row(
+                "infrastructure errors",
+                f"{count(ep.infra_error.get('episodes'))} episodes, left out of success and pass^k",
+            )
         pk = ep.pass_hat_k
         if pk:
             t.add_row("pass^k", "  ".join(f"{k}:{pct(v)}" for k, v in list(pk.items())[:5]))

@@ -392,8 +392,11 @@ class EpisodeGroup(_Model):
     success_rate: float | None = None
     mean_reward: float | None = None
     pass_hat_k: dict[str, float] = Field(default_factory=dict)
-    # Episodes with a partial reward (τ² NL assertions, no judge), left out of the figures above.
+    # Episodes left out of the figures above: partial rewards (τ² NL assertions, no judge)
+    # and episodes that ended on infrastructure errors; `graded_episodes` the rest.
     partial: dict[str, Any] | None = None
+    infra_error: dict[str, Any] | None = None
+    graded_episodes: int | None = None
 
 
 class Episodes(EpisodeGroup):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,9 @@ from agentload.results.jsonl import (
     ResultsError,
     atomic_write_bytes,
     dumps_line,
+    file_kind,
     read_jsonl,
+    read_regular,
 )
 from agentload.results.records import (
     SESSION_SCHEMA,
@@ -73,12 +76,33 @@ def session_key(session: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def check_files(out_dir: Path) -> None:
-    """Every record file that exists is a regular file (not a directory, socket, ...)."""
+    """Every record file that exists is a regular file (not a directory, FIFO, device, ...)."""
     for name in (*RECORD_FILES, RUN, CONFIG):
         p = out_dir / name
-        if p.exists() and not p.is_file():
-            kind = "a directory" if p.is_dir() else "not a regular file"
-            raise ResultsError(f"{p}: is {kind}, expected a file; move it away and retry")
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise ResultsError(
+                f"{p}: is {file_kind(mode)}, expected a regular file; move it away and retry"
+            )
+
+
+def check_resumable(out_dir: Path) -> None:
+    """Before `--resume` reads anything: every file of the run is a regular file, and
+    config.yaml still holds settings (an emptied one would silently run the default plan)."""
+    check_files(out_dir)
+    path = out_dir / CONFIG
+    if not path.exists():
+        return
+    from agentload.config import read_yaml
+
+    if not read_yaml(path):
+        raise ResultsError(
+            f"{path}: holds no settings, so the run's plan is unknown; restore it from a copy, "
+            "or start a new run in another folder"
+        )
 
 
 def _set_aside(out_dir: Path, name: str, lines: list[bytes]) -> None:
@@ -102,7 +126,7 @@ def _rewrite(
     path = out_dir / name
     if not path.exists():
         return 0
-    data = path.read_bytes()
+    data = read_regular(path)
     lines = data.split(b"\n")
     tail = lines.pop() if lines else b""
     if tail.strip():  # no final newline (a torn tail): treat it as a line
@@ -237,10 +261,14 @@ def prepare_resume(out_dir: Path) -> ResumeState:
         if not s.warmup:
             st.finished.add(s.key)
     done = st.finished_sessions
+    from agentload.results.replay_resume import replay_calls_to_keep
+
+    # A dataset-history replay keeps its answered turns: it resumes after them.
+    sent = replay_calls_to_keep(out_dir)
 
     def keep(rec: Mapping[str, Any]) -> bool:
         sid = rec.get("session_id")
-        return sid is None or str(sid) in done
+        return sid is None or str(sid) in done or (sent is not None and sent(rec))
 
     st.dropped_trajectories = _rewrite(out_dir, TRAJECTORIES, keep, st)
     st.dropped_calls = _rewrite(out_dir, CALLS, keep, st)
@@ -256,7 +284,7 @@ def prepare_resume(out_dir: Path) -> ResumeState:
     run = out_dir / RUN
     if run.exists():
         try:
-            meta = orjson.loads(run.read_bytes())
+            meta = orjson.loads(read_regular(run))
         except orjson.JSONDecodeError:
             meta = None
         if isinstance(meta, dict):

@@ -23,6 +23,7 @@ import orjson
 import yaml
 
 from agentload import __version__, stats
+from agentload.outcome import INFRA
 from agentload.results.context import run_context
 from agentload.results.errors import top_error_messages
 from agentload.results.files import CALLS, CONFIG, RUN, SERVER_METRICS, SESSIONS, SUMMARY
@@ -338,7 +339,21 @@ def _pass_k(sessions: Sequence[SessionRecord]) -> dict[str, float]:
 
 def _episode_group(sessions: Sequence[SessionRecord]) -> dict[str, Any]:
     """Success, reward and pass^k of fully graded episodes; episodes whose reward is partial
-    (τ²'s natural-language assertions with no judge) are counted apart."""
+    (τ²'s natural-language assertions with no judge) are counted apart, and so are episodes
+    that ended on infrastructure errors: they say nothing about the agent's task."""
+    infra = [s for s in sessions if s.termination == INFRA]
+    if infra:
+        out = _episode_group([s for s in sessions if s.termination != INFRA])
+        out.setdefault("graded_episodes", out["episodes"])
+        out["episodes"] = len(sessions)
+        out["tasks"] = len({str(s.task_id) for s in sessions})
+        out["infra_error"] = {
+            "episodes": len(infra),
+            "tasks": len({str(s.task_id) for s in infra}),
+            "note": "ended on infrastructure errors: left out of success rate, mean reward "
+            "and pass^k (`agentload run --resume` runs them again)",
+        }
+        return out
     partial = [s for s in sessions if s.reward_partial]
     if partial:
         out = _episode_group([s for s in sessions if not s.reward_partial])
@@ -418,10 +433,17 @@ def _episodes(
 # ---- window -------------------------------------------------------------------------------
 
 
+def _beyond_sessions(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray) -> bool:
+    """Whether measured calls belong to no finished session (a stopped replay's turns): the
+    window then spans the calls, which the sessions' own window would not hold."""
+    done = {str(s.session_id) for s in sessions}
+    return any(sid is not None and str(sid) not in done for sid in a.session_id[m].tolist())
+
+
 def _window(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
     """First start -> last end of the measured episodes (calls when there are none), from the
     monotonic clock (agentload.results.window)."""
-    if sessions:
+    if sessions and not _beyond_sessions(sessions, a, m):
         return session_window(sessions)
     if m.any():
         return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
@@ -494,6 +516,9 @@ def load_measured(
     # A directory with calls but no episode records at all (calls made outside the episode
     # runner) is a calls-only run: every call counts.
     m = no_session | in_done if all_sessions else np.ones(a.n, dtype=bool)
+    # A replayed turn is a measurement of its own whether or not its conversation got to
+    # the end (an interrupt, a --duration cap): every call that finished counts.
+    m |= _finished_replay_calls(all_calls) & ~in_warm
     return MeasuredRun(
         a,
         all_calls,
@@ -503,6 +528,14 @@ def load_measured(
         sessions,
         len(all_sessions) - len(sessions),
         integ,
+    )
+
+
+def _finished_replay_calls(calls: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Replayed calls that ran to an answer or an error (not those cancelled by the stop)."""
+    return np.array(
+        [isinstance(c.get("replay"), dict) and c.get("error_kind") != "cancelled" for c in calls],
+        dtype=bool,
     )
 
 
@@ -539,6 +572,82 @@ def _errors(a: CallArrays, m: np.ndarray, all_calls: list[dict[str, Any]]) -> di
         ),
         # The servers' own words, per kind (redacted): what the counts above do not say.
         "messages": top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
+    }
+
+
+def _connection_failure(call: Mapping[str, Any]) -> bool:
+    """A call that failed because the server was not there (refused, reset, lost mid-answer),
+    as opposed to one it answered with an error."""
+    from agentload.scheduler.outage import is_infra_failure
+
+    kind = call.get("error_kind")
+    if call.get("status") == "ok" or not isinstance(kind, str) or kind.startswith("http_"):
+        return False
+    return is_infra_failure(kind, str(call.get("error_message") or ""))
+
+
+def engine_stopped(
+    a: CallArrays, calls: Sequence[Mapping[str, Any]], meta: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """`errors.engine_stopped`: the server answered, then every call after its last answer
+    failed to connect or lost its connection, the way an engine that died looks from the
+    client. Says which calls were in flight when it stopped answering and what they carried
+    (seed, temperature: run.json `sampling`), since one of them may have killed it: a seeded
+    request kills vLLM's CPU build (docs/engines.md). None for any other pattern."""
+    ends = a.started_at + np.nan_to_num(a.total_s)
+    ok = a.ok & np.isfinite(ends)
+    if not ok.any():
+        return None
+    last_ok = float(ends[ok].max())
+    idx = np.flatnonzero(ends > last_ok)
+    if idx.size < 2:
+        return None
+    after = [calls[i] for i in idx[np.argsort(ends[idx], kind="stable")]]
+    if not all(_connection_failure(c) for c in after):
+        return None
+
+    def end(c: Mapping[str, Any]) -> float:
+        return float(c["started_at"]) + float(c.get("total_s") or 0.0)
+
+    n_ok = int(ok.sum())
+    stopped_at = end(after[0])
+    in_flight = [c for c in after if float(c["started_at"]) <= stopped_at]
+    sampling = (meta or {}).get("sampling") or {}
+    sent: dict[str, Any] = {}
+    for role in sorted({str(c.get("role")) for c in in_flight}):
+        block = sampling.get(role) if isinstance(sampling, Mapping) else None
+        if isinstance(block, Mapping):
+            sent[role] = {"seed": block.get("seed"), "temperature": block.get("temperature")}
+    seeds = {str(v["seed"]) for v in sent.values() if not str(v["seed"]).startswith("none")}
+    text = (
+        f"the server stopped answering after {n_ok} working calls: the {len(after)} calls "
+        f"since failed to connect or lost their connection "
+        f"({', '.join(f'{k} {n}' for k, n in Counter(c.get('error_kind') for c in after).items())})"
+        f"; {len(in_flight)} in flight then ("
+        + ", ".join(f"{c.get('role')} turn {c.get('turn')}" for c in in_flight[:3])
+        + (", …" if len(in_flight) > 3 else "")
+        + ")"
+    )
+    if seeds:
+        temps = {str(v["temperature"]) for v in sent.values()}
+        text += (
+            f" carried seed {', '.join(sorted(seeds))} at temperature {', '.join(sorted(temps))}"
+            ": a per-request seed is known to kill vLLM's CPU build (docs/engines.md); "
+            "rerun without --request-seed or with --temperature 0"
+        )
+    return {
+        "ok_calls": n_ok,
+        "failed_after": len(after),
+        "stopped_at": stopped_at,
+        "in_flight": [
+            {
+                k: c.get(k)
+                for k in ("call_id", "session_id", "role", "turn", "started_at", "prompt_tokens")
+            }
+            for c in in_flight[:10]
+        ],
+        "sent": sent,
+        "message": text,
     }
 
 
@@ -606,6 +715,9 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         summary["episodes"] = _episodes(sessions, window_s, a, m) if sessions else None
     summary["slo"] = _slo_block(slo, a, m, sessions, success, window_s) if slo else None
     summary["errors"] = _errors(a, m, all_calls)
+    stopped = engine_stopped(a, all_calls, summary["run"])
+    if stopped is not None:
+        summary["errors"]["engine_stopped"] = stopped
     summary["scheduling"] = {"sched_delay_s": _desc(np.array(delays, dtype=float))}
     summary["server"] = _server(out_dir, window, run.integrity)
     # What the readers skipped, flagged or counted once (agentload.results.validate).

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentload.client import CallRecord, CallResult, ChatClient
 from agentload.config import ConfigError, RunConfig
+from agentload.scheduler.progress import ProgressTracker
 from agentload.wire import SESSION_HEADER
 from agentload.workloads.base import SessionOutcome, Workload
 from agentload.workloads.dataset import (
@@ -95,6 +97,28 @@ def _hold(client: ChatClient) -> _Hold:
     return hold
 
 
+class TurnProgress(ProgressTracker):
+    """Progress of a replay run whose ETA comes from the client turns left (one call each)
+    at the rate turns have been answered, not from conversations."""
+
+    def __init__(self, turns_left: int | None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.turns_left = turns_left
+
+    def snapshot(self) -> dict[str, Any]:
+        s = super().snapshot()
+        if self.turns_left is None or not self.total or not self.calls:
+            return s
+        if self.episodes >= self.total:
+            eta = 0.0
+        else:
+            eta = s["elapsed_s"] / self.calls * max(0, self.turns_left - self.calls)
+        if self.duration_s is not None:
+            eta = min(eta, self.duration_s - s["elapsed_s"])
+        s["eta_s"] = eta
+        return s
+
+
 class ReplayWorkload(Workload):
     """Conversations of a recorded dataset, `repeat` passes."""
 
@@ -110,6 +134,7 @@ class ReplayWorkload(Workload):
         self._units: list[str] | None = None
         self.ignore_eos = bool(self.rc.ignore_eos) if self.rc.ignore_eos is not None else None
         self.text_answers = False
+        self._sent_before: dict[tuple[str, int], set[int]] | None = None
 
     @property
     def dataset(self) -> Dataset:
@@ -175,12 +200,44 @@ class ReplayWorkload(Workload):
         # by a small max_tokens streams only hidden tokens (as vLLM's would), leaving the
         # call without a first token. Text answers of the recorded length keep the load.
         self.text_answers = embedded
+        _ = self.sent_before  # read before the first conversation adds calls of its own
+
+    @property
+    def sent_before(self) -> dict[tuple[str, int], set[int]]:
+        """(conversation, repeat) -> turns answered before a resume (dataset history only),
+        read from the results folder once, before any call of this run is recorded."""
+        if self._sent_before is None:
+            self._sent_before = {}
+            if self.rc.history == "dataset":
+                from agentload.results.replay_resume import sent_turns
+
+                self._sent_before = sent_turns(Path(self.cfg.out))
+        return self._sent_before
+
+    def progress_tracker(self, plan: Any) -> Callable[..., ProgressTracker]:
+        """The run's progress, with the ETA counted in client turns: conversations differ
+        in length by far, so those finished say little of the time the others need."""
+        total = plan.total
+        items = [plan.measured_item(n) for n in range(total)] if total is not None else []
+        left = self.turns_left(i for i in items if i.key not in plan.finished)
+        return functools.partial(TurnProgress, left if total is not None else None)
+
+    def turns_left(self, items: Any) -> int:
+        """Client turns still to send for the given work items (their conversations, less
+        the turns a resumed run already had answered): what the ETA is counted in."""
+        ds, left = self.dataset, 0
+        for item in items:
+            done = self.sent_before.get((item.task_id, item.trial), set())
+            left += max(0, ds.span(item.task_id).turns - len(done))
+        return left
 
     async def run_session(
         self, item: WorkItem, session_id: str, clients: Mapping[str, ChatClient]
     ) -> SessionOutcome:
         conv = self.dataset.load(item.task_id)
         run = _Replay(self, conv, item.trial, session_id, clients["agent"])
+        if not item.warmup:
+            run.answered = self.sent_before.get((item.task_id, item.trial), set())
         return await run.run()
 
 
@@ -213,6 +270,8 @@ class _Replay:
         self.delay_s = 0.0
         self.lag_s: list[float] = []
         self.tool_calls = 0
+        self.answered: set[int] = set()  # turns answered before a resume: not sent again
+        self.resumed = 0
 
     def timeout(self) -> contextlib.AbstractAsyncContextManager[Any]:
         t = self.rc.turn_timeout_s
@@ -253,7 +312,17 @@ class _Replay:
         aborted: list[int] = []
         prev_end = start_ns
         turns = conv.turns
+        # A resumed conversation (dataset history): the turns answered before the stop are
+        # rebuilt from the dataset, not sent; it goes on at its first unsent turn.
+        while self.resumed < len(turns) and turns[self.resumed].index in self.answered:
+            t = turns[self.resumed]
+            self.history.extend(t.messages)
+            if t.answer is not None:
+                self.history.append(t.answer)
+            self.resumed += 1
         for i, t in enumerate(turns):
+            if i < self.resumed:
+                continue
             try:
                 outcome = await self._turn(t, prev_end)
             except Exception as e:  # a bug must not take the other conversations down
@@ -390,6 +459,8 @@ class _Replay:
                 "turns": len(conv.turns),
                 "turns_sent": self.sent,
                 "turns_aborted": len(aborted),
+                # Answered before a resume, in calls.jsonl under this session id.
+                "turns_resumed": self.resumed,
                 "divergences": len(self.divergences),
                 "tool_calls": self.tool_calls,
             },
