@@ -199,6 +199,54 @@ def _tap(client: ChatClient) -> _Tap:
     return tap
 
 
+class _Caller(Protocol):
+    """What a measured model call needs of an episode (built-in or τ²)."""
+
+    spec: EpisodeSpec
+    options: EpisodeOptions
+    turns: dict[str, int]
+    taps: dict[str, _Tap]
+    calls: list[CallRecord]
+    clients: Mapping[str, ChatClient]
+    request_seed: int | None
+    extra_body: dict[str, Any] | None
+    headers: dict[str, dict[str, str]]
+
+
+async def measured_call(
+    ep: _Caller, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> CallResult:
+    """One model call of an episode's `role`, with the session, role and task headers; its
+    record goes to the episode's calls, even when the episode budget cancels the call."""
+    opts = ep.options
+    turn = ep.turns[role]
+    ep.turns[role] = turn + 1
+    call_id = f"{ep.spec.session_id}:{role[0]}{turn}"
+    tap = ep.taps[role]
+    tap.sinks[call_id] = ep.calls
+    try:
+        res = await ep.clients[role].chat(
+            messages,
+            tools=tools,
+            # A judge (τ² domains) answers at the server's default length.
+            max_tokens={"agent": opts.agent_max_tokens, "user": opts.user_max_tokens}.get(role),
+            temperature=opts.temperature,
+            seed=ep.request_seed,
+            extra_body=ep.extra_body,
+            headers=ep.headers[role],
+            session_id=ep.spec.session_id,
+            role=role,
+            turn=turn,
+            call_id=call_id,
+        )
+    finally:
+        undelivered = tap.sinks.pop(call_id, None) is not None
+    if undelivered:
+        # on_record was replaced after the tap was installed: keep the record anyway.
+        ep.calls.append(res.record)
+    return res
+
+
 class _Stop(Exception):
     """Ends the loop with a termination reason."""
 
@@ -264,32 +312,7 @@ class _Episode:
     async def _call(
         self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
     ) -> CallResult:
-        opts = self.options
-        turn = self.turns[role]
-        self.turns[role] = turn + 1
-        call_id = f"{self.spec.session_id}:{role[0]}{turn}"
-        tap = self.taps[role]
-        tap.sinks[call_id] = self.calls
-        try:
-            res = await self.clients[role].chat(
-                messages,
-                tools=tools,
-                max_tokens=opts.agent_max_tokens if role == "agent" else opts.user_max_tokens,
-                temperature=opts.temperature,
-                seed=self.request_seed,
-                extra_body=self.extra_body,
-                headers=self.headers[role],
-                session_id=self.spec.session_id,
-                role=role,
-                turn=turn,
-                call_id=call_id,
-            )
-        finally:
-            undelivered = tap.sinks.pop(call_id, None) is not None
-        if undelivered:
-            # on_record was replaced after the tap was installed: keep the record anyway.
-            self.calls.append(res.record)
-        return res
+        return await measured_call(self, role, messages, tools)
 
     async def agent_llm(
         self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None

@@ -55,6 +55,7 @@ from agentload.workloads.episode import (
     _tap,
     drive,
     episode_records,
+    measured_call,
     request_seed_for,
 )
 
@@ -251,46 +252,19 @@ class Tau2Episode:
     # --- model calls ---------------------------------------------------------------------
 
     async def _call(
-        self,
-        role: str,
-        messages: list[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None,
-        max_tokens: int | None,
+        self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
     ) -> CallResult:
-        turn = self.turns[role]
-        self.turns[role] = turn + 1
-        call_id = f"{self.spec.session_id}:{role[0]}{turn}"
-        tap = self.taps[role]
-        tap.sinks[call_id] = self.calls
-        try:
-            res = await self.clients[role].chat(
-                messages,
-                tools=tools,
-                max_tokens=max_tokens,
-                temperature=self.options.temperature,
-                seed=self.request_seed,
-                extra_body=self.extra_body,
-                headers=self.headers[role],
-                session_id=self.spec.session_id,
-                role=role,
-                turn=turn,
-                call_id=call_id,
-            )
-        finally:
-            undelivered = tap.sinks.pop(call_id, None) is not None
-        if undelivered:
-            self.calls.append(res.record)
-        return res
+        return await measured_call(self, role, messages, tools)
 
     async def agent_llm(
         self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
     ) -> CallResult:
-        return await self._call("agent", messages, tools, self.options.agent_max_tokens)
+        return await self._call("agent", messages, tools)
 
     async def user_llm(
         self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
     ) -> CallResult:
-        return await self._call("user", messages, tools, self.options.user_max_tokens)
+        return await self._call("user", messages, tools)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -496,7 +470,7 @@ class Tau2Episode:
             {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
             {"role": "user", "content": judge_user_prompt(conversation, assertions)},
         ]
-        res = await self._call("judge", messages, None, None)
+        res = await self._call("judge", messages, None)
         if not res.ok:
             return None, f"judge call failed: {res.record.error_kind}"
         try:
