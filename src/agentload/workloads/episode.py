@@ -256,7 +256,27 @@ class _Stop(Exception):
         self.error = error
 
 
-class _Episode:
+class ModelCalls:
+    """The measured model calls of an episode loop (built-in or τ²): `agent_llm` and
+    `user_llm` as the strategies call them, `_call` for any role."""
+
+    async def _call(
+        self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> CallResult:
+        return await measured_call(self, role, messages, tools)  # type: ignore[arg-type]
+
+    async def agent_llm(
+        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> CallResult:
+        return await self._call("agent", messages, tools)
+
+    async def user_llm(
+        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> CallResult:
+        return await self._call("user", messages, tools)
+
+
+class _Episode(ModelCalls):
     def __init__(
         self, spec: EpisodeSpec, clients: Mapping[str, ChatClient], options: EpisodeOptions
     ) -> None:
@@ -306,23 +326,6 @@ class _Episode:
         self.errors = 0
         self.tool_s = 0.0
         self.replies: list[str] = []
-
-    # --- model calls ---------------------------------------------------------------------
-
-    async def _call(
-        self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> CallResult:
-        return await measured_call(self, role, messages, tools)
-
-    async def agent_llm(
-        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> CallResult:
-        return await self._call("agent", messages, tools)
-
-    async def user_llm(
-        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> CallResult:
-        return await self._call("user", messages, tools)
 
     # --- the loop -------------------------------------------------------------------------
 

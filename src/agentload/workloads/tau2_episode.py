@@ -49,13 +49,13 @@ from agentload.workloads.episode import (
     EpisodeOptions,
     EpisodeResult,
     EpisodeSpec,
+    ModelCalls,
     _failed,
     _Stop,
     _tally_calls,
     _tap,
     drive,
     episode_records,
-    measured_call,
     request_seed_for,
 )
 
@@ -199,7 +199,7 @@ def _wire_calls(calls: Sequence[ToolCall], requestor: str) -> list[dict[str, Any
     ]
 
 
-class Tau2Episode:
+class Tau2Episode(ModelCalls):
     def __init__(
         self, spec: EpisodeSpec, clients: Mapping[str, ChatClient], options: EpisodeOptions
     ) -> None:
@@ -248,23 +248,6 @@ class Tau2Episode:
         self.replies: list[str] = []
         self.max_steps = options.tau2_max_steps
         self.max_errors = options.tau2_max_errors
-
-    # --- model calls ---------------------------------------------------------------------
-
-    async def _call(
-        self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> CallResult:
-        return await measured_call(self, role, messages, tools)
-
-    async def agent_llm(
-        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> CallResult:
-        return await self._call("agent", messages, tools)
-
-    async def user_llm(
-        self, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-    ) -> CallResult:
-        return await self._call("user", messages, tools)
 
     # --- the loop ---------------------------------------------------------------------------
 
