@@ -498,14 +498,48 @@ def grade_environment(
     return grade_db_hash(domain, task, actual, replies, seed)
 
 
+class _Ended(Protocol):
+    """What an episode loop (built-in or τ²) hands to `_finish` and `_tally_calls` (read
+    only: each loop keeps its own, narrower types)."""
+
+    counts: dict[str, int]
+
+    @property
+    def spec(self) -> EpisodeSpec: ...
+    @property
+    def domain(self) -> Domain: ...
+    @property
+    def task(self) -> Task: ...
+    @property
+    def db_seed(self) -> int: ...
+    @property
+    def env(self) -> Environment | None: ...
+    @property
+    def replies(self) -> list[str]: ...
+    @property
+    def options(self) -> EpisodeOptions: ...
+    @property
+    def agent(self) -> Any: ...
+    @property
+    def tool_s(self) -> float: ...
+    @property
+    def calls(self) -> list[CallRecord]: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def user_turns(self) -> int: ...
+
+
 def _finish(
-    ep: _Episode,
+    ep: _Ended,
     termination: str,
     error: str | None,
     started_at: float,
     start_ns: int,
     end_ns: int,
+    grade: dict[str, Any] | None = None,
 ) -> EpisodeResult:
+    """The episode's records (graded here unless its `grade` is given) and its calls."""
     llm_s, user_s = _tally_calls(ep)
     session, trajectory = episode_records(
         EpisodeEnd(
@@ -530,7 +564,8 @@ def _finish(
             llm_s=llm_s,
             tool_s=ep.tool_s,
             user_s=user_s,
-        )
+        ),
+        grade=grade,
     )
     return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
 
@@ -639,7 +674,7 @@ def _grade(end: EpisodeEnd) -> tuple[dict[str, Any], float]:
         return grade_dict, 0.0
 
 
-def _tally_calls(ep: _Episode) -> tuple[float, float]:
+def _tally_calls(ep: _Ended) -> tuple[float, float]:
     """Count the episode's calls by role and outcome into `ep.counts` (with its steps and
     user turns); returns the seconds spent in agent and in user calls."""
     counts = ep.counts

@@ -45,17 +45,15 @@ from agentload.domains.tau2.toolkit import World
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 from agentload.workloads.episode import (
     COUNT_KEYS,
-    EpisodeEnd,
     EpisodeOptions,
     EpisodeResult,
     EpisodeSpec,
     ModelCalls,
     _failed,
+    _finish,
     _Stop,
-    _tally_calls,
     _tap,
     drive,
-    episode_records,
     request_seed_for,
 )
 
@@ -210,6 +208,7 @@ class Tau2Episode(ModelCalls):
         self.domain = domain
         self.task: Tau2Task = domain.get_task(spec.task_id)
         self.db_seed = 0
+        self.env = None  # the built-in Environment: τ² grading reads `world` instead
         if options.agent == "oracle":
             self.agent: Any = Tau2OracleAgent(domain, self.task)
         else:
@@ -505,32 +504,8 @@ async def run_tau2_episode(
         reward_info = {"reward": 0.0, "error": repr(e), "partial": False}
     if judge_note:
         reward_info["judge"] = judge_note
-    llm_s, user_s = _tally_calls(ep)  # type: ignore[arg-type]
-    session, trajectory = episode_records(
-        EpisodeEnd(
-            spec=spec,
-            domain=ep.domain,
-            task=ep.task,
-            db_seed=0,
-            env=None,
-            replies=ep.replies,
-            agent=options.agent,
-            user=options.user,
-            counts=ep.counts,
-            messages=ep.agent.messages,
-            tools=ep.agent.tools or [],
-            action_format=getattr(ep.agent, "action_format", "native"),
-            termination=termination,
-            error=error,
-            started_at=started_at,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            llm_s=llm_s,
-            tool_s=ep.tool_s,
-            user_s=user_s,
-        ),
-        grade=reward_info,
-    )
+    res = _finish(ep, termination, error, started_at, start_ns, end_ns, grade=reward_info)
+    session, trajectory = res.session, res.trajectory
     session["reward_partial"] = bool(reward_info.get("partial"))
     session["tau2_termination"] = tau2_termination
     trajectory["tau2"] = {
@@ -542,4 +517,4 @@ async def run_tau2_episode(
         "user_messages": ep.user.messages,
         "user_tools": ep.user.tools or [],
     }
-    return EpisodeResult(session=session, trajectory=trajectory, calls=ep.calls)
+    return res
