@@ -8,15 +8,18 @@ whose message names the field and where its value came from (the file or the fla
 from __future__ import annotations
 
 import copy
+import math
+import random
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentload.client.config import EndpointConfig
+from agentload.flags import ENDPOINT, EXTERNAL, LOAD, OUTPUT, REPLAY, SIM, WORKLOAD, flag
 from agentload.redact import REDACTED as _REDACTED
 from agentload.redact import redact as _redact
 from agentload.units import check_slo_key, parse_duration, parse_slo
@@ -97,11 +100,38 @@ DEFAULT_USER_MAX_TOKENS = 256
 
 
 class ToolLatencyConfig(BaseModel):
+    """Simulated time a tool takes, drawn per call from an rng seeded per episode."""
+
     model_config = _STRICT
 
     kind: Literal["none", "constant", "uniform", "lognormal"] = "none"
     mean_s: float = Field(0.0, ge=0, le=3600, description="Mean simulated tool execution time.")
     spread: float = Field(0.5, ge=0, le=100, description="uniform: ±spread×mean; lognormal: sigma.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        # `lognormal:0.2s` (the --tool-latency flag) names the kind and the mean.
+        if isinstance(value, str):
+            kind, _, mean = value.partition(":")
+            return {"kind": kind.strip(), "mean_s": parse_duration(mean.strip() or 0)}
+        return value
+
+    def sampler(self, seed: int) -> random.Random | None:
+        """The rng of one episode's tool times (None: tools take no simulated time)."""
+        if self.kind == "none" or self.mean_s <= 0:
+            return None
+        return random.Random(seed ^ 0x7A11CE)
+
+    def draw(self, rng: random.Random) -> float:
+        """One tool's simulated execution time."""
+        m = self.mean_s
+        if self.kind == "constant":
+            return m
+        if self.kind == "uniform":
+            return max(0.0, rng.uniform(m * (1 - self.spread), m * (1 + self.spread)))
+        sigma = self.spread  # lognormal, with mean m
+        return rng.lognormvariate(math.log(m) - sigma * sigma / 2, sigma)
 
 
 class Tau2Config(BaseModel):
@@ -109,16 +139,16 @@ class Tau2Config(BaseModel):
 
     model_config = _STRICT
 
-    data: str | None = Field(
+    data: Annotated[str | None, flag("--tau2-data", panel=WORKLOAD, metavar="DIR")] = Field(
         None,
-        description="τ²-bench data folder (its data/tau2/domains, or a τ²-bench checkout); "
-        "default: the AGENTLOAD_TAU2_DATA environment variable.",
+        description="τ²-bench data folder for the tau2-* domains (its data/tau2/domains, or a "
+        "checkout); default: the AGENTLOAD_TAU2_DATA environment variable.",
     )
-    split: str = Field(
+    split: Annotated[str, flag("--split", panel=WORKLOAD, metavar="NAME")] = Field(
         "base",
         min_length=1,
-        description="Task split of τ²'s split files (base, train, test; telecom also small, "
-        "full) that a whole-domain selection runs.",
+        description="τ² task split a whole tau2-* domain runs: base, train, test (telecom "
+        "also small, full).",
     )
     max_steps: int = Field(
         200, ge=1, le=100_000, description="τ² steps per episode (messages passed), as τ²'s."
@@ -154,38 +184,68 @@ def _line_error(loc: tuple[str, ...], value: Any, msg: str) -> Any:
     )
 
 
+def _agents_help() -> str:
+    from agentload.plugins import AGENTS
+
+    return "Agent strategy: " + " | ".join(AGENTS.names()) + "."
+
+
+def _users_help() -> str:
+    from agentload.plugins import USERS
+
+    return "User simulator: " + " | ".join(USERS.names()) + "."
+
+
 class WorkloadConfig(BaseModel):
     """Which episodes run and how the agent and user behave."""
 
     model_config = _STRICT
 
-    domains: list[str] = Field(
-        default_factory=list, description="Domains whose tasks run; empty = all built-in."
+    domains: Annotated[
+        list[str], flag("--domains", panel=WORKLOAD, metavar="LIST", type=str | None)
+    ] = Field(
+        default_factory=list,
+        description="Domains whose tasks run, e.g. airline,retail; empty = all built-in.",
     )
-    tasks: list[str] = Field(
+    tasks: Annotated[
+        list[str], flag("--tasks", panel=WORKLOAD, metavar="LIST", type=str | None)
+    ] = Field(
         default_factory=list,
         description="Task selectors: airline/000-019, retail/005, retail (whole domain).",
     )
-    trials: int = Field(1, ge=1, le=100_000, description="Trials per task (k of pass^k).")
-    shuffle: bool = Field(False, description="Shuffle the task order of each trial round.")
-    seed: int = Field(
+    trials: Annotated[int, flag("--trials", "-k", panel=WORKLOAD, metavar="K")] = Field(
+        1, ge=1, le=100_000, description="Trials per task (k of pass^k)."
+    )
+    shuffle: Annotated[bool, flag("--shuffle/--no-shuffle", panel=WORKLOAD)] = Field(
+        False, description="Shuffle the task order of each trial round."
+    )
+    seed: Annotated[int, flag("--seed", panel=WORKLOAD, metavar="N")] = Field(
         0, ge=0, le=INT64_MAX, description="Base seed: task order, episode seeds, arrivals."
     )
-    request_seed: Literal["none", "episode"] | int = Field(
+    request_seed: Annotated[
+        Literal["none", "episode"] | int,
+        flag("--request-seed", panel=WORKLOAD, metavar="SEED", type=str | None),
+    ] = Field(
         "none",
         description="`seed` sent with each LLM call: none (the default: the server samples "
         "as it does for any client), episode (the episode's seed, derived from `seed`, task "
         "and trial) or a fixed integer.",
     )
-    agent: str = Field("tool-calling", description="Agent strategy (a registered name).")
-    user: str = Field("llm", description="User simulator (a registered name).")
-    few_shot: str | None = Field(
+    agent: Annotated[str, flag("--agent", panel=WORKLOAD, metavar="NAME", help=_agents_help)] = (
+        Field("tool-calling", description="Agent strategy (a registered name).")
+    )
+    user: Annotated[str, flag("--user", panel=WORKLOAD, metavar="NAME", help=_users_help)] = Field(
+        "llm", description="User simulator (a registered name)."
+    )
+    few_shot: Annotated[str | None, flag("--few-shot", panel=WORKLOAD, metavar="FILE")] = Field(
         None,
         description="Example conversations of the few-shot agent: a JSONL file, one example "
         "a line (docs/episodes.md).",
     )
     temperature: float | None = Field(None, ge=0, le=100)
-    max_steps: int = Field(30, ge=1, le=MAX_STEPS, description="Agent LLM calls per episode.")
+    max_steps: Annotated[int, flag("--max-steps", panel=WORKLOAD, metavar="N")] = Field(
+        30, ge=1, le=MAX_STEPS, description="Agent LLM calls per episode."
+    )
     max_user_turns: int = Field(20, ge=1, le=MAX_STEPS)
     budget_s: float | None = Field(
         900.0, gt=0, le=30 * DAY_S, description="Wall-time budget per episode."
@@ -193,16 +253,30 @@ class WorkloadConfig(BaseModel):
     max_errors: int = Field(5, ge=1, le=MAX_STEPS)
     keep_reasoning: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
-    tool_latency: ToolLatencyConfig = Field(default_factory=ToolLatencyConfig)
+    tool_latency: Annotated[
+        ToolLatencyConfig,
+        flag(
+            "--tool-latency",
+            panel=WORKLOAD,
+            metavar="KIND:MEAN",
+            type=str | None,
+            help="Simulated tool execution time, KIND:MEAN: lognormal:0.2s, constant:50ms, "
+            "uniform:1s.",
+        ),
+    ] = Field(default_factory=ToolLatencyConfig)
     tau2: Tau2Config = Field(default_factory=Tau2Config)
-    agent_max_tokens: int | None = Field(
+    agent_max_tokens: Annotated[
+        int | None, flag("--agent-max-tokens", panel=WORKLOAD, metavar="N")
+    ] = Field(
         None,
         ge=1,
         le=MAX_TOKENS,
         description="max_tokens of agent calls; default: the agent endpoint's max_tokens, "
         f"else {DEFAULT_AGENT_MAX_TOKENS}.",
     )
-    user_max_tokens: int | None = Field(
+    user_max_tokens: Annotated[
+        int | None, flag("--user-max-tokens", panel=WORKLOAD, metavar="N")
+    ] = Field(
         None,
         ge=1,
         le=MAX_TOKENS,
@@ -261,11 +335,12 @@ class WorkloadConfig(BaseModel):
     @field_validator("few_shot")
     @classmethod
     def _few_shot(cls, value: str | None) -> str | None:
-        # Read now, so that a bad line is one configuration error before any episode.
+        # Read now, so that a bad line is one configuration error before any episode; the
+        # few-shot strategy of this process then takes its examples from this file.
         if value is not None:
-            from agentload.agents.strategies import load_few_shot
+            from agentload.agents.strategies import use_few_shot_file
 
-            load_few_shot(value)
+            use_few_shot_file(value)
         return value
 
     @model_validator(mode="after")
@@ -277,67 +352,94 @@ class WorkloadConfig(BaseModel):
         return self
 
 
+DEFAULT_CONCURRENCY = 8
+"""Sessions in flight of a closed loop that names no concurrency."""
+
+
 class LoadConfig(BaseModel):
     """How episodes are issued: closed loop (concurrency) or open loop (rate)."""
 
     model_config = _STRICT
 
-    concurrency: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_CONCURRENCY,
-        description="Closed loop: active episodes (default 8 when no rate).",
+    concurrency: Annotated[int | None, flag("--concurrency", "-c", panel=LOAD, metavar="N")] = (
+        Field(
+            None,
+            ge=1,
+            le=MAX_CONCURRENCY,
+            description=f"Closed loop: active sessions ({DEFAULT_CONCURRENCY} when no rate is "
+            "given).",
+        )
     )
-    rate: float | None = Field(
-        None, gt=0, le=1e6, description="Open loop: episode arrivals per second."
+    rate: Annotated[float | None, flag("--rate", "-r", panel=LOAD, metavar="R")] = Field(
+        None, gt=0, le=1e6, description="Open loop: session arrivals per second."
     )
-    burstiness: float = Field(
+    burstiness: Annotated[float, flag("--burstiness", panel=LOAD, metavar="X")] = Field(
         1.0,
         gt=0,
         le=1000,
         description="Gamma shape of inter-arrival times; 1 = Poisson, <1 burstier.",
     )
-    max_concurrency: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_CONCURRENCY,
-        description="Open loop: cap on active episodes (arrivals beyond it queue).",
+    max_concurrency: Annotated[int | None, flag("--max-concurrency", panel=LOAD, metavar="N")] = (
+        Field(
+            None,
+            ge=1,
+            le=MAX_CONCURRENCY,
+            description="Open loop: cap on active sessions (arrivals beyond it queue).",
+        )
     )
-    num_episodes: int | None = Field(
-        None, ge=1, le=MAX_EPISODES, description="Measured episodes (default: tasks × trials)."
+    num_episodes: Annotated[int | None, flag("--num-episodes", "-n", panel=LOAD, metavar="N")] = (
+        Field(
+            None, ge=1, le=MAX_EPISODES, description="Measured sessions (default: tasks × trials)."
+        )
     )
-    duration_s: float | None = Field(
-        None, gt=0, le=365 * DAY_S, description="Stop issuing episodes after this."
+    duration_s: Annotated[
+        float | None, flag("--duration", panel=LOAD, metavar="TIME", type=str | None)
+    ] = Field(None, gt=0, le=365 * DAY_S, description="Stop issuing sessions after this, e.g. 10m.")
+    warmup: Annotated[Warmup, flag("--warmup", panel=LOAD, metavar="N|TIME", type=str | None)] = (
+        Field(
+            default_factory=Warmup,
+            description="Sessions (5) or time (10s) at the start left out of the statistics.",
+        )
     )
-    warmup: Warmup = Field(default_factory=Warmup)
-    drain_timeout_s: float = Field(
+    drain_timeout_s: Annotated[
+        float, flag("--drain-timeout", panel=LOAD, metavar="TIME", type=str | None, resume=True)
+    ] = Field(
         30.0,
         ge=0,
         le=DAY_S,
-        description="On stop/interrupt: wait this long for in-flight episodes.",
+        description="On stop or interrupt, wait this long for sessions in flight.",
     )
     lag_interval_s: float = Field(0.02, ge=0.001, le=10, description="Event-loop lag probe period.")
-    retry_infra: int = Field(
+    retry_infra: Annotated[int, flag("--retry-infra", panel=LOAD, metavar="N")] = Field(
         2,
         ge=0,
         le=100,
-        description="Times an episode ended by an infrastructure error is run again in the run.",
+        description="Run an episode that ended on an infrastructure error (an endpoint "
+        "outage) again, up to N times.",
     )
-    max_infra_error_share: float = Field(
+    max_infra_error_share: Annotated[
+        float, flag("--max-infra-error-share", panel=LOAD, metavar="X")
+    ] = Field(
         0.1,
         ge=0,
         le=1,
         description="Exit 1 when more than this share of episodes ended on infrastructure errors.",
     )
-    outage_timeout_s: float = Field(
+    outage_timeout_s: Annotated[
+        float, flag("--outage-timeout", panel=LOAD, metavar="TIME", type=str | None, resume=True)
+    ] = Field(
         120.0,
         gt=0,
         le=DAY_S,
         description="Stop the run when the endpoint has been down for this long.",
     )
-    workers: int | Literal["auto"] = Field(
+    workers: Annotated[
+        int | Literal["auto"], flag("--workers", panel=LOAD, metavar="N", type=str | None)
+    ] = Field(
         "auto",
-        description="Worker processes that run the sessions (auto: what the load needs).",
+        description="Worker processes that run the sessions: N, or auto (more than one only "
+        "for a large concurrency on a machine with cores to spare; adds workers when one "
+        "saturates).",
     )
 
     @field_validator("workers", mode="before")
@@ -374,37 +476,56 @@ class LoadConfig(BaseModel):
 
     @property
     def effective_concurrency(self) -> int:
-        return self.concurrency or 8
+        return self.concurrency or DEFAULT_CONCURRENCY
 
 
-class SimSettings(BaseModel):
-    """The embedded simulator started when no endpoint is configured."""
+def _profiles_help() -> str:
+    from agentload.sim.profiles import BUILTIN_PROFILES, profile_note
 
-    model_config = _STRICT
-
-    profile: str = Field("tiny-cpu", description="Timing profile (name or file).")
-    speedup: float = Field(1.0, gt=0, le=1e6, description="Model time runs this many times faster.")
-    seed: int = Field(0, ge=0, le=INT64_MAX)
-    fault_rate: float = Field(0.0, ge=0, le=1, description="Share of calls that get a fault.")
-    fault_kinds: list[str] | None = None
-    max_num_seqs: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
-    behaviour_options: dict[str, Any] = Field(default_factory=dict)
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="Any further SimConfig field (see agentload sim)."
+    named = ", ".join(f"{n} ({profile_note(p)})" for n, p in BUILTIN_PROFILES.items())
+    return (
+        f"Timing profile: one of {named}, or a YAML/JSON profile file (`agentload sim "
+        "calibrate` writes one)."
     )
 
-    @field_validator("fault_kinds", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [p.strip() for p in value.split(",") if p.strip()]
-        return value
+
+class SimKnobs(BaseModel):
+    """The simulator settings a run's embedded simulator and `agentload sim` share; declared
+    once here, each with its flag (`--speedup` on `sim`, `--sim-speedup` on `run`)."""
+
+    profile: Annotated[
+        str, flag("--profile", panel=SIM, metavar="NAME|FILE", type=str | None, help=_profiles_help)
+    ] = Field("tiny-cpu", description="Timing profile (a built-in name or a file).")
+    speedup: Annotated[float, flag("--speedup", panel=SIM, metavar="X")] = Field(
+        1.0, gt=0, le=1e6, description="Simulated model time runs this many times faster."
+    )
+    seed: Annotated[int, flag("--seed", panel=SIM, metavar="N")] = Field(
+        0, ge=0, le=INT64_MAX, description="Seed of the simulator's outputs and fault selection."
+    )
+    fault_rate: Annotated[float, flag("--fault-rate", panel=SIM, metavar="P")] = Field(
+        0.0, ge=0, le=1, description="Share of generation requests that get an injected fault."
+    )
+    max_num_seqs: Annotated[int | None, flag("--max-num-seqs", panel=SIM, metavar="N")] = Field(
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Most sequences in one engine step (default: the profile's).",
+    )
+    behaviour_options: Annotated[
+        dict[str, Any],
+        flag("--behaviour-option", panel=SIM, metavar="KEY=VALUE", type=list[str]),
+    ] = Field(
+        default_factory=dict,
+        description="KEY=VALUE passed to behaviours (repeatable), e.g. agent_skill=0.8.",
+    )
 
     # Checked as the simulator will read them, so that a bad setting is one line naming its
     # field before anything starts (not the simulator's own multi-line error).
     @field_validator("profile")
     @classmethod
-    def _profile(cls, value: str) -> str:
+    def _profile(cls, value: Any) -> Any:
+        if not isinstance(value, str):  # a Profile object (agentload.sim.config.SimConfig)
+            return value
         from agentload.sim.profiles import load_profile
 
         try:
@@ -413,15 +534,22 @@ class SimSettings(BaseModel):
             raise ValueError(str(e).splitlines()[0][:300]) from None
         return value
 
-    @field_validator("fault_kinds")
+    @field_validator("behaviour_options", mode="before")
     @classmethod
-    def _fault_kinds(cls, value: list[str] | None) -> list[str] | None:
-        from agentload.sim.config import FAULT_KINDS
-
-        for kind in value or ():
-            if kind not in FAULT_KINDS:
-                raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
-        return value
+    def _key_values(cls, value: Any) -> Any:
+        # The flag's KEY=VALUE items; a value reads as YAML (0.8 a number, true a boolean).
+        if not isinstance(value, list):
+            return value
+        out: dict[str, Any] = {}
+        for item in value:
+            key, sep, raw = str(item).partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"{item!r}: expected KEY=VALUE")
+            try:
+                out[key.strip()] = yaml.safe_load(raw) if raw else ""
+            except yaml.YAMLError:
+                out[key.strip()] = raw
+        return out
 
     @field_validator("behaviour_options")
     @classmethod
@@ -434,6 +562,34 @@ class SimSettings(BaseModel):
                 ok = False
             if not ok:
                 raise ValueError(f"agent_skill: a share from 0 to 1, got {skill!r}")
+        return value
+
+
+class SimSettings(SimKnobs):
+    """The embedded simulator started when no endpoint is configured."""
+
+    model_config = _STRICT
+
+    fault_kinds: list[str] | None = None
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Any further SimConfig field (see agentload sim)."
+    )
+
+    @field_validator("fault_kinds", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("fault_kinds")
+    @classmethod
+    def _fault_kinds(cls, value: list[str] | None) -> list[str] | None:
+        from agentload.sim.config import FAULT_KINDS
+
+        for kind in value or ():
+            if kind not in FAULT_KINDS:
+                raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
         return value
 
     @field_validator("options")
@@ -458,8 +614,20 @@ class SimSettings(BaseModel):
 class MetricsConfig(BaseModel):
     model_config = _STRICT
 
-    enabled: bool = True
-    interval_s: float = Field(1.0, ge=0.1, le=DAY_S, description="Prometheus scrape period.")
+    enabled: Annotated[
+        bool,
+        flag(
+            "--no-metrics",
+            panel=OUTPUT,
+            sets=False,
+            resume=True,
+            help="Do not scrape server metrics.",
+        ),
+    ] = Field(True, description="Scrape the server's Prometheus metrics.")
+    interval_s: Annotated[
+        float,
+        flag("--metrics-interval", panel=OUTPUT, metavar="TIME", type=str | None, resume=True),
+    ] = Field(1.0, ge=0.1, le=DAY_S, description="Server-metrics scrape period.")
 
     @field_validator("interval_s", mode="before")
     @classmethod
@@ -473,18 +641,40 @@ class ReplayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dataset: str | None = Field(None, description="Dataset file (JSONL).")
-    format: Literal["auto", "mlperf", "trajectories", "openai"] = "auto"
-    history: Literal["dataset", "live"] = Field(
-        "dataset", description="Send the recorded history, or what the server answered."
+    format: Annotated[
+        Literal["auto", "mlperf", "trajectories", "openai"],
+        flag("--format", panel=REPLAY, metavar="FORMAT", type=str | None),
+    ] = Field("auto", description="auto | mlperf | trajectories | openai.")
+    history: Annotated[
+        Literal["dataset", "live"], flag("--history", panel=REPLAY, metavar="MODE", type=str | None)
+    ] = Field(
+        "dataset",
+        description="dataset (send the recorded history) | live (send the server's answers).",
     )
-    num_conversations: int | None = Field(None, ge=1, description="First N conversations.")
-    repeat: int = Field(1, ge=1, description="Passes over the dataset (the trial index).")
-    salt: bool = Field(False, description="Salt prompts per repeat and conversation.")
-    delay_scale: float = Field(1.0, ge=0, description="Scale of recorded delay_seconds; 0 = none.")
-    turn_timeout_s: float | None = Field(None, gt=0, description="Per-turn timeout.")
-    on_divergence: Literal["continue", "stop"] = "continue"
-    ignore_eos: bool | None = Field(
-        None, description="Output length = the recorded answer's (default: on the simulator)."
+    num_conversations: Annotated[
+        int | None, flag("--num-conversations", panel=REPLAY, metavar="N")
+    ] = Field(None, ge=1, description="Replay the first N conversations.")
+    repeat: Annotated[int, flag("--repeat", panel=REPLAY, metavar="K")] = Field(
+        1, ge=1, description="Passes over the dataset (the trial index)."
+    )
+    salt: Annotated[bool, flag("--salt", panel=REPLAY, sets=True)] = Field(
+        False, description="Salt prompts per repeat and conversation (MLPerf's scheme)."
+    )
+    delay_scale: Annotated[
+        float,
+        flag("--delay-scale", panel=REPLAY, metavar="X"),
+        flag("--no-delays", panel=REPLAY, sets=0.0, help="Ignore recorded delays."),
+    ] = Field(1.0, ge=0, description="Scale recorded delay_seconds by X; 0 = none.")
+    turn_timeout_s: Annotated[
+        float | None, flag("--turn-timeout", panel=REPLAY, metavar="TIME", type=str | None)
+    ] = Field(None, gt=0, description="Abort a conversation whose turn takes longer, e.g. 60s.")
+    on_divergence: Annotated[
+        Literal["continue", "stop"],
+        flag("--on-divergence", panel=REPLAY, metavar="WHAT", type=str | None),
+    ] = Field("continue", description="Live history: continue (with the recorded results) | stop.")
+    ignore_eos: Annotated[bool | None, flag("--ignore-eos/--no-ignore-eos", panel=REPLAY)] = Field(
+        None,
+        description="Output length = the recorded answer's (default: on the simulator only).",
     )
     default_max_tokens: int | None = Field(
         None, ge=1, description="Max tokens of turns the dataset gives none and no answer for."
@@ -501,17 +691,27 @@ class ExternalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    adapter: str = Field("command", description="command | openai-agent | openclaw.")
-    command: str | list[str] | None = Field(
-        None,
-        description="command adapter: run once per user turn; {placeholders} filled in "
-        "(default: agentload's reference agent).",
+    adapter: Annotated[str, flag("--agent-adapter", panel=EXTERNAL, metavar="NAME")] = Field(
+        "command", description="How to reach the external agent: command | openai-agent | openclaw."
     )
-    url: str | None = Field(None, description="openai-agent adapter: the agent's base URL.")
+    command: Annotated[
+        str | list[str] | None,
+        flag("--agent-command", panel=EXTERNAL, metavar="CMD", type=str | None),
+    ] = Field(
+        None,
+        description="command adapter: run per user turn (message on stdin, reply on stdout); "
+        "{placeholders} such as {session}, {mcp_url} are filled in. Default: agentload's "
+        "reference agent.",
+    )
+    url: Annotated[str | None, flag("--agent-url", panel=EXTERNAL, metavar="URL")] = Field(
+        None, description="openai-agent adapter: the agent's OpenAI-compatible base URL."
+    )
     api_key_env: str | None = Field(
         None, description="openai-agent adapter: environment variable holding the agent's key."
     )
-    turn_timeout_s: float = Field(300.0, gt=0, description="Longest one agent turn may take.")
+    turn_timeout_s: Annotated[
+        float, flag("--agent-turn-timeout", panel=EXTERNAL, metavar="TIME", type=str | None)
+    ] = Field(300.0, gt=0, description="Longest one agent turn may take.")
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment of the agent's commands."
     )
@@ -528,9 +728,11 @@ class RayConfig(BaseModel):
 
     model_config = _STRICT
 
-    address: str = Field(
+    address: Annotated[str, flag("--ray", panel=LOAD, metavar="ADDRESS", resume=True)] = Field(
         min_length=1,
-        description="The cluster: host:port of its head (GCS), ray://host:port, or auto.",
+        description="Run the workers as Ray actors on the Ray cluster at ADDRESS: host:port of "
+        "its head (GCS), ray://host:port, or auto; needs agentload[ray] on every node. "
+        "--workers then counts actors.",
     )
     cpus_per_worker: float = Field(
         1.0, gt=0, le=1024, description="CPUs each worker actor asks of the cluster."
@@ -553,9 +755,17 @@ class RunConfig(BaseModel):
     model_config = _STRICT
 
     schema_: str = Field(CONFIG_SCHEMA, alias="schema")
-    out: str = Field("results/run", min_length=1, description="Results folder.")
-    run_id: str | None = Field(None, description="Default: derived from the start time.")
-    kind: str = Field("episodes", description="Workload kind (a registered name).")
+    out: Annotated[str, flag("--out", "-o", panel=OUTPUT, metavar="DIR")] = Field(
+        "results/run", min_length=1, description="Results folder."
+    )
+    run_id: Annotated[str | None, flag("--run-id", panel=OUTPUT, metavar="ID")] = Field(
+        None, description="Run identifier; default: derived from the start time."
+    )
+    kind: Annotated[str, flag("--workload", panel=WORKLOAD, metavar="KIND")] = Field(
+        "episodes",
+        description="Workload kind: episodes (agentload's agents) | external (an outside "
+        "agent) | replay | … (a registered name).",
+    )
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
         description="Endpoint per role (agent, user, …); none = the embedded simulator.",
@@ -565,15 +775,30 @@ class RunConfig(BaseModel):
     load: LoadConfig = Field(default_factory=LoadConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     external: ExternalConfig = Field(default_factory=ExternalConfig)
-    slo: dict[str, float] = Field(
-        default_factory=dict, description="e.g. {ttft_p90: 2s, e2e_p99: 10s}."
+    slo: Annotated[dict[str, float], flag("--slo", panel=LOAD, metavar="SPEC", type=str | None)] = (
+        Field(
+            default_factory=dict,
+            description="Service-level objectives, e.g. ttft_p90=2s,e2e_p99=10s (YAML: a mapping).",
+        )
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     ray: RayConfig | None = Field(
         None, description="Run the workers as Ray actors on this Ray cluster (none: locally)."
     )
-    report: bool = Field(True, description="Write report.md / report.html / charts.")
-    preflight: bool = Field(
+    report: Annotated[
+        bool,
+        flag("--no-report", panel=OUTPUT, sets=False, resume=True, help="summary.json only."),
+    ] = Field(True, description="Write report.md / report.html / charts.")
+    preflight: Annotated[
+        bool,
+        flag(
+            "--no-preflight",
+            panel=ENDPOINT,
+            sets=False,
+            resume=True,
+            help="Skip the endpoint checks before the first episode (model, engine, tool calling).",
+        ),
+    ] = Field(
         True,
         description="Check every endpoint (model, engine, usage, tool calling) before the "
         "first episode; a failure stops the run with exit code 2.",

@@ -188,10 +188,11 @@ async def test_replicas_are_scraped_and_summed(replicas: list[str]) -> None:
 
 
 def test_metrics_url_flag_takes_a_list() -> None:
+    from agentload.cli.options import RUN_OPTIONS, given
     from agentload.cli.run import cli_overrides
 
     a = {"base_url": "http://h:8000", "model": "m", "metrics_url": "http://a/metrics,http://b/m"}
-    ov, _ = cli_overrides(a, {})
+    ov, _ = cli_overrides(given(RUN_OPTIONS, a), {})
     cfg = build_config(overrides=ov)
     assert cfg.endpoints["agent"].all_metrics_urls == ["http://a/metrics", "http://b/m"]
 

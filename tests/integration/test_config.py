@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from agentload.cli import app
-from agentload.cli.run import cli_overrides
+from agentload.cli.options import RUN_OPTIONS, given
+from agentload.cli.run import cli_overrides as _cli_overrides
 from agentload.config import (
     ConfigError,
     Warmup,
@@ -18,6 +20,11 @@ from agentload.config import (
     parse_duration,
     parse_slo,
 )
+
+
+def _flags(params: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The overrides a command line with these parameters gives."""
+    return _cli_overrides(given(RUN_OPTIONS, params), base)
 
 
 def _write(tmp_path: Path, data: dict) -> Path:
@@ -54,7 +61,7 @@ def test_yaml_then_flags_override(tmp_path: Path) -> None:
         },
     )
     base = yaml.safe_load(path.read_text())
-    ov, flags = cli_overrides({"concurrency": 16, "model": "m2", "user_model": "u"}, base)
+    ov, flags = _flags({"concurrency": 16, "model": "m2", "user_model": "u"}, base)
     cfg = build_config(path=path, overrides=ov, flags=flags)
     assert cfg.load.concurrency == 16 and cfg.load.warmup.seconds == 10
     assert cfg.endpoints["agent"].model == "m2"
@@ -65,17 +72,17 @@ def test_yaml_then_flags_override(tmp_path: Path) -> None:
     text = yaml.safe_dump(saved)
     assert "s3cret" not in text and "MY_KEY" in text
     # Rate from a flag switches a closed-loop file to open loop.
-    ov, flags = cli_overrides({"rate": 2.0}, base)
+    ov, flags = _flags({"rate": 2.0}, base)
     cfg = build_config(path=path, overrides=ov, flags=flags)
     assert cfg.load.mode == "open"
 
 
 def test_shorthand_sets_agent_and_user() -> None:
-    ov, flags = cli_overrides({"base_url": "http://a:1/v1", "model": "m"}, {})
+    ov, flags = _flags({"base_url": "http://a:1/v1", "model": "m"}, {})
     cfg = build_config(overrides=ov, flags=flags)
     assert cfg.endpoints["user"].base_url == "http://a:1/v1" and cfg.endpoints["user"].model == "m"
     assert not cfg.embedded
-    ov, flags = cli_overrides(
+    ov, flags = _flags(
         {"base_url": "http://a:1/v1", "model": "m", "user_base_url": "http://b:2/v1"}, {}
     )
     cfg = build_config(overrides=ov, flags=flags)

@@ -9,23 +9,16 @@ from typing import Any
 
 import orjson
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.app import app
-from agentload.cli.options import (
-    ENDPOINT,
-    ENDPOINTS,
-    OUTPUT,
-    REQUIRED,
-    Opt,
-    command_options,
-    parse_headers,
-    parse_json_object,
-    pick,
-)
+from agentload.cli.options import REQUIRED, Opt, command_options, from_model
 from agentload.client.client import CallResult, ChatClient
 from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
+from agentload.config import format_validation_error
+from agentload.flags import OUTPUT
 from agentload.fmt import secs
 from agentload.util import run_async
 
@@ -81,23 +74,14 @@ def _print_human(res: CallResult, console: Console) -> None:
 
 REQUEST = "Request"
 
-_max_tokens, _temperature, _header, _api_key_env, _extra_body = pick(
-    ENDPOINTS, "max_tokens", "temperature", "header", "api_key_env", "extra_body"
-)
+# The endpoint's options are EndpointConfig's (base URL and model required here).
+_max_tokens, _temperature = from_model(EndpointConfig, "max_tokens", "temperature")
 CALL_OPTIONS = [
-    Opt(
-        "base_url",
-        ("--base-url",),
-        str,
-        "Endpoint base URL, e.g. http://127.0.0.1:8000/v1.",
-        ENDPOINT,
-        REQUIRED,
-        metavar="URL",
+    *(
+        replace(o, type=str, default=REQUIRED)
+        for o in from_model(EndpointConfig, "base_url", "model")
     ),
-    Opt("model", ("--model",), str, "Model name to request.", ENDPOINT, REQUIRED),
-    _api_key_env,
-    _header,
-    _extra_body,
+    *from_model(EndpointConfig, "api_key_env", "headers", "extra_body"),
     Opt("prompt", ("--prompt",), str | None, "User message text.", REQUEST, metavar="TEXT"),
     Opt(
         "messages",
@@ -242,20 +226,21 @@ def _tool_choice(choice: str | None) -> Any:
 
 
 def _endpoint(a: dict[str, Any]) -> EndpointConfig:
-    extra: dict[str, Any] = {}
+    timeout = a["timeout"]
     try:
-        if a["extra_body"]:
-            extra = parse_json_object(a["extra_body"], "--extra-body")
-        timeout = a["timeout"]
         return EndpointConfig(
             base_url=a["base_url"],
             model=a["model"],
             api_key_env=a["api_key_env"],
-            headers=parse_headers(a["header"] or []),
-            extra_body=extra,
+            headers=a["header"] or {},
+            extra_body=a["extra_body"] or {},
             stream=not a["no_stream"],
             timeouts=Timeouts(total=timeout, first_token=timeout, idle=timeout),
             retry=RetryPolicy(max_attempts=a["retries"] + 1),
         )
+    except ValidationError as e:
+        flags = {"headers": "--header", "extra_body": "--extra-body", "base_url": "--base-url"}
+        msg = format_validation_error(e, source=None, flags=flags)
+        raise typer.BadParameter(msg.removeprefix("invalid configuration: ")) from None
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None

@@ -1,41 +1,51 @@
-"""Options shared by the commands that run a workload (run, sweep, replay): each is declared
-once here, with the config path it overrides, and commands are built from groups of them.
+"""Command-line options, generated from the models whose fields declare them.
 
-Typer reads a command's options from its function signature; `command_options` gives a
-``**kwargs`` function the signature of the groups it takes, so no option is written twice.
+An option is declared once, on the field it sets (`agentload.flags`): its flag, help, panel,
+default and bounds. A command picks the fields it offers (`from_model`); typer reads the
+options from the signature that `command_options` gives a ``**kwargs`` function, and
+`given` reads back what a command line set, by field path.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from agentload.config import RunConfig
-from agentload.plugins import AGENTS, USERS
-
-ENDPOINT = "Endpoint"
-WORKLOAD = "Workload"
-LOAD = "Load"
-SIM = "Simulator"
-EXTERNAL_PANEL = "External agent (--workload external)"
-OUTPUT = "Output"
-
+from agentload.client.config import EndpointConfig
+from agentload.config import ConfigError, RunConfig, format_validation_error
+from agentload.flags import (
+    ENDPOINT,
+    LOAD,
+    OUTPUT,
+    UNSET,
+    Flag,
+    flag,
+    flagged_fields,
+    help_of,
+)
 
 REQUIRED: Any = inspect.Parameter.empty
 """The default of an option that must be given."""
 
+CONFIG = "config"
+ARGS = "args"
+"""Targets of generated options: the run's RunConfig, or the command's own options model."""
+
 
 @dataclass(frozen=True)
 class Opt:
-    """One command-line option: its parameter name, flags, type, help and config path."""
+    """One command-line option: its parameter name, flags, type, help and where it goes."""
 
     name: str
     decls: tuple[str, ...]
@@ -44,24 +54,30 @@ class Opt:
     panel: str
     default: Any = None
     path: str | None = None
-    """Dotted RunConfig path the flag overrides (None: handled by the command itself)."""
+    """Dotted path of the field it sets in its target model (None: read by the command)."""
     metavar: str | None = None
     min: float | None = None
-    """Smallest value accepted (numbers only)."""
+    """Smallest value accepted (numbers only; options of generated fields take the field's)."""
+    target: str | None = None
+    sets: Any = UNSET
+    """A flag without a value that sets its field to this."""
+    resume: bool = False
+    """Taken by --resume too."""
+    shown: str | None = None
+    """The default shown in --help (the field's)."""
 
     def parameter(self) -> inspect.Parameter:
         help_text = self.help
-        shown = _show(config_default(self.path)) if self.default is None else None
-        if shown:
-            help_text += escape(f" [default: {shown}]")  # not a rich markup tag
-        flag = self.type is bool
+        if self.shown:
+            help_text += escape(f" [default: {self.shown}]")  # not a rich markup tag
+        is_flag = self.type is bool
         option = typer.Option(
             *self.decls,
             help=help_text,
             rich_help_panel=self.panel,
             # Flags take no value; other options name theirs (typer would print "<str>").
-            metavar="" if flag else (self.metavar or self.name.upper()),
-            show_default=not flag and self.default not in (None, REQUIRED, []),
+            metavar="" if is_flag else (self.metavar or self.name.upper()),
+            show_default=not is_flag and self.default not in (None, REQUIRED, []),
             min=self.min,
         )
         return inspect.Parameter(
@@ -73,28 +89,75 @@ class Opt:
 
 
 def _show(value: Any) -> str | None:
-    if value is None or value is False or value == [] or value == {}:
+    if value is None or value is False or value is PydanticUndefined:
+        return None
+    if isinstance(value, list | dict | BaseModel):
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)
 
 
-def config_default(path: str | None) -> Any:
-    """The RunConfig default at a dotted path (shown in --help for flags that override it)."""
-    if path is None:
-        return None
-    model: Any = RunConfig
-    value: Any = None
-    for part in path.split("."):
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        value = field.get_default(call_default_factory=True)
-        model = field.annotation
-    return None if isinstance(value, BaseModel) else value
+def _optional(annotation: Any) -> Any:
+    """The field's type as a flag's: may be absent (None: not given)."""
+    if annotation is type(None) or type(None) in typing.get_args(annotation):
+        return annotation
+    return annotation | None
+
+
+def _opt(
+    path: str,
+    info: FieldInfo,
+    f: Flag,
+    target: str,
+    prefix: str = "",
+    help_prefix: str = "",
+    panel: str | None = None,
+) -> Opt:
+    if prefix:
+        f = f.renamed(prefix)
+    if panel:
+        f = replace(f, panel=panel)
+    valueless = f.sets is not UNSET
+    return Opt(
+        f.name,
+        f.decls,
+        bool if valueless else (f.type or _optional(info.annotation)),
+        help_prefix + help_of(info, f),
+        f.panel,
+        False if valueless else None,
+        path,
+        f.metavar,
+        target=target,
+        sets=f.sets,
+        resume=f.resume,
+        shown=None if valueless else _show(info.get_default(call_default_factory=True)),
+    )
+
+
+def from_model(
+    model: type[BaseModel],
+    *paths: str,
+    target: str = CONFIG,
+    prefix: str = "",
+    help_prefix: str = "",
+    panel: str | None = None,
+) -> list[Opt]:
+    """The options of `model`'s flagged fields at `paths`, in that order; a path that names a
+    nested model takes all of its flagged fields. `prefix` renames them (``sim-``); `panel`
+    shows them under another --help panel."""
+    fields = list(flagged_fields(model))
+    out = []
+    for want in paths:
+        found = [
+            _opt(path, info, f, target, prefix, help_prefix, panel)
+            for path, info, f in fields
+            if path == want or path.startswith(want + ".")
+        ]
+        if not found:
+            raise KeyError(f"{model.__name__} declares no flag at {want}")
+        out += found
+    return out
 
 
 def command_options(*groups: Iterable[Opt]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -122,564 +185,244 @@ def pick(group: Iterable[Opt], *names: str) -> list[Opt]:
     return [by_name[n] for n in names]
 
 
-def simple_paths(*groups: Iterable[Opt]) -> dict[str, tuple[str, str]]:
-    """name -> (config path, flag) for the options that map straight onto the config."""
-    return {o.name: (o.path, o.decls[0]) for g in groups for o in g if o.path is not None}
+@dataclass(frozen=True)
+class Given:
+    """What a command line set: field path -> value, and path -> the flag that set it."""
+
+    values: dict[str, Any]
+    flags: dict[str, str]
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.values
+
+    def get(self, path: str, default: Any = None) -> Any:
+        return self.values.get(path, default)
 
 
-def parse_headers(items: Iterable[str]) -> dict[str, str]:
-    """'Name: value' items (the --header flag) as a dict."""
-    out: dict[str, str] = {}
-    for item in items:
-        k, sep, v = item.partition(":")
-        if not sep or not k.strip():
-            raise typer.BadParameter(f"--header expects 'Name: value', got {item!r}")
-        out[k.strip()] = v.strip()
-    return out
+def given(opts: Iterable[Opt], kwargs: Mapping[str, Any], target: str = CONFIG) -> Given:
+    """The options of `target` that the command line gave (a valueless flag only when set)."""
+    values: dict[str, Any] = {}
+    flags: dict[str, str] = {}
+    for o in opts:
+        if o.target != target or o.path is None:
+            continue
+        value = kwargs.get(o.name)
+        if o.sets is not UNSET:
+            if not value:
+                continue
+            value = o.sets
+        elif value is None or value == []:
+            continue
+        values[o.path], flags[o.path] = value, o.decls[0]
+    return Given(values, flags)
 
 
-def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_args(model: type[M], opts: Iterable[Opt], kwargs: Mapping[str, Any]) -> M:
+    """The command's own options as its typed model; ConfigError naming the flag otherwise."""
+    g = given(opts, kwargs, ARGS)
+    try:
+        return model.model_validate(g.values)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source=None, flags=g.flags)) from None
+
+
+# ---- the run-like commands (run, sweep, replay) ------------------------------------------
+
+
+class RunArgs(BaseModel):
+    """Options of run, sweep and replay that steer the command, not the run it configures."""
+
+    config: Annotated[Path | None, flag("--config", panel=OUTPUT, metavar="FILE", resume=True)] = (
+        Field(None, description="YAML run configuration.")
+    )
+    resume: Annotated[Path | None, flag("--resume", panel=OUTPUT, metavar="DIR", resume=True)] = (
+        Field(
+            None, description="Continue an interrupted run (or sweep) in DIR from its saved config."
+        )
+    )
+    overwrite: Annotated[bool, flag("--overwrite", panel=OUTPUT, sets=True, resume=True)] = Field(
+        False, description="Replace results already in --out."
+    )
+    progress: Annotated[
+        Literal["auto", "live", "plain", "off"],
+        flag("--progress", panel=OUTPUT, metavar="MODE", type=str | None, resume=True),
+    ] = Field("auto", description="auto | live | plain | off.")
+    # A tiny period costs the client CPU that shows up in its own measurements.
+    progress_interval: Annotated[
+        float, flag("--progress-interval", panel=OUTPUT, metavar="S", resume=True)
+    ] = Field(10.0, ge=0.1, le=86_400, description="Seconds between plain progress lines.")
+    quiet: Annotated[bool, flag("--quiet", "-q", panel=OUTPUT, sets=True, resume=True)] = Field(
+        False, description="No progress or messages."
+    )
+    json_out: Annotated[bool, flag("--json", panel=OUTPUT, sets=True, resume=True)] = Field(
+        False, description="Print the final summary as JSON on stdout."
+    )
+    mlflow: Annotated[bool, flag("--mlflow", panel=OUTPUT, sets=True, resume=True)] = Field(
+        False,
+        description="Log parameters, metrics and artifacts to MLflow (at MLFLOW_TRACKING_URI, "
+        "which alone also turns this on).",
+    )
+
+    @property
+    def progress_mode(self) -> str:
+        return "off" if self.quiet else self.progress
+
+
+class SweepArgs(RunArgs):
+    """The sweep's own options: its load points in place of --concurrency / --rate."""
+
+    points: Annotated[str | None, flag("--concurrency", "-c", panel=LOAD, metavar="LIST")] = Field(
+        None, description="Closed-loop points, e.g. 1,2,4,8,16,32."
+    )
+    rates: Annotated[str | None, flag("--rates", panel=LOAD, metavar="LIST")] = Field(
+        None, description="Open-loop points (sessions/s), e.g. 0.5,1,2,4."
+    )
+    stop_on_slo_fail: Annotated[bool, flag("--stop-on-slo-fail", panel=LOAD, sets=True)] = Field(
+        False, description="Stop at the first point that misses the SLO."
+    )
+
+
+# Roles besides the agent that the endpoint flags name (--user-base-url, --judge-model).
+_ROLE_FLAGS = {
+    "user": "User simulator: ",
+    "judge": "Judge (τ² natural-language assertions; none: those rewards are partial): ",
+}
+
+
+def endpoint_options() -> list[Opt]:
+    """--base-url, --model, ... of the agent (and the user and judge unless they are given
+    their own), then --user-base-url, --user-model, --judge-base-url, --judge-model."""
+    named = from_model(EndpointConfig, "base_url", "model", help_prefix="Agent (and user): ")
+    rest = from_model(
+        EndpointConfig,
+        "api_key_env",
+        "metrics_url",
+        "max_tokens",
+        "temperature",
+        "extra_body",
+        "headers",
+    )
+    agent = [_at(o, "endpoints.agent.") for o in named + rest]
+    roles = [
+        _at(o, f"endpoints.{role}.")
+        for role, text in _ROLE_FLAGS.items()
+        for o in from_model(
+            EndpointConfig, "base_url", "model", prefix=role + "-", help_prefix=text
+        )
+    ]
+    return agent[:2] + roles + agent[2:]
+
+
+def _at(o: Opt, prefix: str) -> Opt:
+    return Opt(**{**o.__dict__, "path": prefix + (o.path or "")})
+
+
+def _run_config(*paths: str, prefix: str = "") -> list[Opt]:
+    return from_model(RunConfig, *paths, prefix=prefix)
+
+
+def _args(model: type[BaseModel], *paths: str) -> list[Opt]:
+    return from_model(model, *paths, target=ARGS)
+
+
+def _panel(opts: list[Opt], panel: str) -> list[Opt]:
+    return [o for o in opts if o.panel == panel]
+
+
+# Options common to the run-like commands, in the order --help lists them.
+_FILES = [*_args(RunArgs, "config"), *_run_config("out", "run_id"), *_args(RunArgs, "resume")]
+_ENDPOINTS = [*endpoint_options(), *_run_config("preflight")]
+_EPISODES = _run_config(
+    "workload.domains",
+    "workload.tasks",
+    "workload.tau2",
+    "workload.trials",
+    "workload.shuffle",
+    "workload.seed",
+    "workload.agent",
+    "workload.few_shot",
+    "workload.user",
+    "workload.request_seed",
+    "workload.agent_max_tokens",
+    "workload.user_max_tokens",
+    "workload.max_steps",
+    "workload.tool_latency",
+    "kind",
+    "external",
+)
+_LOOP = _run_config("load.concurrency", "load.rate")
+_LOAD = _run_config(
+    "load.burstiness",
+    "load.max_concurrency",
+    "load.workers",
+    "ray.address",
+    "load.num_episodes",
+    "load.duration_s",
+    "load.warmup",
+    "load.drain_timeout_s",
+    "load.retry_infra",
+    "load.max_infra_error_share",
+    "load.outage_timeout_s",
+    "slo",
+)
+SIMULATOR = _run_config("sim.profile", "sim.speedup", "sim.fault_rate", "sim.seed", prefix="sim-")
+_OUTPUTS = [
+    *_run_config("metrics.interval_s", "metrics.enabled", "report"),
+    *_args(RunArgs, "overwrite", "progress", "progress_interval", "quiet", "json_out", "mlflow"),
+]
+
+RUN_OPTIONS = [*_FILES, *_ENDPOINTS, *_EPISODES, *_LOOP, *_LOAD, *SIMULATOR, *_OUTPUTS]
+SWEEP_OPTIONS = [
+    *_FILES,
+    *_ENDPOINTS,
+    *_EPISODES,
+    *_args(SweepArgs, "points", "rates", "stop_on_slo_fail"),
+    *_LOAD,
+    *SIMULATOR,
+    *_OUTPUTS,
+]
+REPLAY_OPTIONS = [
+    *_FILES,
+    *_ENDPOINTS,
+    *_LOOP,
+    *_LOAD,
+    *_run_config("replay"),
+    *SIMULATOR,
+    *_OUTPUTS,
+]
+ENDPOINTS = _panel(_ENDPOINTS, ENDPOINT)
+
+
+def parse_json_object(text: str, flag_name: str) -> dict[str, Any]:
     """A flag's value that must be a JSON object; ValueError naming the flag otherwise."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as e:
-        raise ValueError(f"flag {flag}: not valid JSON ({e})") from None
+        raise ValueError(f"flag {flag_name}: not valid JSON ({e})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"flag {flag}: expected a JSON object")
+        raise ValueError(f"flag {flag_name}: expected a JSON object")
     return value
 
 
-CONFIG = [
-    Opt("config", ("--config",), Path | None, "YAML run configuration.", OUTPUT, metavar="FILE"),
-    Opt("out", ("--out", "-o"), str | None, "Results folder.", OUTPUT, path="out", metavar="DIR"),
-    Opt("run_id", ("--run-id",), str | None, "Run identifier.", OUTPUT, path="run_id"),
-]
-
-RESUME = [
-    Opt(
-        "resume",
-        ("--resume",),
-        Path | None,
-        "Continue an interrupted run (or sweep) in DIR from its saved config.",
-        OUTPUT,
-        metavar="DIR",
-    ),
-]
-
-ENDPOINTS = [
-    Opt(
-        "base_url",
-        ("--base-url",),
-        str | None,
-        "Agent (and user) endpoint: http://127.0.0.1:8000 or http://127.0.0.1:8000/v1.",
-        ENDPOINT,
-        metavar="URL",
-    ),
-    Opt("model", ("--model",), str | None, "Agent (and user) model.", ENDPOINT),
-    Opt(
-        "user_base_url",
-        ("--user-base-url",),
-        str | None,
-        "User-simulator endpoint.",
-        ENDPOINT,
-        metavar="URL",
-    ),
-    Opt("user_model", ("--user-model",), str | None, "User model.", ENDPOINT),
-    Opt(
-        "judge_base_url",
-        ("--judge-base-url",),
-        str | None,
-        "Judge endpoint (τ² natural-language assertions); default: none, those rewards "
-        "are partial.",
-        ENDPOINT,
-        metavar="URL",
-    ),
-    Opt("judge_model", ("--judge-model",), str | None, "Judge model.", ENDPOINT),
-    Opt(
-        "api_key_env",
-        ("--api-key-env",),
-        str | None,
-        "Env var holding the API key (default: OPENAI_API_KEY when set, else no key).",
-        ENDPOINT,
-        metavar="VAR",
-    ),
-    Opt(
-        "metrics_url",
-        ("--metrics-url",),
-        str | None,
-        "Prometheus URL of the agent's server; comma-separated for replicas (summed). "
-        "Default: <server>/metrics when it answers.",
-        ENDPOINT,
-        metavar="URL",
-    ),
-    Opt(
-        "max_tokens",
-        ("--max-tokens",),
-        int | None,
-        "max_tokens of agent and user calls (default: agent 1024, user 256).",
-        ENDPOINT,
-        metavar="N",
-    ),
-    Opt(
-        "temperature",
-        ("--temperature",),
-        float | None,
-        "Sampling temperature (default: the server's).",
-        ENDPOINT,
-        metavar="T",
-    ),
-    Opt(
-        "extra_body",
-        ("--extra-body",),
-        str | None,
-        "JSON merged into every request, e.g. "
-        '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
-        ENDPOINT,
-        metavar="JSON",
-    ),
-    Opt(
-        "no_preflight",
-        ("--no-preflight",),
-        bool,
-        "Skip the endpoint checks before the first episode (model, engine, tool calling).",
-        ENDPOINT,
-        False,
-    ),
-    Opt(
-        "header",
-        ("--header", "-H"),
-        list[str] | None,
-        "Extra HTTP header on every request, 'Name: value' (repeatable).",
-        ENDPOINT,
-        metavar="HEADER",
-    ),
-]
-
-EPISODES = [
-    Opt(
-        "domains",
-        ("--domains",),
-        str | None,
-        "e.g. airline,retail.",
-        WORKLOAD,
-        path="workload.domains",
-        metavar="LIST",
-    ),
-    Opt(
-        "tasks",
-        ("--tasks",),
-        str | None,
-        "e.g. airline/000-019,retail/005.",
-        WORKLOAD,
-        path="workload.tasks",
-        metavar="LIST",
-    ),
-    Opt(
-        "tau2_data",
-        ("--tau2-data",),
-        str | None,
-        "τ²-bench data folder for the tau2-* domains (its data/tau2/domains, or a checkout); "
-        "default: $AGENTLOAD_TAU2_DATA.",
-        WORKLOAD,
-        path="workload.tau2.data",
-        metavar="DIR",
-    ),
-    Opt(
-        "split",
-        ("--split",),
-        str | None,
-        "τ² task split a whole tau2-* domain runs: base, train, test (telecom: small, full).",
-        WORKLOAD,
-        path="workload.tau2.split",
-        metavar="NAME",
-    ),
-    Opt(
-        "trials",
-        ("--trials", "-k"),
-        int | None,
-        "Trials per task (k of pass^k).",
-        WORKLOAD,
-        path="workload.trials",
-        metavar="K",
-    ),
-    Opt(
-        "shuffle",
-        ("--shuffle/--no-shuffle",),
-        bool | None,
-        "Shuffle the task order of each round.",
-        WORKLOAD,
-        path="workload.shuffle",
-    ),
-    Opt("seed", ("--seed",), int | None, "Base seed.", WORKLOAD, path="workload.seed", metavar="N"),
-    Opt(
-        "agent",
-        ("--agent",),
-        str | None,
-        "Agent strategy: " + " | ".join(AGENTS.names()) + ".",
-        WORKLOAD,
-        path="workload.agent",
-        metavar="NAME",
-    ),
-    Opt(
-        "few_shot",
-        ("--few-shot",),
-        str | None,
-        "Example conversations of --agent few-shot: a JSONL file, one example a line.",
-        WORKLOAD,
-        path="workload.few_shot",
-        metavar="FILE",
-    ),
-    Opt(
-        "user",
-        ("--user",),
-        str | None,
-        "User simulator: " + " | ".join(USERS.names()) + ".",
-        WORKLOAD,
-        path="workload.user",
-        metavar="NAME",
-    ),
-    Opt(
-        "request_seed",
-        ("--request-seed",),
-        str | None,
-        "`seed` sent with each call: none | episode | N.",
-        WORKLOAD,
-        path="workload.request_seed",
-        metavar="SEED",
-    ),
-    Opt(
-        "agent_max_tokens",
-        ("--agent-max-tokens",),
-        int | None,
-        "max_tokens of agent calls (default: --max-tokens, else 1024).",
-        WORKLOAD,
-        path="workload.agent_max_tokens",
-        metavar="N",
-    ),
-    Opt(
-        "user_max_tokens",
-        ("--user-max-tokens",),
-        int | None,
-        "max_tokens of user-simulator calls (default: --max-tokens, else 256).",
-        WORKLOAD,
-        path="workload.user_max_tokens",
-        metavar="N",
-    ),
-    Opt(
-        "max_steps",
-        ("--max-steps",),
-        int | None,
-        "Agent calls per episode.",
-        WORKLOAD,
-        path="workload.max_steps",
-        metavar="N",
-    ),
-    Opt(
-        "tool_latency",
-        ("--tool-latency",),
-        str | None,
-        "KIND:MEAN, e.g. lognormal:0.2s, constant:50ms.",
-        WORKLOAD,
-        metavar="KIND:MEAN",
-    ),
-]
-
-EXTERNAL = [
-    Opt(
-        "workload_kind",
-        ("--workload",),
-        str | None,
-        "Workload kind: episodes (agentload's agents) | external (an outside agent) | …",
-        WORKLOAD,
-        path="kind",
-        metavar="KIND",
-    ),
-    Opt(
-        "agent_adapter",
-        ("--agent-adapter",),
-        str | None,
-        "How to reach the external agent: command | openai-agent | openclaw.",
-        EXTERNAL_PANEL,
-        path="external.adapter",
-        metavar="NAME",
-    ),
-    Opt(
-        "agent_command",
-        ("--agent-command",),
-        str | None,
-        "command adapter: run per user turn (message on stdin, reply on stdout); "
-        "{placeholders} such as {session}, {mcp_url} are filled in. Default: agentload's "
-        "reference agent.",
-        EXTERNAL_PANEL,
-        path="external.command",
-        metavar="CMD",
-    ),
-    Opt(
-        "agent_url",
-        ("--agent-url",),
-        str | None,
-        "openai-agent adapter: the agent's OpenAI-compatible base URL.",
-        EXTERNAL_PANEL,
-        path="external.url",
-        metavar="URL",
-    ),
-    Opt(
-        "agent_turn_timeout",
-        ("--agent-turn-timeout",),
-        str | None,
-        "Longest one agent turn may take.",
-        EXTERNAL_PANEL,
-        path="external.turn_timeout_s",
-        metavar="TIME",
-    ),
-]
-
-CONCURRENCY = Opt(
-    "concurrency",
-    ("--concurrency", "-c"),
-    int | None,
-    "Closed loop: active sessions (8 when no --rate is given).",
-    LOAD,
-    path="load.concurrency",
-    metavar="N",
-)
-RATE = Opt(
-    "rate",
-    ("--rate", "-r"),
-    float | None,
-    "Open loop: session arrivals per second.",
-    LOAD,
-    path="load.rate",
-    metavar="R",
-)
-
-LOAD_SHAPE = [
-    Opt(
-        "burstiness",
-        ("--burstiness",),
-        float | None,
-        "Gamma shape of inter-arrival times; 1 = Poisson.",
-        LOAD,
-        path="load.burstiness",
-        metavar="X",
-    ),
-    Opt(
-        "max_concurrency",
-        ("--max-concurrency",),
-        int | None,
-        "Open loop: cap on active sessions.",
-        LOAD,
-        path="load.max_concurrency",
-        metavar="N",
-    ),
-    Opt(
-        "workers",
-        ("--workers",),
-        str | None,
-        "Worker processes that run the sessions: N, or auto (more than one only for a large "
-        "concurrency on a machine with cores to spare; adds workers when one saturates).",
-        LOAD,
-        path="load.workers",
-        metavar="N",
-    ),
-    Opt(
-        "ray",
-        ("--ray",),
-        str | None,
-        "Run the workers as Ray actors on the Ray cluster at ADDRESS (host:port of its head, "
-        "or auto); needs agentload[ray] on every node. --workers then counts actors.",
-        LOAD,
-        path="ray.address",
-        metavar="ADDRESS",
-    ),
-    Opt(
-        "num_episodes",
-        ("--num-episodes", "-n"),
-        int | None,
-        "Measured sessions (default: tasks × trials).",
-        LOAD,
-        path="load.num_episodes",
-        metavar="N",
-    ),
-    Opt(
-        "duration",
-        ("--duration",),
-        str | None,
-        "Stop issuing after this, e.g. 10m.",
-        LOAD,
-        path="load.duration_s",
-        metavar="TIME",
-    ),
-    Opt(
-        "warmup",
-        ("--warmup",),
-        str | None,
-        "Sessions (5) or time (10s) left out of the statistics.",
-        LOAD,
-        path="load.warmup",
-        metavar="N|TIME",
-    ),
-    Opt(
-        "drain_timeout",
-        ("--drain-timeout",),
-        str | None,
-        "On stop, wait this long for sessions in flight.",
-        LOAD,
-        path="load.drain_timeout_s",
-        metavar="TIME",
-    ),
-    Opt(
-        "retry_infra",
-        ("--retry-infra",),
-        int | None,
-        "Run an episode that failed in an endpoint outage again, up to N times.",
-        LOAD,
-        path="load.retry_infra",
-        metavar="N",
-    ),
-    Opt(
-        "max_infra_error_share",
-        ("--max-infra-error-share",),
-        float | None,
-        "Exit 1 when more than this share of episodes ended on infrastructure errors.",
-        LOAD,
-        path="load.max_infra_error_share",
-        metavar="X",
-    ),
-    Opt(
-        "outage_timeout",
-        ("--outage-timeout",),
-        str | None,
-        "Stop the run when the endpoint stays down this long.",
-        LOAD,
-        path="load.outage_timeout_s",
-        metavar="TIME",
-    ),
-    Opt(
-        "slo",
-        ("--slo",),
-        str | None,
-        "e.g. ttft_p90=2s,e2e_p99=10s.",
-        LOAD,
-        path="slo",
-        metavar="SPEC",
-    ),
-]
-
-SIMULATOR = [
-    Opt(
-        "sim_profile",
-        ("--sim-profile",),
-        str | None,
-        "instant | tiny-cpu | llama-8b-h100 | … | FILE.",
-        SIM,
-        path="sim.profile",
-        metavar="NAME",
-    ),
-    Opt(
-        "sim_speedup",
-        ("--sim-speedup",),
-        float | None,
-        "Simulated model time runs X× faster.",
-        SIM,
-        path="sim.speedup",
-        metavar="X",
-    ),
-    Opt(
-        "sim_fault_rate",
-        ("--sim-fault-rate",),
-        float | None,
-        "Share of calls given a fault.",
-        SIM,
-        path="sim.fault_rate",
-        metavar="P",
-    ),
-    Opt("sim_seed", ("--sim-seed",), int | None, "Simulator seed.", SIM, path="sim.seed"),
-]
-
-OUTPUTS = [
-    Opt(
-        "metrics_interval",
-        ("--metrics-interval",),
-        str | None,
-        "Server-metrics scrape period.",
-        OUTPUT,
-        path="metrics.interval_s",
-        metavar="TIME",
-    ),
-    Opt("no_metrics", ("--no-metrics",), bool, "Do not scrape server metrics.", OUTPUT, False),
-    Opt("overwrite", ("--overwrite",), bool, "Replace results already in --out.", OUTPUT, False),
-    Opt("no_report", ("--no-report",), bool, "summary.json only.", OUTPUT, False),
-    Opt("progress", ("--progress",), str, "auto | live | plain | off.", OUTPUT, "auto"),
-    Opt(
-        "progress_interval",
-        ("--progress-interval",),
-        float,
-        "Seconds between plain progress lines.",
-        OUTPUT,
-        10.0,
-        metavar="S",
-    ),
-    Opt("quiet", ("--quiet", "-q"), bool, "No progress or messages.", OUTPUT, False),
-    Opt("json_out", ("--json",), bool, "Print the final summary as JSON on stdout.", OUTPUT, False),
-    Opt(
-        "mlflow",
-        ("--mlflow",),
-        bool,
-        "Log parameters, metrics and artifacts to MLflow (at MLFLOW_TRACKING_URI, which "
-        "alone also turns this on).",
-        OUTPUT,
-        False,
-    ),
-]
-
-SWEEP_POINTS = [
-    Opt(
-        "points",
-        ("--concurrency", "-c"),
-        str | None,
-        "Closed-loop points, e.g. 1,2,4,8,16,32.",
-        LOAD,
-        metavar="LIST",
-    ),
-    Opt(
-        "rates",
-        ("--rates",),
-        str | None,
-        "Open-loop points (sessions/s), e.g. 0.5,1,2,4.",
-        LOAD,
-        metavar="LIST",
-    ),
-    Opt(
-        "stop_on_slo_fail",
-        ("--stop-on-slo-fail",),
-        bool,
-        "Stop at the first point that misses the SLO.",
-        LOAD,
-        False,
-    ),
-]
-
-RUN_OPTIONS = [
-    *CONFIG,
-    *RESUME,
-    *ENDPOINTS,
-    *EPISODES,
-    *EXTERNAL,
-    CONCURRENCY,
-    RATE,
-    *LOAD_SHAPE,
-    *SIMULATOR,
-    *OUTPUTS,
-]
-SWEEP_OPTIONS = [
-    *CONFIG,
-    *RESUME,
-    *ENDPOINTS,
-    *EPISODES,
-    *EXTERNAL,
-    *SWEEP_POINTS,
-    *LOAD_SHAPE,
-    *SIMULATOR,
-    *OUTPUTS,
+__all__ = [
+    "ARGS",
+    "CONFIG",
+    "ENDPOINTS",
+    "REPLAY_OPTIONS",
+    "REQUIRED",
+    "RUN_OPTIONS",
+    "SIMULATOR",
+    "SWEEP_OPTIONS",
+    "Given",
+    "Opt",
+    "RunArgs",
+    "SweepArgs",
+    "command_options",
+    "from_model",
+    "given",
+    "parse_args",
+    "pick",
 ]

@@ -1,8 +1,12 @@
 """`agentload run` and `agentload sweep`: thin shells over agentload.runner."""
 
+from __future__ import annotations
+
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -14,10 +18,13 @@ from agentload.cli.app import app
 from agentload.cli.options import (
     RUN_OPTIONS,
     SWEEP_OPTIONS,
+    Given,
+    Opt,
+    RunArgs,
+    SweepArgs,
     command_options,
-    parse_headers,
-    parse_json_object,
-    simple_paths,
+    given,
+    parse_args,
 )
 from agentload.config import (
     EXAMPLE_CONFIG,
@@ -38,7 +45,6 @@ from agentload.runner import (
     load_saved_config,
 )
 from agentload.sweep import execute_sweep, sweep_table
-from agentload.units import parse_duration
 from agentload.util import run_async
 
 _EXIT_CODES = """\
@@ -62,56 +68,44 @@ Example config (YAML; every flag overrides it; annotated in docs/run.md):
 {_EXIT_CODES}
 """
 
-_SIMPLE = simple_paths(RUN_OPTIONS)
-_OUTPUT_ONLY = {
-    "config",
-    "resume",
-    "progress",
-    "progress_interval",
-    "quiet",
-    "json_out",
-    "overwrite",
-    "drain_timeout",
-    "points",
-    "rates",
-    "stop_on_slo_fail",
-    "no_report",
-    "no_metrics",
-    "metrics_interval",
-    "outage_timeout",
-    "no_preflight",
-    "mlflow",
-    "ray",
-}
-# Flags --resume takes on top of the saved config: (config path, flag, value).
-_RESUME_FLAGS = {
-    "drain_timeout": ("load.drain_timeout_s", "--drain-timeout"),
-    "metrics_interval": ("metrics.interval_s", "--metrics-interval"),
-    "outage_timeout": ("load.outage_timeout_s", "--outage-timeout"),
-    # The cluster a run continues on may not be the one it started on.
-    "ray": ("ray.address", "--ray"),
-}
-PROGRESS_INTERVAL_MIN_S = 0.1
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A run-like command's parsed command line: its own options, typed, and the RunConfig
+    fields it set (path -> value, and the flag of each)."""
+
+    args: RunArgs
+    config: Given
+    resume_ok: frozenset[str]
+    """Config paths --resume takes on top of the saved config."""
+    dataset: Path | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        opts: list[Opt],
+        kwargs: dict[str, Any],
+        model: type[RunArgs] = RunArgs,
+        dataset: Path | None = None,
+    ) -> CommandLine:
+        try:
+            args = parse_args(model, opts, kwargs)
+        except ConfigError as e:
+            _err(str(e))
+            raise typer.Exit(EXIT_USAGE) from None
+        resume_ok = frozenset(o.path for o in opts if o.resume and o.path)
+        return cls(args, given(opts, kwargs), resume_ok, dataset)
 
 
-def resume_overrides(a: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    ov: dict[str, Any] = {}
-    flags: dict[str, str] = {}
-    for name, (path, flag) in _RESUME_FLAGS.items():
-        if a.get(name) is not None:
-            ov[path], flags[path] = a[name], flag
-    if a.get("no_report"):
-        ov["report"], flags["report"] = False, "--no-report"
-    if a.get("no_metrics"):
-        ov["metrics.enabled"], flags["metrics.enabled"] = False, "--no-metrics"
-    if a.get("no_preflight"):
-        ov["preflight"], flags["preflight"] = False, "--no-preflight"
-    return ov, flags
+def resume_overrides(cl: CommandLine) -> tuple[dict[str, Any], dict[str, str]]:
+    """The flags that apply to a resumed attempt (they change how it runs, not what)."""
+    paths = [p for p in cl.config.values if p in cl.resume_ok]
+    return {p: cl.config.values[p] for p in paths}, {p: cl.config.flags[p] for p in paths}
 
 
 @command_options(RUN_OPTIONS)
 def run_command(**kwargs: Any) -> None:
-    _main("run", kwargs)
+    run_flow("run", CommandLine.parse(RUN_OPTIONS, kwargs))
 
 
 class _Overrides:
@@ -126,121 +120,71 @@ class _Overrides:
         self.flags[path] = flag
 
 
-# Endpoint fields the agent flags set, with their flags.
-_ENDPOINT_FLAGS = {
-    "headers": "--header",
-    "base_url": "--base-url",
-    "model": "--model",
-    "api_key_env": "--api-key-env",
-    "max_tokens": "--max-tokens",
-    "temperature": "--temperature",
-    "extra_body": "--extra-body",
-}
-
-
-def cli_overrides(a: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def cli_overrides(g: Given, base: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """(dotted-path overrides, path -> flag) from the parsed flags."""
     ov = _Overrides()
-    _plain_overrides(a, ov)
-    _endpoint_overrides(a, base, ov)
+    _plain_overrides(g, ov)
+    _endpoint_overrides(g, base, ov)
     return ov.values, ov.flags
 
 
-def _plain_overrides(a: dict[str, Any], ov: _Overrides) -> None:
-    """Flags that map onto one config path, the loop mode and the tool latency."""
-    for name, (path, flag) in _SIMPLE.items():
-        if a.get(name) is not None:
-            ov.put(path, a[name], flag)
-    if a.get("no_metrics"):
-        ov.put("metrics.enabled", False, "--no-metrics")
-    if a.get("no_report"):
-        ov.put("report", False, "--no-report")
-    if a.get("no_preflight"):
-        ov.put("preflight", False, "--no-preflight")
-    if a.get("concurrency") is not None and a.get("rate") is None:
+def _plain_overrides(g: Given, ov: _Overrides) -> None:
+    """Flags that set one config path, and the loop mode a load flag picks."""
+    for path, value in g.values.items():
+        if not path.startswith("endpoints."):
+            ov.put(path, value, g.flags[path])
+    if "load.concurrency" in g and "load.rate" not in g:
         # A flag picks the loop mode even when the file chose the other one.
         ov.put("load.rate", None, "--concurrency")
         ov.put("load.max_concurrency", None, "--concurrency")
-    if a.get("rate") is not None and a.get("concurrency") is None:
+    if "load.rate" in g and "load.concurrency" not in g:
         ov.put("load.concurrency", None, "--rate")
-    if a.get("tool_latency") is not None:
-        kind, _, mean = str(a["tool_latency"]).partition(":")
-        try:
-            ov.put("workload.tool_latency.kind", kind.strip(), "--tool-latency")
-            ov.put("workload.tool_latency.mean_s", parse_duration(mean or 0), "--tool-latency")
-        except ValueError as e:
-            raise ConfigError(f"flag --tool-latency: {e}") from None
 
 
-def _agent_endpoint_fields(a: dict[str, Any]) -> dict[str, Any]:
-    """The endpoint fields given by the agent flags (--base-url, --model, ...)."""
-    fields = {
-        "base_url": a.get("base_url"),
-        "model": a.get("model"),
-        "api_key_env": a.get("api_key_env"),
-        "max_tokens": a.get("max_tokens"),
-        "temperature": a.get("temperature"),
-    }
-    if a.get("extra_body") is not None:
-        try:
-            fields["extra_body"] = parse_json_object(a["extra_body"], "--extra-body")
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    if a.get("header"):
-        fields["headers"] = parse_headers(a["header"])
-    return {k: v for k, v in fields.items() if v is not None}
+def _role_fields(g: Given, role: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The endpoint fields the flags give a role, with their flags."""
+    prefix = f"endpoints.{role}."
+    paths = [p for p in g.values if p.startswith(prefix)]
+    return (
+        {p.removeprefix(prefix): g.values[p] for p in paths},
+        {p.removeprefix(prefix): g.flags[p] for p in paths},
+    )
 
 
-def _endpoint_overrides(a: dict[str, Any], base: dict[str, Any], ov: _Overrides) -> None:
-    """Endpoint shorthand: --base-url / --model set the agent, and the user unless given."""
+def _endpoint_overrides(g: Given, base: dict[str, Any], ov: _Overrides) -> None:
+    """Endpoint shorthand: --base-url / --model set the agent, and the user and judge unless
+    they are given their own."""
     eps = base.get("endpoints")
     if not isinstance(eps, dict):
         eps = {}
-    given = _agent_endpoint_fields(a)
-    user_given = {
-        k: v
-        for k, v in (("base_url", a.get("user_base_url")), ("model", a.get("user_model")))
-        if v is not None
-    }
+    agent, agent_flags = _role_fields(g, "agent")
     agent_yaml = eps.get("agent") if isinstance(eps.get("agent"), dict) else None
-    user_yaml = eps.get("user") if isinstance(eps.get("user"), dict) else None
-    if (given or user_given) and agent_yaml is None and "base_url" not in given:
+    roles = {r: _role_fields(g, r) for r in ("user", "judge")}
+    if (agent or roles["user"][0]) and agent_yaml is None and "base_url" not in agent:
         raise ConfigError(
             "the endpoint flags need --base-url (or an endpoints: section in the config)"
         )
-    for k, v in given.items():
-        ov.put(f"endpoints.agent.{k}", v, _ENDPOINT_FLAGS[k])
-    if user_yaml is not None or user_given:
-        if user_yaml is None:
-            # A separate user endpoint starts as a copy of the agent's.
-            ov.put("endpoints.user", {**(agent_yaml or {}), "name": "user"}, "--user-base-url")
-        for k, v in given.items():
-            if k not in user_given:
-                ov.put(f"endpoints.user.{k}", v, _ENDPOINT_FLAGS[k])
-        for k, v in user_given.items():
-            ov.put(f"endpoints.user.{k}", v, f"--user-{k.replace('_', '-')}")
-    # Otherwise the user role takes the agent's endpoint as a whole (RunConfig does that).
-    judge_given = {
-        k: v
-        for k, v in (("base_url", a.get("judge_base_url")), ("model", a.get("judge_model")))
-        if v is not None
-    }
-    if judge_given:
-        judge_yaml = eps.get("judge") if isinstance(eps.get("judge"), dict) else None
-        if judge_yaml is None:
-            # A judge starts as a copy of the agent's endpoint, as a separate user does.
-            ov.put("endpoints.judge", {**(agent_yaml or {}), "name": "judge"}, "--judge-base-url")
-            for k, v in given.items():
-                if k not in judge_given:
-                    ov.put(f"endpoints.judge.{k}", v, _ENDPOINT_FLAGS[k])
-        for k, v in judge_given.items():
-            ov.put(f"endpoints.judge.{k}", v, f"--judge-{k.replace('_', '-')}")
-    if a.get("metrics_url") is not None:
-        urls = [u.strip() for u in str(a["metrics_url"]).split(",") if u.strip()]
-        if len(urls) > 1:  # replicas behind one address: scraped and summed
-            ov.put("endpoints.agent.metrics_urls", urls, "--metrics-url")
-        else:
-            ov.put("endpoints.agent.metrics_url", a["metrics_url"], "--metrics-url")
+    for k, v in agent.items():
+        ov.put(f"endpoints.agent.{k}", v, agent_flags[k])
+    for role, (own, own_flags) in roles.items():
+        role_yaml = eps.get(role) if isinstance(eps.get(role), dict) else None
+        # Without a section or flags of its own, the user takes the agent's endpoint as a
+        # whole (RunConfig does that), and there is no judge.
+        if role_yaml is None and not own:
+            continue
+        if role_yaml is None:
+            # A role's own endpoint starts as a copy of the agent's.
+            ov.put(
+                f"endpoints.{role}",
+                {**(agent_yaml or {}), "name": role},
+                own_flags.get("base_url", next(iter(own_flags.values()), "--base-url")),
+            )
+        if role_yaml is None or role == "user":
+            for k, v in agent.items():
+                if k not in own:
+                    ov.put(f"endpoints.{role}.{k}", v, agent_flags[k])
+        for k, v in own.items():
+            ov.put(f"endpoints.{role}.{k}", v, own_flags[k])
 
 
 def _console() -> Console:
@@ -252,55 +196,46 @@ def _err(msg: str) -> None:
     print(f"agentload: error: {msg}", file=sys.stderr, flush=True)
 
 
-def _configure(a: dict[str, Any]) -> RunConfig:
-    if a.get("resume") is not None:
-        given = [n for n, v in a.items() if n not in _OUTPUT_ONLY and v not in (None, False)]
-        if given or a.get("config") is not None:
-            raise ConfigError(
-                "--resume continues with the run's saved config.yaml; drop "
-                + ", ".join("--" + n.replace("_", "-") for n in (given or ["config"]))
-            )
-        if a.get("overwrite"):
-            raise ConfigError("--resume keeps the results in DIR; drop --overwrite")
-        from agentload.results.jsonl import ResultsError
-        from agentload.results.resume import check_resumable
-
-        try:  # a FIFO would hang the reads below; an emptied config.yaml, run the defaults
-            check_resumable(a["resume"])
-        except ResultsError as e:
-            raise ConfigError(f"--resume: {e}") from None
-        cfg = load_saved_config(a["resume"])
-        # Output flags apply to this attempt; they change no episode.
-        data = cfg.model_dump(by_alias=True)
-        ov, flags = resume_overrides(a)
-        for dotted, value in ov.items():
-            set_path(data, dotted, value)
-        data["out"] = str(a["resume"])
-        return build_config(data=data, flags=flags)
+def _configure(cl: CommandLine) -> RunConfig:
+    if cl.args.resume is not None:
+        return configure_resume(cl)
     from agentload.config import check_task_selection, read_yaml
 
-    path = a.get("config")
+    path = cl.args.config
     base = read_yaml(path) if path is not None else {}
     if path is not None:
         check_task_selection(path, base)
-    ov, flags = cli_overrides(a, base)
+    ov, flags = cli_overrides(cl.config, base)
     return build_config(path=path, overrides=ov, flags=flags)
 
 
-def _progress_mode(a: dict[str, Any]) -> str:
-    if a.get("quiet"):
-        return "off"
-    mode = a.get("progress") or "auto"
-    if mode not in ("auto", "live", "plain", "off"):
-        raise ConfigError(f"flag --progress: expected auto, live, plain or off, got {mode!r}")
-    every = a.get("progress_interval")
-    # A tiny period costs the client CPU that shows up in its own measurements.
-    if every is not None and not PROGRESS_INTERVAL_MIN_S <= every <= 86_400:
+def configure_resume(cl: CommandLine) -> RunConfig:
+    """The saved config of the run in --resume DIR, with the flags a resumed attempt takes."""
+    assert cl.args.resume is not None
+    drop = [cl.config.flags[p] for p in cl.config.values if p not in cl.resume_ok]
+    if cl.args.config is not None:
+        drop.append("--config")
+    if drop:
         raise ConfigError(
-            f"flag --progress-interval: expected {PROGRESS_INTERVAL_MIN_S:g} to 86400 seconds, "
-            f"got {every!r}"
+            "--resume continues with the run's saved config.yaml; drop " + ", ".join(drop)
         )
-    return mode
+    if cl.args.overwrite:
+        raise ConfigError("--resume keeps the results in DIR; drop --overwrite")
+    from agentload.results.jsonl import ResultsError
+    from agentload.results.resume import check_resumable
+
+    try:  # a FIFO would hang the reads below; an emptied config.yaml, run the defaults
+        check_resumable(cl.args.resume)
+    except ResultsError as e:
+        raise ConfigError(f"--resume: {e}") from None
+    cfg = load_saved_config(cl.args.resume)
+    # Output flags apply to this attempt; they change no episode.
+    data = cfg.model_dump(by_alias=True)
+    ov, flags = resume_overrides(cl)
+    for dotted, value in ov.items():
+        set_path(data, dotted, value)
+    data["out"] = str(cl.args.resume)
+    return build_config(data=data, flags=flags)
 
 
 def _check_places(cfg: RunConfig) -> None:
@@ -324,12 +259,12 @@ def _check_places(cfg: RunConfig) -> None:
             raise ConfigError(f"--ray {address}: cannot resolve {host!r} ({e.strerror})") from None
 
 
-def _main(
-    command: str, a: dict[str, Any], configure: Callable[[dict[str, Any]], RunConfig] | None = None
+def run_flow(
+    command: str, cl: CommandLine, configure: Callable[[CommandLine], RunConfig] | None = None
 ) -> None:
     """The flow of run-like commands (flags → RunConfig → execute_run); `configure` builds
     the RunConfig of commands with options of their own (replay)."""
-    quiet = bool(a.get("quiet"))
+    quiet = cl.args.quiet
     logging.basicConfig(level=logging.WARNING, format="agentload: %(levelname)s: %(message)s")
 
     def say(msg: str) -> None:
@@ -337,49 +272,23 @@ def _main(
             print(f"[agentload] {msg}", file=sys.stderr, flush=True)
 
     try:
-        cfg = (configure or _configure)(a)
+        cfg = (configure or _configure)(cl)
         _check_places(cfg)
-        mode = _progress_mode(a)
-        if command != "sweep":
+        if isinstance(cl.args, SweepArgs):
+            code = _sweep(cfg, cl.args, say)
+        else:
             outcome = run_async(
                 execute_run(
                     cfg,
-                    resume=a.get("resume") is not None,
-                    progress=mode,
+                    resume=cl.args.resume is not None,
+                    progress=cl.args.progress_mode,
                     say=say,
-                    progress_interval_s=a["progress_interval"],
-                    overwrite=a.get("overwrite", False),
+                    progress_interval_s=cl.args.progress_interval,
+                    overwrite=cl.args.overwrite,
                 )
             )
-            code = _finish_run(outcome, a)
-            _mlflow(a, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {}))
-        else:
-            # A resumed sweep takes its points from sweep.json.
-            kind, points = ("concurrency", []) if a.get("resume") else _sweep_points(a)
-            doc, code = run_async(
-                execute_sweep(
-                    cfg,
-                    kind=kind,
-                    points=points,
-                    stop_on_slo_fail=a.get("stop_on_slo_fail", False),
-                    progress=mode,
-                    say=say,
-                    progress_interval_s=a["progress_interval"],
-                    overwrite=a.get("overwrite", False),
-                    resume=a.get("resume") is not None,
-                )
-            )
-            _mlflow(a, say, lambda m: m.log_sweep(cfg.out, doc))
-            if a.get("json_out"):
-                sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-            elif not quiet:
-                _console().print(sweep_table(doc))
-                best = doc.get("best_point")
-                if doc.get("slo"):
-                    print(
-                        f"highest {kind} meeting the SLO: {'none' if best is None else f'{best:g}'}"
-                    )
-                print(f"sweep written to {cfg.out}/sweep.json, sweep.md and sweep.html")
+            code = _finish_run(outcome, cl.args)
+            _mlflow(cl.args, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {}))
     except ConfigError as e:
         _err(str(e))
         raise typer.Exit(EXIT_USAGE) from None
@@ -392,11 +301,39 @@ def _main(
     raise typer.Exit(code)
 
 
-def _mlflow(a: dict[str, Any], say: Any, log: Any) -> None:
+def _sweep(cfg: RunConfig, args: SweepArgs, say: Callable[[str], None]) -> int:
+    # A resumed sweep takes its points from sweep.json.
+    kind, points = ("concurrency", []) if args.resume else _sweep_points(args)
+    doc, code = run_async(
+        execute_sweep(
+            cfg,
+            kind=kind,
+            points=points,
+            stop_on_slo_fail=args.stop_on_slo_fail,
+            progress=args.progress_mode,
+            say=say,
+            progress_interval_s=args.progress_interval,
+            overwrite=args.overwrite,
+            resume=args.resume is not None,
+        )
+    )
+    _mlflow(args, say, lambda m: m.log_sweep(cfg.out, doc))
+    if args.json_out:
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif not args.quiet:
+        _console().print(sweep_table(doc))
+        best = doc.get("best_point")
+        if doc.get("slo"):
+            print(f"highest {kind} meeting the SLO: {'none' if best is None else f'{best:g}'}")
+        print(f"sweep written to {cfg.out}/sweep.json, sweep.md and sweep.html")
+    return code
+
+
+def _mlflow(args: RunArgs, say: Any, log: Any) -> None:
     """Log to MLflow when asked; a logging failure is reported, the results stay."""
     from agentload.integrations import mlflow as ml
 
-    if not ml.enabled(bool(a.get("mlflow"))):
+    if not ml.enabled(args.mlflow):
         return
     try:
         run_id = log(ml)
@@ -406,10 +343,10 @@ def _mlflow(a: dict[str, Any], say: Any, log: Any) -> None:
     say(f"logged to MLflow: run {run_id}")
 
 
-def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
-    if a.get("json_out"):
+def _finish_run(out: RunOutcome, args: RunArgs) -> int:
+    if args.json_out:
         sys.stdout.write(orjson.dumps(out.summary, option=orjson.OPT_INDENT_2).decode() + "\n")
-    elif not a.get("quiet"):
+    elif not args.quiet:
         try:
             from agentload.report import summary_table
 
@@ -432,7 +369,7 @@ def _finish_run(out: RunOutcome, a: dict[str, Any]) -> int:
         html = [p for p in out.report_files if str(p).endswith(".html")]
         if html:
             print(f"report: {html[0]}")
-    if out.exit_code == EXIT_INTERRUPTED and not a.get("quiet"):
+    if out.exit_code == EXIT_INTERRUPTED and not args.quiet:
         print(f"interrupted: continue with `agentload run --resume {out.out_dir}`", file=sys.stderr)
     return out.exit_code
 
@@ -450,8 +387,8 @@ def _floats(text: str, flag: str, most: float) -> list[float]:
     return vals
 
 
-def _sweep_points(a: dict[str, Any]) -> tuple[str, list[float]]:
-    c, r = a.get("points"), a.get("rates")
+def _sweep_points(args: SweepArgs) -> tuple[str, list[float]]:
+    c, r = args.points, args.rates
     if c is not None and r is None:
         vals = _floats(c, "--concurrency", MAX_CONCURRENCY)
         if any(v != int(v) for v in vals):
@@ -473,7 +410,7 @@ app.command(
 # The sweep takes the run's options, with the load points in place of --concurrency / --rate.
 @command_options(SWEEP_OPTIONS)
 def sweep_command(**kwargs: Any) -> None:
-    _main("sweep", kwargs)
+    run_flow("sweep", CommandLine.parse(SWEEP_OPTIONS, kwargs, SweepArgs))
 
 
 app.command(

@@ -10,12 +10,15 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel, Field
 
-from agentload.cli.options import Opt, command_options
+from agentload.cli.options import ARGS, Opt, command_options, from_model, parse_args
 from agentload.cli.sim import sim_app
+from agentload.config import ConfigError
+from agentload.flags import flag
 from agentload.redact import redact_argv
 
 _OUT = Path("profile.yaml")
@@ -43,50 +46,99 @@ SERVER = "Server"
 PROBE = "Probe"
 OUT = "Output"
 
-CALIBRATE_OPTIONS = [
-    Opt("base_url", ("--base-url",), str | None,
-        "The real server's OpenAI base URL, e.g. http://host:8000/v1.", SERVER, metavar="URL"),
-    Opt("model", ("--model",), str | None,
-        "Model name to send (as /v1/models lists it).", SERVER),
-    Opt("api_key", ("--api-key",), str | None,
-        "Bearer key for the server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
-    Opt("from_dir", ("--from",), Path | None,
-        "Fit from a finished run's results directory (calls.jsonl, server_metrics.jsonl) "
-        "instead of probing a server: no extra load.", SERVER, metavar="RESULTS_DIR"),
-    Opt("pool", ("--pool",), list[Path],
-        "Fit from probes kept by earlier calibrations (the NAME.probe.json written beside each "
-        "profile) instead of probing: repeat it to pool several server starts, replicas or "
-        "days into one profile, each pattern's median over all of them; once, to refit.",
-        SERVER, [], metavar="PROBE_JSON"),
-    Opt("tokenizer", ("--tokenizer",), str | None,
-        "The model's tokenizer.json: probe prompts get exact lengths (recommended).",
-        PROBE, metavar="FILE"),
-    Opt("base", ("--base",), str,
-        "Built-in profile or file whose engine limits (max_num_seqs, ...) the profile keeps "
-        "where the server does not report its own.", PROBE, "tiny-cpu", metavar="PROFILE"),
-    Opt("max_num_batched_tokens", ("--max-num-batched-tokens",), int | None,
-        "The server's token budget per step (its prefill chunk); default: detected from "
-        "vllm:iteration_tokens_total, else --base's.", PROBE, metavar="N", min=1),
-    Opt("max_num_seqs", ("--max-num-seqs",), int | None,
-        "The server's sequence cap (default: --base's).", PROBE, metavar="N", min=1),
-    Opt("repeats", ("--repeats",), int, "Rounds of the probe (each pattern once per round); "
-        "with two or more, each round's pace against the others shows whether the server held "
-        "still.", PROBE, 3, metavar="N", min=1),
-    Opt("warmup", ("--warmup",), float | None,
-        "Seconds of probe load before measuring, recorded nothing: a freshly started vLLM "
-        "runs its first minute or so slower (default 60, 30 with --quick; 0 for a server "
-        "that has been serving).", PROBE, metavar="S", min=0),
-    Opt("quick", ("--quick",), bool, "A smaller probe (fewer prompt lengths and batch sizes, "
-        "one round): about a fifth of the time, a rougher fit.", PROBE, False),
-    Opt("wall_clock", ("--wall-clock",), bool,
-        "Against an agentload simulator, time on the wall clock instead of its model clock "
-        "(measures it as a real server would be).", PROBE, False),
-    Opt("out", ("--out", "-o"), Path, "Profile file to write (YAML); a probe's measurements "
-        "are kept beside it as NAME.probe.json, for --pool.", OUT, _OUT, metavar="FILE"),
-    Opt("name", ("--name",), str | None, "Profile name (default: the file's stem).", OUT),
-    Opt("as_json", ("--json",), bool, "Print the profile as JSON on stdout.", OUT, False),
-    Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
-]  # fmt: skip
+
+class CalibrateArgs(BaseModel):
+    """The options of `agentload sim calibrate`."""
+
+    base_url: Annotated[str | None, flag("--base-url", panel=SERVER, metavar="URL")] = Field(
+        None, description="The real server's OpenAI base URL, e.g. http://host:8000/v1."
+    )
+    model: Annotated[str | None, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
+        None, description="Model name to send (as /v1/models lists it)."
+    )
+    api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
+        None, description="Bearer key for the server (default: $AGENTLOAD_API_KEY)."
+    )
+    from_dir: Annotated[Path | None, flag("--from", panel=SERVER, metavar="RESULTS_DIR")] = Field(
+        None,
+        description="Fit from a finished run's results directory (calls.jsonl, "
+        "server_metrics.jsonl) instead of probing a server: no extra load.",
+    )
+    pool: Annotated[list[Path], flag("--pool", panel=SERVER, metavar="PROBE_JSON")] = Field(
+        default_factory=list,
+        description="Fit from probes kept by earlier calibrations (the NAME.probe.json written "
+        "beside each profile) instead of probing: repeat it to pool several server starts, "
+        "replicas or days into one profile, each pattern's median over all of them; once, to "
+        "refit.",
+    )
+    tokenizer: Annotated[str | None, flag("--tokenizer", panel=PROBE, metavar="FILE")] = Field(
+        None,
+        description="The model's tokenizer.json: probe prompts get exact lengths (recommended).",
+    )
+    base: Annotated[str, flag("--base", panel=PROBE, metavar="PROFILE")] = Field(
+        "tiny-cpu",
+        description="Built-in profile or file whose engine limits (max_num_seqs, ...) the "
+        "profile keeps where the server does not report its own.",
+    )
+    max_num_batched_tokens: Annotated[
+        int | None, flag("--max-num-batched-tokens", panel=PROBE, metavar="N")
+    ] = Field(
+        None,
+        ge=1,
+        description="The server's token budget per step (its prefill chunk); default: detected "
+        "from vllm:iteration_tokens_total, else --base's.",
+    )
+    max_num_seqs: Annotated[int | None, flag("--max-num-seqs", panel=PROBE, metavar="N")] = Field(
+        None, ge=1, description="The server's sequence cap (default: --base's)."
+    )
+    repeats: Annotated[int, flag("--repeats", panel=PROBE, metavar="N")] = Field(
+        3,
+        ge=1,
+        description="Rounds of the probe (each pattern once per round); with two or more, each "
+        "round's pace against the others shows whether the server held still.",
+    )
+    warmup: Annotated[float | None, flag("--warmup", panel=PROBE, metavar="S")] = Field(
+        None,
+        ge=0,
+        description="Seconds of probe load before measuring, recorded nothing: a freshly "
+        "started vLLM runs its first minute or so slower (default 60, 30 with --quick; 0 for a "
+        "server that has been serving).",
+    )
+    quick: Annotated[bool, flag("--quick", panel=PROBE, sets=True)] = Field(
+        False,
+        description="A smaller probe (fewer prompt lengths and batch sizes, one round): about "
+        "a fifth of the time, a rougher fit.",
+    )
+    wall_clock: Annotated[bool, flag("--wall-clock", panel=PROBE, sets=True)] = Field(
+        False,
+        description="Against an agentload simulator, time on the wall clock instead of its "
+        "model clock (measures it as a real server would be).",
+    )
+    out: Annotated[Path, flag("--out", "-o", panel=OUT, metavar="FILE")] = Field(
+        _OUT,
+        description="Profile file to write (YAML); a probe's measurements are kept beside it "
+        "as NAME.probe.json, for --pool.",
+    )
+    name: Annotated[str | None, flag("--name", panel=OUT, metavar="NAME")] = Field(
+        None, description="Profile name (default: the file's stem)."
+    )
+    as_json: Annotated[bool, flag("--json", panel=OUT, sets=True)] = Field(
+        False, description="Print the profile as JSON on stdout."
+    )
+    quiet: Annotated[bool, flag("--quiet", "-q", panel=OUT, sets=True)] = Field(
+        False, description="No progress lines on stderr."
+    )
+
+
+CALIBRATE_OPTIONS = from_model(CalibrateArgs, *CalibrateArgs.model_fields, target=ARGS)
+M = TypeVar("M", bound=BaseModel)
+
+
+def _args(cmd: str, model: type[M], opts: list[Opt], a: dict[str, Any]) -> M:
+    try:
+        return parse_args(model, opts, a)
+    except ConfigError as e:
+        raise _fail(cmd, str(e).removeprefix("invalid configuration: "), 2) from None
 
 
 @sim_app.command("calibrate")
@@ -101,14 +153,15 @@ def calibrate_command(**a: Any) -> None:
     Use it with `agentload sim --profile FILE` or a run's `--sim-profile FILE`."""
     from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
 
-    say = _say(a["quiet"])
-    _check_file("calibrate", "--tokenizer", a["tokenizer"])
-    for path in a["pool"]:
+    args = _args("calibrate", CalibrateArgs, CALIBRATE_OPTIONS, a)
+    say = _say(args.quiet)
+    _check_file("calibrate", "--tokenizer", args.tokenizer)
+    for path in args.pool:
         _check_file("calibrate", "--pool", str(path))
-    out: Path = a["out"]
+    out = args.out
     command = "agentload sim calibrate " + shlex.join(redact_argv(sys.argv[3:]))
     try:
-        result = _calibration(a, a["name"] or out.stem, out, say)
+        result = _calibration(args, args.name or out.stem, out, say)
     except ValueError as exc:
         raise _fail("calibrate", str(exc), 2) from None
     except _probe_errors() as exc:
@@ -119,66 +172,66 @@ def calibrate_command(**a: Any) -> None:
         raise _fail("calibrate", f"--out: cannot write {out}: {exc.strerror}", 2) from None
     say("\n".join(summary_lines(result)))
     say(f"calibrate: wrote {out}; use it with: agentload sim --profile {out}")
-    if a["as_json"]:
+    if args.as_json:
         print(json.dumps(result.profile.model_dump(), indent=2))
 
 
-def _calibration(a: dict[str, Any], name: str, out: Path, say: Any) -> Any:
-    sources = [f for f, given in (("--base-url", a["base_url"]), ("--from", a["from_dir"]),
-                                  ("--pool", a["pool"])) if given]  # fmt: skip
+def _calibration(a: CalibrateArgs, name: str, out: Path, say: Any) -> Any:
+    sources = [f for f, given in (("--base-url", a.base_url), ("--from", a.from_dir),
+                                  ("--pool", a.pool)) if given]  # fmt: skip
     if len(sources) > 1:
         raise ValueError(f"give one of {', '.join(sources)}: each is a way to calibrate")
-    if a["from_dir"] is not None:
+    if a.from_dir is not None:
         from agentload.sim.calibration.fromrun import calibrate_from_run
 
         return calibrate_from_run(
-            a["from_dir"], name=name, base=a["base"], budget=a["max_num_batched_tokens"], say=say
+            a.from_dir, name=name, base=a.base, budget=a.max_num_batched_tokens, say=say
         )
-    if a["pool"]:
+    if a.pool:
         from agentload.sim.calibration.calibrate import pool
 
-        if a["max_num_batched_tokens"] is not None:
+        if a.max_num_batched_tokens is not None:
             raise ValueError("--max-num-batched-tokens: the pooled probes carry their own")
         return asyncio.run(
             pool(
-                a["pool"],
+                a.pool,
                 name=name,
-                base=a["base"],
-                tokenizer=a["tokenizer"],
-                max_num_seqs=a["max_num_seqs"],
+                base=a.base,
+                tokenizer=a.tokenizer,
+                max_num_seqs=a.max_num_seqs,
                 say=say,
             )
         )
-    if not a["base_url"] or not a["model"]:
+    if not a.base_url or not a.model:
         raise ValueError(
             "give --base-url and --model (or --from RESULTS_DIR, or --pool PROBE_JSON)"
         )
     from agentload.sim.calibration.calibrate import calibrate, probe_path
     from agentload.sim.calibration.stream import Target
 
-    key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
+    key = a.api_key or os.environ.get("AGENTLOAD_API_KEY")
     return asyncio.run(
         calibrate(
-            Target(a["base_url"], a["model"], api_key=key),
+            Target(a.base_url, a.model, api_key=key),
             name=name,
-            base=a["base"],
-            tokenizer=a["tokenizer"],
-            budget=a["max_num_batched_tokens"],
-            max_num_seqs=a["max_num_seqs"],
+            base=a.base,
+            tokenizer=a.tokenizer,
+            budget=a.max_num_batched_tokens,
+            max_num_seqs=a.max_num_seqs,
             plan=_plan(a),
-            wall_clock=a["wall_clock"],
+            wall_clock=a.wall_clock,
             say=say,
             save_probe=probe_path(out),
         )
     )
 
 
-def _plan(a: dict[str, Any]) -> Any:
+def _plan(a: CalibrateArgs) -> Any:
     from agentload.sim.calibration.probe import ProbePlan
 
-    plan = ProbePlan.quick() if a["quick"] else ProbePlan(repeats=a["repeats"])
-    if a["warmup"] is not None:
-        plan.warmup_s = a["warmup"]
+    plan = ProbePlan.quick() if a.quick else ProbePlan(repeats=a.repeats)
+    if a.warmup is not None:
+        plan.warmup_s = a.warmup
     return plan
 
 
@@ -189,41 +242,69 @@ def _probe_errors() -> tuple[type[Exception], ...]:
     return (ProbeError, OSError, RuntimeError)
 
 
-FIDELITY_OPTIONS = [
-    Opt("real", ("--real",), str | None, "The real server's OpenAI base URL.", SERVER,
-        metavar="URL"),
-    Opt("model", ("--model",), str | None, "Model name on the real server.", SERVER),
-    Opt("api_key", ("--api-key",), str | None,
-        "Bearer key for the real server (default: $AGENTLOAD_API_KEY).", SERVER, metavar="KEY"),
-    Opt("pool", ("--pool",), list[Path],
-        "Instead of measuring: combine results this command wrote (-o) for one profile, one "
-        "per server start, replica or day (repeat it), into one comparison against the median "
-        "of their real servers, each result one vote.", SERVER, [], metavar="RESULT_JSON"),
-    Opt("profile", ("--profile",), str | None, "Profile to check: a built-in name or a file.",
-        PROBE, metavar="NAME|FILE"),
-    Opt("tokenizer", ("--tokenizer",), str | None,
-        "The model's tokenizer.json, for exact prompt lengths and for the simulator's token "
-        "counts (recommended).", PROBE, metavar="FILE"),
-    Opt("workload", ("--workload", "-w"), list[str],
-        "Only these workloads (repeatable): prefill-heavy, decode-heavy, shared-prefix, "
-        "concurrent.", PROBE, [], metavar="NAME"),
-    Opt("seed", ("--seed",), int | None, "Prompt salt (default: the time).", PROBE, metavar="N"),
-    Opt("passes", ("--passes",), int,
-        "Run every workload N times on both sides and compare medians; the table then shows "
-        "how far the real server moved between passes.", PROBE, 1, metavar="N", min=1),
-    Opt("warmup", ("--warmup",), float, "Seconds of the workloads on the real server first, "
-        "recorded nothing: a freshly started vLLM runs its first minute or so slower.",
-        PROBE, 0.0, metavar="S", min=0),
-    Opt("out", ("--out", "-o"), Path | None, "Also write the result as JSON here.", OUT,
-        metavar="FILE"),
-    Opt("as_json", ("--json",), bool, "Print the result as JSON on stdout.", OUT, False),
-    Opt("quiet", ("--quiet", "-q"), bool, "No progress lines on stderr.", OUT, False),
-]  # fmt: skip
+class FidelityArgs(BaseModel):
+    """The options of `agentload sim fidelity`."""
+
+    real: Annotated[str | None, flag("--real", panel=SERVER, metavar="URL")] = Field(
+        None, description="The real server's OpenAI base URL."
+    )
+    model: Annotated[str | None, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
+        None, description="Model name on the real server."
+    )
+    api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
+        None, description="Bearer key for the real server (default: $AGENTLOAD_API_KEY)."
+    )
+    pool: Annotated[list[Path], flag("--pool", panel=SERVER, metavar="RESULT_JSON")] = Field(
+        default_factory=list,
+        description="Instead of measuring: combine results this command wrote (-o) for one "
+        "profile, one per server start, replica or day (repeat it), into one comparison "
+        "against the median of their real servers, each result one vote.",
+    )
+    profile: Annotated[str | None, flag("--profile", panel=PROBE, metavar="NAME|FILE")] = Field(
+        None, description="Profile to check: a built-in name or a file."
+    )
+    tokenizer: Annotated[str | None, flag("--tokenizer", panel=PROBE, metavar="FILE")] = Field(
+        None,
+        description="The model's tokenizer.json, for exact prompt lengths and for the "
+        "simulator's token counts (recommended).",
+    )
+    workload: Annotated[list[str], flag("--workload", "-w", panel=PROBE, metavar="NAME")] = Field(
+        default_factory=list,
+        description="Only these workloads (repeatable): prefill-heavy, decode-heavy, "
+        "shared-prefix, concurrent.",
+    )
+    seed: Annotated[int | None, flag("--seed", panel=PROBE, metavar="N")] = Field(
+        None, description="Prompt salt (default: the time)."
+    )
+    passes: Annotated[int, flag("--passes", panel=PROBE, metavar="N")] = Field(
+        1,
+        ge=1,
+        description="Run every workload N times on both sides and compare medians; the table "
+        "then shows how far the real server moved between passes.",
+    )
+    warmup: Annotated[float, flag("--warmup", panel=PROBE, metavar="S")] = Field(
+        0.0,
+        ge=0,
+        description="Seconds of the workloads on the real server first, recorded nothing: a "
+        "freshly started vLLM runs its first minute or so slower.",
+    )
+    out: Annotated[Path | None, flag("--out", "-o", panel=OUT, metavar="FILE")] = Field(
+        None, description="Also write the result as JSON here."
+    )
+    as_json: Annotated[bool, flag("--json", panel=OUT, sets=True)] = Field(
+        False, description="Print the result as JSON on stdout."
+    )
+    quiet: Annotated[bool, flag("--quiet", "-q", panel=OUT, sets=True)] = Field(
+        False, description="No progress lines on stderr."
+    )
+
+
+FIDELITY_OPTIONS = from_model(FidelityArgs, *FidelityArgs.model_fields, target=ARGS)
 
 
 @sim_app.command("fidelity")
 @command_options(FIDELITY_OPTIONS)
-def fidelity_command(**a: Any) -> None:
+def fidelity_command(**kw: Any) -> None:
     """Run fixed workloads (prefill-heavy, decode-heavy, shared-prefix, concurrent) against the
     real server and against a simulator with PROFILE, and print the simulator's error on TTFT
     p50/p90, mean TPOT and ITL, output throughput and tokens per chunk, with a note on a TTFT
@@ -234,53 +315,55 @@ def fidelity_command(**a: Any) -> None:
     from agentload.sim.calibration.stream import Target
     from agentload.sim.profiles import load_profile
 
-    say = _say(a["quiet"])
-    if a["pool"]:
-        _show_fidelity(_pooled(a), a["out"], a["as_json"], table)
+    args = _args("fidelity", FidelityArgs, FIDELITY_OPTIONS, kw)
+    say = _say(args.quiet)
+    if args.pool:
+        _show_fidelity(_pooled(args), args.out, args.as_json, table)
         return
-    missing = [f for f, k in (("--real", "real"), ("--model", "model"), ("--profile", "profile"))
-               if not a[k]]  # fmt: skip
-    if missing:
-        raise _fail("fidelity", f"give {', '.join(missing)} (or --pool RESULT_JSON ...)", 2)
-    _check_file("fidelity", "--tokenizer", a["tokenizer"])
+    real, model, profile = args.real, args.model, args.profile
+    if not (real and model and profile):
+        named = (("--real", real), ("--model", model), ("--profile", profile))
+        missing = ", ".join(f for f, v in named if not v)
+        raise _fail("fidelity", f"give {missing} (or --pool RESULT_JSON ...)", 2)
+    _check_file("fidelity", "--tokenizer", args.tokenizer)
     try:
-        prof = load_profile(a["profile"])
+        prof = load_profile(profile)
     except ValueError as exc:
         raise _fail("fidelity", f"--profile: {exc}", 2) from None
     by_name = {w.name: w for w in WORKLOADS}
-    unknown = [w for w in a["workload"] if w not in by_name]
+    unknown = [w for w in args.workload if w not in by_name]
     if unknown:
         known = ", ".join(by_name)
         raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
     if not prof.calibrated:
         say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
-    key = a["api_key"] or os.environ.get("AGENTLOAD_API_KEY")
+    key = args.api_key or os.environ.get("AGENTLOAD_API_KEY")
     try:
         result = asyncio.run(
             fidelity(
-                Target(a["real"], a["model"], api_key=key),
-                a["profile"],
-                tokenizer=a["tokenizer"],
-                workloads=[by_name[w] for w in a["workload"]] or None,
+                Target(real, model, api_key=key),
+                profile,
+                tokenizer=args.tokenizer,
+                workloads=[by_name[w] for w in args.workload] or None,
                 say=say,
-                seed=a["seed"],
-                passes=a["passes"],
-                warmup_s=a["warmup"],
+                seed=args.seed,
+                passes=args.passes,
+                warmup_s=args.warmup,
             )
         )
     except _probe_errors() as exc:
         raise _fail("fidelity", str(exc), 1) from None
-    _show_fidelity(result, a["out"], a["as_json"], table)
+    _show_fidelity(result, args.out, args.as_json, table)
 
 
-def _pooled(a: dict[str, Any]) -> dict[str, Any]:
+def _pooled(args: FidelityArgs) -> dict[str, Any]:
     from agentload.sim.calibration.fidelity import pool
 
     measuring = [flag for flag, given in (
-        ("--real", a["real"]), ("--model", a["model"]), ("--api-key", a["api_key"]),
-        ("--profile", a["profile"]), ("--tokenizer", a["tokenizer"]),
-        ("--workload", a["workload"]), ("--seed", a["seed"] is not None),
-        ("--passes", a["passes"] != 1), ("--warmup", a["warmup"] != 0),
+        ("--real", args.real), ("--model", args.model), ("--api-key", args.api_key),
+        ("--profile", args.profile), ("--tokenizer", args.tokenizer),
+        ("--workload", args.workload), ("--seed", args.seed is not None),
+        ("--passes", args.passes != 1), ("--warmup", args.warmup != 0),
     ) if given]  # fmt: skip
     if measuring:
         raise _fail(
@@ -289,7 +372,7 @@ def _pooled(a: dict[str, Any]) -> dict[str, Any]:
             2,
         )
     results = []
-    for path in a["pool"]:
+    for path in args.pool:
         try:
             results.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
         except OSError as exc:

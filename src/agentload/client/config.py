@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentload.engines.config import LaunchConfig
+from agentload.flags import ENDPOINT, flag
 
 # Error kinds worth another attempt: the request never reached a model, or the server said
 # "not now". Anything that produced tokens or a definite rejection is not retried.
@@ -127,28 +129,63 @@ class EndpointConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "default"
-    base_url: str = Field(
-        ..., description="e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/v1 (same)."
+    base_url: Annotated[str, flag("--base-url", panel=ENDPOINT, metavar="URL")] = Field(
+        ...,
+        description="The server's base URL: http://127.0.0.1:8000 or http://127.0.0.1:8000/v1 "
+        "(the same).",
     )
-    model: str
-    api_key_env: str | None = Field(
+    model: Annotated[str, flag("--model", panel=ENDPOINT, metavar="MODEL")] = Field(
+        ..., description="Model name sent in each request."
+    )
+    api_key_env: Annotated[str | None, flag("--api-key-env", panel=ENDPOINT, metavar="VAR")] = (
+        Field(
+            None,
+            description="Environment variable holding the bearer key (the key is never "
+            f"stored); default: {DEFAULT_KEY_ENV} when set, else no key.",
+        )
+    )
+    headers: Annotated[
+        dict[str, str],
+        flag("--header", "-H", panel=ENDPOINT, metavar="HEADER", type=list[str] | None),
+    ] = Field(
+        default_factory=dict,
+        description="Extra HTTP header on every request, 'Name: value' (repeatable).",
+    )
+    extra_body: Annotated[
+        dict[str, Any], flag("--extra-body", panel=ENDPOINT, metavar="JSON", type=str | None)
+    ] = Field(
+        default_factory=dict,
+        description="JSON merged into every request, e.g. "
+        '\'{"chat_template_kwargs": {"enable_thinking": false}}\'.',
+    )
+    max_tokens: Annotated[int | None, flag("--max-tokens", panel=ENDPOINT, metavar="N")] = Field(
         None,
-        description="Environment variable holding the bearer key (the key is never stored); "
-        f"none: {DEFAULT_KEY_ENV} when set, else no key.",
+        ge=1,
+        le=10_000_000,
+        strict=True,
+        description="max_tokens of the calls (default: agent 1024, user 256).",
     )
-    headers: dict[str, str] = Field(default_factory=dict)
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    max_tokens: int | None = Field(None, ge=1, le=10_000_000, strict=True)
-    temperature: float | None = Field(None, ge=0, le=100, strict=True)
+    temperature: Annotated[float | None, flag("--temperature", panel=ENDPOINT, metavar="T")] = (
+        Field(
+            None,
+            ge=0,
+            le=100,
+            strict=True,
+            description="Sampling temperature (default: the server's).",
+        )
+    )
     stream: bool = Field(True, strict=True)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     max_connections: int = Field(
         0, ge=0, le=1_000_000, strict=True, description="Connection-pool size; 0 = unlimited."
     )
-    metrics_url: str | None = Field(
-        None,
-        description="Prometheus endpoint of the server; none: <server>/metrics when it answers.",
+    metrics_url: Annotated[str | None, flag("--metrics-url", panel=ENDPOINT, metavar="URL")] = (
+        Field(
+            None,
+            description="Prometheus URL of the server; comma-separated for replicas (summed). "
+            "Default: <server>/metrics when it answers.",
+        )
     )
     metrics_urls: list[str] = Field(
         default_factory=list,
@@ -162,6 +199,44 @@ class EndpointConfig(BaseModel):
     @classmethod
     def _normalize(cls, v: str) -> str:
         return normalize_base_url(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas(cls, data: Any) -> Any:
+        # `metrics_url: a,b` (the --metrics-url flag) names replicas behind one address.
+        url = data.get("metrics_url") if isinstance(data, dict) else None
+        if isinstance(url, str) and "," in url:
+            urls = [u.strip() for u in url.split(",") if u.strip()]
+            data = {**data, "metrics_url": None, "metrics_urls": urls}
+        return data
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_items(cls, value: Any) -> Any:
+        # The --header flag's 'Name: value' items.
+        if not isinstance(value, list):
+            return value
+        out: dict[str, str] = {}
+        for item in value:
+            k, sep, v = str(item).partition(":")
+            if not sep or not k.strip():
+                raise ValueError(f"expected 'Name: value', got {item!r}")
+            out[k.strip()] = v.strip()
+        return out
+
+    @field_validator("extra_body", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        # The --extra-body flag's JSON text.
+        if not isinstance(value, str):
+            return value
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON ({e})") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("expected a JSON object")
+        return parsed
 
     @field_validator("metrics_urls", mode="before")
     @classmethod

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from agentload.config import SimKnobs
+from agentload.flags import flag, flags_of
 from agentload.sim.profiles import Profile, load_profile
 
 FaultKind = Literal[
@@ -22,52 +24,147 @@ FaultKind = Literal[
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 
-class SimConfig(BaseModel):
+SERVER = "Server"
+ENGINE = "Engine"
+BEHAVIOUR = "Generic behaviour"
+FAULTS = "Faults"
+LOGS = "Logging"
+
+
+class SimConfig(SimKnobs):
     """Everything that shapes a simulator: network, engine limits, timing, behaviour, faults.
 
-    Engine limits left as ``None`` take the profile's value.
+    Engine limits left as ``None`` take the profile's. The settings a run's embedded
+    simulator shares (profile, speedup, seed, …) are declared on `SimKnobs`.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    model: str = "agentload-sim"
-    profile: str | Profile = "tiny-cpu"
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    kv_blocks: int | None = Field(default=None, ge=1)
-    block_size: int | None = Field(default=None, ge=1)
-    prefix_caching: bool = True
-    max_model_len: int | None = Field(default=None, ge=16)
-    speedup: float = Field(default=1.0, gt=0)
-    api_key: str | None = None
-    seed: int = 0
-    tokenizer: str | None = None
+    host: Annotated[str, flag("--host", panel=SERVER, metavar="ADDR")] = Field(
+        "127.0.0.1", description="Address to bind (loopback by default)."
+    )
+    port: Annotated[int, flag("--port", panel=SERVER, metavar="PORT")] = Field(
+        8000, ge=0, le=65535, description="TCP port; 0 picks a free one."
+    )
+    model: Annotated[str, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
+        "agentload-sim", description="Model name served and checked in requests."
+    )
+    # The same field, widened to take a Profile object too (calibration builds one).
+    profile: str | Profile = SimKnobs.model_fields["profile"]  # type: ignore[assignment]
+    max_num_batched_tokens: Annotated[
+        int | None, flag("--max-num-batched-tokens", panel=ENGINE, metavar="N")
+    ] = Field(
+        None,
+        ge=1,
+        description="Token budget of one engine step, prefill chunks included (default: the "
+        "profile's).",
+    )
+    kv_blocks: Annotated[int | None, flag("--kv-blocks", panel=ENGINE, metavar="N")] = Field(
+        None, ge=1, description="KV-cache size in blocks (default: the profile's)."
+    )
+    block_size: Annotated[int | None, flag("--block-size", panel=ENGINE, metavar="N")] = Field(
+        None,
+        ge=1,
+        description="Tokens per KV block, also the prefix-cache granularity (default: the "
+        "profile's; 16 on the GPU profiles, 128 on tiny-cpu).",
+    )
+    prefix_caching: Annotated[
+        bool,
+        flag(
+            "--no-prefix-caching",
+            panel=ENGINE,
+            sets=False,
+            help="Disable automatic prefix caching.",
+        ),
+    ] = Field(True, description="Automatic prefix caching.")
+    max_model_len: Annotated[int | None, flag("--max-model-len", panel=ENGINE, metavar="N")] = (
+        Field(
+            None,
+            ge=16,
+            description="Longest prompt + completion in tokens (default: the profile's).",
+        )
+    )
+    api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
+        None,
+        description="Require 'Authorization: Bearer KEY' on /v1 routes (401 otherwise). "
+        "Visible to other users in the process list: prefer --api-key-env or --api-key-file.",
+    )
+    tokenizer: Annotated[str | None, flag("--tokenizer", panel=SERVER, metavar="FILE")] = Field(
+        None,
+        description="A tokenizer.json to count tokens with (needs the 'tokenizers' package); "
+        "default: the built-in approximation (~4 characters per token).",
+    )
     # generic behaviour
-    mean_output_tokens: float = Field(default=96.0, gt=0)
-    output_tokens_sigma: float = Field(default=0.6, ge=0)
-    mean_reasoning_tokens: float = Field(default=64.0, gt=0)
-    tool_call_probability: float = Field(default=0.5, ge=0, le=1)
-    parallel_tool_call_probability: float = Field(default=0.0, ge=0, le=1)
-    behaviour_options: dict[str, Any] = Field(default_factory=dict)
+    mean_output_tokens: Annotated[
+        float, flag("--mean-output-tokens", panel=BEHAVIOUR, metavar="N")
+    ] = Field(96.0, gt=0, description="Mean length of text answers, in tokens (lognormal).")
+    output_tokens_sigma: Annotated[
+        float, flag("--output-tokens-sigma", panel=BEHAVIOUR, metavar="S")
+    ] = Field(0.6, ge=0, description="Sigma of the lognormal text length.")
+    mean_reasoning_tokens: Annotated[
+        float, flag("--mean-reasoning-tokens", panel=BEHAVIOUR, metavar="N")
+    ] = Field(64.0, gt=0, description="Mean reasoning length when thinking is requested.")
+    tool_call_probability: Annotated[
+        float, flag("--tool-call-probability", panel=BEHAVIOUR, metavar="P")
+    ] = Field(0.5, ge=0, le=1, description="Probability of a tool call when tool_choice is auto.")
+    parallel_tool_call_probability: Annotated[
+        float, flag("--parallel-tool-call-probability", panel=BEHAVIOUR, metavar="P")
+    ] = Field(0.0, ge=0, le=1, description="Probability that a tool-call answer holds 2-3 calls.")
     # faults
-    fault_rate: float = Field(default=0.0, ge=0, le=1)
-    fault_kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS))
-    fault_stall_s: float = Field(default=5.0, ge=0)
-    fault_after_tokens: int = Field(default=2, ge=0)
+    fault_kinds: Annotated[
+        list[FaultKind], flag("--fault-kinds", panel=FAULTS, metavar="KINDS", type=list[str])
+    ] = Field(
+        default_factory=lambda: list(FAULT_KINDS),
+        description="Comma-separated (or repeated) fault kinds among "
+        + ", ".join(FAULT_KINDS)
+        + " (default: all).",
+    )
+    fault_stall_s: Annotated[float, flag("--fault-stall-s", panel=FAULTS, metavar="S")] = Field(
+        5.0, ge=0, description="Length of a 'stall' fault in seconds (wall clock, not sped up)."
+    )
+    fault_after_tokens: Annotated[int, flag("--fault-after-tokens", panel=FAULTS, metavar="N")] = (
+        Field(
+            2,
+            ge=0,
+            description="Tokens sent before a mid-stream fault (reset, truncate, malformed, "
+            "stall).",
+        )
+    )
     # observability
-    log_interval_s: float = Field(default=10.0, ge=0)
+    log_interval_s: Annotated[float, flag("--log-interval", panel=LOGS, metavar="S")] = Field(
+        10.0,
+        ge=0,
+        description="Seconds between log lines with queue, KV and emission-lag figures; 0: none.",
+    )
     # connections that do not finish sending a request are closed after these
-    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
-    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    keepalive_timeout_s: float = Field(default=75.0, gt=0, le=86400)
+    header_timeout_s: Annotated[float, flag("--header-timeout", panel=SERVER, metavar="S")] = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Seconds a connection has to send a request's headers, then it is closed.",
+    )
+    body_timeout_s: Annotated[float, flag("--body-timeout", panel=SERVER, metavar="S")] = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a request's body may take to arrive (408 and close otherwise).",
+    )
+    keepalive_timeout_s: Annotated[
+        float, flag("--keepalive-timeout", panel=SERVER, metavar="S")
+    ] = Field(75.0, gt=0, le=86400, description="Seconds an idle keep-alive connection stays open.")
 
-    @field_validator("profile")
+    @field_validator("fault_kinds", mode="before")
     @classmethod
-    def _known_profile(cls, value: str | Profile) -> str | Profile:
+    def _kind_list(cls, value: Any) -> Any:
+        # Comma-separated or repeated (the flag); none named: every kind.
         if isinstance(value, str):
-            load_profile(value)
+            value = [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            kinds = [k.strip() for v in value for k in v.split(",") if k.strip()]
+            for kind in kinds:
+                if kind not in FAULT_KINDS:
+                    raise ValueError(f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
+            return kinds or list(FAULT_KINDS)
         return value
 
     @field_validator("host")
@@ -94,15 +191,10 @@ class SimConfig(BaseModel):
         return base.model_copy(update=updates)
 
 
-# Settings whose command-line flag is not the field name with dashes.
-_FLAGS = {
-    "prefix_caching": "--no-prefix-caching",
-    "behaviour_options": "--behaviour-option",
-    "log_interval_s": "--log-interval",
-    "header_timeout_s": "--header-timeout",
-    "body_timeout_s": "--body-timeout",
-    "keepalive_timeout_s": "--keepalive-timeout",
-}
+def _flag_of(name: str) -> str:
+    info = SimConfig.model_fields.get(name)
+    declared = flags_of(info) if info is not None else []
+    return declared[0].decls[0] if declared else "--" + name.replace("_", "-")
 
 
 def describe_errors(exc: ValidationError, flags: bool = True) -> list[str]:
@@ -111,7 +203,7 @@ def describe_errors(exc: ValidationError, flags: bool = True) -> list[str]:
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         name = loc[0] if loc else "settings"
-        label = _FLAGS.get(name, "--" + name.replace("_", "-")) if flags else name
+        label = _flag_of(name) if flags else name
         if len(loc) > 1:
             label += "[" + ".".join(loc[1:]) + "]"
         msg = err["msg"].removeprefix("Value error, ")

@@ -11,7 +11,6 @@ from agentload.workloads.episode import (
     ToolLatency,
     episode_seed,
     run_episode,
-    validate_options,
 )
 
 __all__ = [
@@ -25,5 +24,4 @@ __all__ = [
     "ToolLatency",
     "episode_seed",
     "run_episode",
-    "validate_options",
 ]

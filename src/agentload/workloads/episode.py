@@ -15,17 +15,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentload.agents.base import AgentTurn, ToolCall, ToolOutcome
-from agentload.agents.strategies import AGENTS, make_agent, transfer_tool_name
-from agentload.agents.users import USERS, is_stop, make_user
+from agentload.agents.strategies import make_agent, transfer_tool_name
+from agentload.agents.users import is_stop, make_user
 from agentload.client import CallRecord, CallResult, ChatClient
+from agentload.config import ToolLatencyConfig, WorkloadConfig
 from agentload.domains import Environment, get_domain
 from agentload.domains.base import Domain, Grade, Task, grade_db_hash, hash_db
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
@@ -45,7 +44,6 @@ TERMINATIONS = (
     "infra_error",
     "protocol_error",
 )
-TOOL_LATENCY_KINDS = ("none", "constant", "uniform", "lognormal")
 COUNT_KEYS = (
     "agent_calls",
     "user_calls",
@@ -61,63 +59,10 @@ COUNT_KEYS = (
 _now_ns = time.perf_counter_ns
 
 
-@dataclass
-class ToolLatency:
-    """Simulated time a tool takes, drawn per call from an rng seeded per episode."""
-
-    kind: str = "none"  # none | constant | uniform | lognormal
-    mean_s: float = 0.0
-    spread: float = 0.5  # uniform: ±spread*mean; lognormal: sigma
-
-    def sampler(self, seed: int) -> random.Random | None:
-        if self.kind == "none" or self.mean_s <= 0:
-            return None
-        return random.Random(seed ^ 0x7A11CE)
-
-    def draw(self, rng: random.Random) -> float:
-        m = self.mean_s
-        if self.kind == "constant":
-            return m
-        if self.kind == "uniform":
-            return max(0.0, rng.uniform(m * (1 - self.spread), m * (1 + self.spread)))
-        if self.kind == "lognormal":
-            sigma = self.spread
-            return rng.lognormvariate(math.log(m) - sigma * sigma / 2, sigma)  # mean = m
-        raise ValueError(f"unknown tool latency kind {self.kind!r}")
-
-
-@dataclass
-class EpisodeOptions:
-    agent: str = "tool-calling"  # tool-calling | react | act | few-shot | oracle | noop
-    user: str = "llm"  # llm | react | verify | reflection | scripted
-    temperature: float | None = None
-    max_steps: int = 30  # agent steps (model calls) per episode
-    max_user_turns: int = 20
-    budget_s: float | None = 900.0  # per-episode wall time
-    max_errors: int = 5  # tool errors + protocol/parse errors tolerated; one more ends it
-    keep_reasoning: bool = False  # reasoning content kept in the history sent back, or dropped
-    chat_template_kwargs: dict | None = None  # extra_body of agent and user calls
-    tool_latency: ToolLatency = field(default_factory=ToolLatency)
-    agent_max_tokens: int | None = None
-    user_max_tokens: int | None = None
-    # `seed` of each call: "none" (not sent), "episode" (the spec's seed) or a fixed int. A
-    # per-request seed makes engines sample on a per-request generator (a different path
-    # from unseeded traffic), so it is sent only when asked for.
-    request_seed: str | int = "none"
-    # τ² domains run under τ²'s own limits: messages passed (agent, user and tool results
-    # each count one) and failed tool calls (the episode ends when this many have failed).
-    tau2_max_steps: int = 200
-    tau2_max_errors: int = 10
-    # The few-shot agent's examples file (JSONL). Agent factories take (domain, task) only,
-    # so it is handed to the registered `few-shot` strategy when the options are made (for
-    # the process: one examples file at a time); a bad file is a ValueError here.
-    few_shot: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.few_shot is not None:
-            from agentload.agents.strategies import use_few_shot_file
-
-            use_few_shot_file(self.few_shot)
+# An episode's options are the workload's configuration, declared (with defaults and bounds)
+# once, in agentload.config.
+EpisodeOptions = WorkloadConfig
+ToolLatency = ToolLatencyConfig
 
 
 def request_seed_for(option: str | int, episode_seed: int) -> int | None:
@@ -151,22 +96,6 @@ def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
     range servers accept (31 bits)."""
     digest = hashlib.sha256(f"agentload/episode/{base_seed}/{task_id}/{trial}".encode()).digest()
     return int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
-
-
-def validate_options(options: EpisodeOptions) -> None:
-    """Raise ValueError for options no episode can run with."""
-    for registry, name in ((AGENTS, options.agent), (USERS, options.user)):
-        try:
-            registry.check(name)
-        except KeyError as e:
-            raise ValueError(str(e)) from None
-    if options.tool_latency.kind not in TOOL_LATENCY_KINDS:
-        raise ValueError(
-            f"unknown tool latency kind {options.tool_latency.kind!r}; "
-            f"known: {', '.join(TOOL_LATENCY_KINDS)}"
-        )
-    if options.max_steps < 1 or options.max_user_turns < 1 or options.max_errors < 0:
-        raise ValueError("max_steps and max_user_turns must be >= 1, max_errors >= 0")
 
 
 class _Tap:
@@ -280,7 +209,6 @@ class _Episode(ModelCalls):
     def __init__(
         self, spec: EpisodeSpec, clients: Mapping[str, ChatClient], options: EpisodeOptions
     ) -> None:
-        validate_options(options)
         self.spec = spec
         self.options = options
         domain_name, sep, _ = spec.task_id.partition("/")

@@ -15,7 +15,6 @@ from agentload.workloads.base import SessionOutcome, Workload
 from agentload.workloads.episode import (
     EpisodeOptions,
     EpisodeSpec,
-    ToolLatency,
     episode_seed,
     run_episode,
 )
@@ -152,27 +151,8 @@ def warm_tau2(task_ids: list[str]) -> None:
 
 
 def episode_options(cfg: RunConfig) -> EpisodeOptions:
-    w = cfg.workload
-    return EpisodeOptions(
-        agent=w.agent,
-        user=w.user,
-        temperature=w.temperature,
-        max_steps=w.max_steps,
-        max_user_turns=w.max_user_turns,
-        budget_s=w.budget_s,
-        max_errors=w.max_errors,
-        keep_reasoning=w.keep_reasoning,
-        chat_template_kwargs=w.chat_template_kwargs,
-        tool_latency=ToolLatency(
-            kind=w.tool_latency.kind, mean_s=w.tool_latency.mean_s, spread=w.tool_latency.spread
-        ),
-        agent_max_tokens=w.agent_max_tokens,
-        user_max_tokens=w.user_max_tokens,
-        request_seed=w.request_seed,
-        tau2_max_steps=w.tau2.max_steps,
-        tau2_max_errors=w.tau2.max_errors,
-        few_shot=w.few_shot,
-    )
+    """The options of the run's episodes: its workload configuration."""
+    return cfg.workload
 
 
 async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:

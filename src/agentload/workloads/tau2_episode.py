@@ -245,8 +245,8 @@ class Tau2Episode(ModelCalls):
         self.errors = 0  # failed tool calls, agent's and user's
         self.tool_s = 0.0
         self.replies: list[str] = []
-        self.max_steps = options.tau2_max_steps
-        self.max_errors = options.tau2_max_errors
+        self.max_steps = options.tau2.max_steps
+        self.max_errors = options.tau2.max_errors
 
     # --- the loop ---------------------------------------------------------------------------
 
