@@ -1,4 +1,5 @@
-"""Limits for the long-lived HTTP services (`agentload proxy`, `agentload tools serve`).
+"""Limits for the long-lived HTTP services (`agentload proxy`, `agentload tools serve`; the
+simulator uses the connection cap).
 
 Each connection gets a `ConnectionGuard` driven by its protocol at the request's boundaries:
 
@@ -21,6 +22,7 @@ import contextlib
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 DEFAULT_MAX_BODY = 64 << 20
 """Largest request body taken by default: a 128k-token context with tool schemas is a few MB of
@@ -66,19 +68,29 @@ def connection_budget(wanted: int, fds_per_connection: int = 1) -> int:
     return max(1, min(wanted, (soft - _FD_RESERVE) // fds_per_connection))
 
 
+class Capped(Protocol):
+    """A connection a `ConnectionCap` can hold: `busy` while serving a request (never
+    evicted), `expire(kind)` closes it."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def expire(self, kind: str) -> None: ...
+
+
 class ConnectionCap:
     """The open connections of one server, oldest activity first."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._live: dict[ConnectionGuard, None] = {}
+        self._live: dict[Capped, None] = {}
         self.evicted = 0
         self.refused = 0
 
     def __len__(self) -> int:
         return len(self._live)
 
-    def admit(self, guard: ConnectionGuard) -> bool:
+    def admit(self, guard: Capped) -> bool:
         if len(self._live) >= self.limit:
             victim = next((g for g in self._live if not g.busy), None)
             if victim is None:
@@ -90,12 +102,12 @@ class ConnectionCap:
         self._live[guard] = None
         return True
 
-    def touch(self, guard: ConnectionGuard) -> None:
+    def touch(self, guard: Capped) -> None:
         if guard in self._live:
             del self._live[guard]
             self._live[guard] = None
 
-    def remove(self, guard: ConnectionGuard) -> None:
+    def remove(self, guard: Capped) -> None:
         self._live.pop(guard, None)
 
 

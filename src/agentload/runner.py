@@ -114,6 +114,7 @@ class RunState:
     engines: Any = None  # engines.run.RunEngines of endpoints with `launch:`
     # The client's own CPU time at the start, for the report's client-health check.
     cpu_start_s: float = field(default_factory=time.process_time)
+    cpu_run_s: float | None = None
 
     @property
     def out_dir(self) -> Path:
@@ -217,11 +218,11 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
 
     # Sessions that ended on infrastructure errors did not run: a resume redoes them.
     redo = drop_infra_sessions(out_dir) if opts.resume else 0
-    recorder = _open_recorder(out_dir, opts)
     from agentload.redact import endpoint_secrets
 
-    for ep_cfg in cfg.endpoints.values():
-        recorder.add_secrets(endpoint_secrets(ep_cfg))
+    secrets = [endpoint_secrets(ep_cfg) for ep_cfg in cfg.endpoints.values()]
+    # config.yaml is written before the record files, so a folder is resumable from the start.
+    recorder = _open_recorder(out_dir, opts, config_to_dict(cfg), secrets)
     plan = workload.plan(recorder.finished_keys())
     issue = None if plan.to_issue is None else plan.to_issue + cfg.load.warmup.episodes
     workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
@@ -232,7 +233,6 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
     *processes, note = decide_workers(cfg, workers)
     if note:
         opts.say(note)
-    recorder.write_config(config_to_dict(cfg))
     prev_count = prev.get("resume_count", -1)
     attempt = (prev_count if isinstance(prev_count, int) else -1) + 1 if opts.resume else 0
     meta: dict[str, Any] = {
@@ -307,7 +307,12 @@ async def drive(run: RunState) -> SchedulerReport:
                 interval_s=run.opts.progress_interval_s,
                 title=run.opts.progress_title,
             ):
-                return await sched.run()
+                # CPU time over the scheduler's window, the one its elapsed_s covers (start-up
+                # and the summary are not the load's, and a resume may have nothing to run).
+                run.cpu_start_s = time.process_time()
+                report = await sched.run()
+                run.cpu_run_s = time.process_time() - run.cpu_start_s
+                return report
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
 
 
@@ -348,6 +353,10 @@ async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
             )
         else:
             files, verdict = _report(run, rep, summary, verdict)
+            if await _interrupted(run) and verdict.code != EXIT_INTERRUPTED:
+                # A signal during the (blocking) report: written, but the run was stopped.
+                verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
+                _settle(run, rep, verdict, summary)
     if verdict.code == EXIT_FAILED and rep.stop_reason != "failed":
         run.opts.say(f"the {run.workload.noun} ran, but the run {verdict.status}")
     return RunOutcome(run.out_dir, verdict.code, verdict.status, summary, rep, files)
@@ -366,11 +375,19 @@ def _previous_meta(out_dir: Path) -> dict[str, Any]:
     return load_run_meta(out_dir) or {}
 
 
-def _open_recorder(out_dir: Path, opts: RunOptions) -> Recorder:
+def _open_recorder(
+    out_dir: Path, opts: RunOptions, config: dict[str, Any] | None = None, secrets: Any = ()
+) -> Recorder:
     from agentload.results.recorder import Recorder
 
     try:
-        return Recorder(out_dir, resume=opts.resume, overwrite=opts.overwrite and not opts.resume)
+        return Recorder(
+            out_dir,
+            resume=opts.resume,
+            overwrite=opts.overwrite and not opts.resume,
+            config=config,
+            secrets=secrets,
+        )
     except FileExistsError as e:
         raise ConfigError(f"{e} (agentload run --resume {out_dir}, or --overwrite)") from None
     except OSError as e:
@@ -412,7 +429,7 @@ def _signal_handlers(run: RunState) -> Iterator[None]:
         run.interrupts += 1
         if run.finishing_interrupts >= 0:
             run.finishing_interrupts += 1
-            say(f"{signame}: finishing summary.json, then stopping (report skipped)")
+            say(f"{signame}: finishing the results files, then stopping (exit 130)")
             return
         sched = run.sched
         if sched is None:
@@ -769,7 +786,9 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
     out_dir = run.out_dir
     try:
         summary = summarize(out_dir, slo=run.cfg.slo or None)
-        cpu_s = time.process_time() - run.cpu_start_s
+        cpu_s = (
+            run.cpu_run_s if run.cpu_run_s is not None else time.process_time() - run.cpu_start_s
+        )
         extra = {
             "resume_attempt": run.attempt,
             "cpu_s": cpu_s,
@@ -800,10 +819,12 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
 
 
 async def _interrupted(run: RunState) -> bool:
-    # Signal handlers run on the event loop: give it a turn between the blocking steps.
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    return run.finishing_interrupts > 0
+    # Signal handlers run on the event loop: give it a turn between the blocking steps (a
+    # signal takes three: the wake-up read, the handler's scheduling, the handler).
+    for _ in range(4):
+        await asyncio.sleep(0)
+    # Any SIGINT / SIGTERM, also one after the last episode ended: the run exits 130.
+    return run.interrupts > 0
 
 
 def _settle(

@@ -434,6 +434,7 @@ async def test_agent_transfer() -> None:
 async def test_empty_message_is_a_protocol_error() -> None:
     res, _ = await scripted([Reply("")], EpisodeOptions(user="scripted"))
     assert res.session["termination"] == "protocol_error"
+    assert res.session["counts"]["protocol_errors"] == 1
     assert "empty message" in res.session["error"]
 
 
@@ -514,6 +515,7 @@ async def test_react_parse_error_twice_is_a_protocol_error() -> None:
     res, _ = await scripted([Reply("no action here")], EpisodeOptions(agent="act", user="scripted"))
     s = res.session
     assert s["termination"] == "protocol_error"
+    assert s["counts"]["protocol_errors"] == 1
     assert s["counts"]["parse_errors"] == 2 and "unparsable" in s["error"]
 
 
@@ -599,6 +601,7 @@ async def test_empty_user_message_is_a_protocol_error() -> None:
     )
     s = res.session
     assert s["termination"] == "protocol_error"
+    assert s["counts"]["protocol_errors"] == 1
     assert s["error"].startswith("user: empty message")
     assert s["counts"]["user_calls"] == 2 and s["counts"]["agent_calls"] == 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 import subprocess
 import sys
@@ -11,9 +12,11 @@ import time
 import pytest
 
 from agentload.client import ChatClient, EndpointConfig, RetryPolicy, Timeouts
+from agentload.http_limits import raise_fd_limit
 from agentload.sim import SimConfig
-from agentload.sim.api import SimBindError, SimProcess, SimServer
+from agentload.sim.api import STDIN_CONFIG_FLAG, SimBindError, SimProcess, SimServer
 from agentload.sim.config import describe_errors
+from agentload.util import free_port
 
 MSGS = [{"role": "user", "content": "hi"}]
 REQUEST_HEAD = (
@@ -57,12 +60,12 @@ async def _slow_clients(host: str, port: int, n: int) -> list[tuple[str, float, 
     return [(c[0], t, data) for c, (t, data) in zip(conns, results, strict=True)]
 
 
-async def _one_chat(base_url: str) -> bool:
+async def _one_chat(base_url: str, total: float = 20) -> bool:
     ep = EndpointConfig(
         base_url=base_url,
         model="agentload-sim",
         retry=RetryPolicy(max_attempts=1),
-        timeouts=Timeouts(total=20),
+        timeouts=Timeouts(total=total),
     )
     async with ChatClient(ep) as c:
         res = await c.chat(MSGS, max_tokens=4)
@@ -141,7 +144,7 @@ def test_busy_port_and_unknown_host_give_one_line_and_exit_2() -> None:
 def test_bad_settings_give_one_line_per_field(tmp_path) -> None:
     r = _sim("--speedup", "-1", "--port", "99999", "--tool-call-probability", "2")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = sorted(r.stderr.strip().splitlines())  # in the settings' field order
     assert lines == [
         "agentload sim: --port: Input should be less than or equal to 65535 (got 99999)",
         "agentload sim: --speedup: Input should be greater than 0 (got -1.0)",
@@ -219,3 +222,80 @@ async def test_a_request_longer_than_the_header_deadline_completes() -> None:
             res = await c.chat(MSGS, max_tokens=300, extra_body={"ignore_eos": True})
     assert res.ok, res.record
     assert res.record.e2e_s is not None and res.record.e2e_s > 0.5
+
+
+def _fd_limit_256() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+async def test_connections_beyond_the_fd_limit_do_not_lock_out_a_client() -> None:
+    # At a 256-descriptor limit (soft and hard, so the simulator cannot raise it) and a header
+    # deadline far off, 400 silent and slowloris connections would exhaust the descriptors:
+    # every accept would fail until the deadline. The cap closes the longest-waiting one.
+    port = free_port("127.0.0.1")
+    cfg = SimConfig(port=port, speedup=50, header_timeout_s=60, keepalive_timeout_s=60)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentload.sim",
+        STDIN_CONFIG_FLAG,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_fd_limit_256,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(cfg.model_dump_json().encode())
+    proc.stdin.close()
+    writers = []
+    try:
+        base_url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 30
+        while True:  # up once it accepts
+            try:
+                _, probe = await asyncio.open_connection("127.0.0.1", port)
+                probe.close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.returncode is None
+                await asyncio.sleep(0.1)
+        raise_fd_limit()  # this side holds the 400 connections
+        readers = []
+        for i in range(400):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            if i % 2:
+                writer.write(REQUEST_HEAD[:40])
+            readers.append(reader)
+            writers.append(writer)
+        t0 = time.monotonic()
+        assert await _one_chat(base_url, total=5.0)
+        assert time.monotonic() - t0 < 1.0
+        # The first connections opened were the ones closed (oldest first).
+        closed, _ = await _closed_after(readers[0], t0, 2.0)
+        assert closed < 2.0
+    finally:
+        for w in writers:
+            w.close()
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 10)
+
+
+@pytest.mark.parametrize("value", ["7", "-0.1", "abc", "true", ".nan"])
+def test_behaviour_option_out_of_range_is_refused_in_one_line(value: str) -> None:
+    r = _sim("--behaviour-option", f"agent_skill={value}", "--port", "0")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("agentload sim: --behaviour-option"), lines
+    assert "agent_skill" in lines[0] and "from 0 to 1" in lines[0], lines
+
+
+async def test_behaviour_option_in_range_is_taken() -> None:
+    async with SimServer(SimConfig(port=0, behaviour_options={"agent_skill": 0.3})) as sim:
+        assert sim.sim is not None
+    with pytest.raises(ValueError, match=r"agent_skill.*from 0 to 1"):
+        await SimServer(SimConfig(port=0, behaviour_options={"agent_skill": 1.5})).start()
+    # Settings changed after validation (model_copy) are checked when the server starts.
+    cfg = SimConfig(port=0).model_copy(update={"behaviour_options": {"agent_skill": 7}})
+    with pytest.raises(ValueError, match=r"agent_skill=7: expected a number from 0 to 1"):
+        await SimServer(cfg).start()

@@ -210,3 +210,63 @@ def test_large_dataset_bounded_time_and_memory(tmp_path: Path) -> None:
     assert ds.load("conv-19999").id == "conv-19999"
     assert took < 60, took
     assert grew_mb < 60, grew_mb  # the file is ~100 MB
+
+
+# MLCommons' JSON schema of the flat rows: arguments a JSON string, tool results and user
+# messages with text. Each refusal names file:line and the field.
+def test_error_tool_call_arguments_as_an_object(tmp_path: Path) -> None:
+    rows = _rows(1)
+    rows[1]["tool_calls"][0]["function"]["arguments"] = {"order_id": "#W0001"}
+    msg = _bad(tmp_path, rows)
+    assert msg.startswith("bad.jsonl:2: field 'tool_calls[0].function.arguments'"), msg
+    assert "a JSON string" in msg and "object" in msg
+
+
+def test_error_null_tool_result_content(tmp_path: Path) -> None:
+    rows = _rows(1)
+    rows[2]["tool_results"][0]["content"] = None
+    msg = _bad(tmp_path, rows)
+    assert msg.startswith("bad.jsonl:3: field 'tool_results[0].content'"), msg
+    rows = _rows(1)
+    rows[2]["tool_call_id"] = rows[2].pop("tool_results")[0]["tool_call_id"]
+    rows[2]["content"] = None  # the one-result form
+    assert _bad(tmp_path, rows).startswith("bad.jsonl:3: field 'content'")
+
+
+@pytest.mark.parametrize("null", [True, False])
+def test_error_null_user_content(tmp_path: Path, null: bool) -> None:
+    rows = _rows(0)
+    if null:
+        rows[2]["content"] = None
+    else:
+        del rows[2]["content"]
+    msg = _bad(tmp_path, rows)
+    assert msg.startswith("bad.jsonl:3: field 'content'") and "user" in msg, msg
+
+
+@pytest.mark.parametrize("indent", [True, False])
+def test_error_pretty_printed_json_is_not_jsonl(tmp_path: Path, indent: bool) -> None:
+    path = tmp_path / "bad.jsonl"
+    option = orjson.OPT_INDENT_2 if indent else 0
+    path.write_bytes(orjson.dumps(_rows(0), option=option))
+    with pytest.raises(DatasetError) as e:
+        index_dataset(path)
+    msg = str(e.value)
+    assert msg.startswith("bad.jsonl:1: not JSONL"), msg
+    assert "one JSON object per line" in msg
+
+
+def test_converted_nulls_still_validate(tmp_path: Path) -> None:
+    from agentload.workloads.dataset_tools import convert, verify
+
+    src = tmp_path / "m.jsonl"
+    msgs = [
+        {"role": "user", "content": None},
+        {"role": "assistant", "content": None, "tool_calls": [_rows(1)[1]["tool_calls"][0]]},
+        {"role": "tool", "tool_call_id": _rows(1)[1]["tool_calls"][0]["id"], "content": None},
+        {"role": "assistant", "content": "ok"},
+    ]
+    src.write_bytes(orjson.dumps({"messages": msgs}) + b"\n")
+    convert(src, tmp_path / "flat.jsonl")
+    assert index_dataset(tmp_path / "flat.jsonl").format == "mlperf"
+    assert verify(src, tmp_path / "flat.jsonl") == (1, 2)

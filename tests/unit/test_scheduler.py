@@ -142,3 +142,19 @@ def test_progress_line_speaks_of_the_workloads_sessions() -> None:
     replay = ProgressTracker(total=10, noun="conversations", graded=False).snapshot()
     line = progress_line(replay)
     assert line.startswith("conversations 0/10") and "success" not in line
+
+
+def test_progress_success_leaves_out_infra_errors_as_the_summary_does() -> None:
+    from agentload.scheduler.progress import ProgressTracker, progress_line
+
+    p = ProgressTracker(total=10)
+    for reward, termination in [(1.0, "done"), (0.0, "done"), (1.0, "done")]:
+        p.on_episode({"reward": reward, "termination": termination})
+    p.on_episode({"reward": 0.0, "termination": "infra_error"})
+    p.on_episode({"reward": 1.0, "termination": "done", "reward_partial": True})
+    s = p.snapshot()
+    assert s["episodes"] == 5 and s["success_rate"] == 2 / 3
+    assert "success 67%" in progress_line(s)
+    only_infra = ProgressTracker(total=2)
+    only_infra.on_episode({"reward": 0.0, "termination": "infra_error"})
+    assert only_infra.snapshot()["success_rate"] is None

@@ -50,9 +50,12 @@ def test_byte_at_a_time() -> None:
 
 def test_multiline_data_event_field_and_no_space() -> None:
     p = SSEParser()
-    out = p.feed(b'event: error\ndata:{"a":\ndata: 1}\nid: 7\n\n')
+    out = p.feed(b'event: delta\ndata:{"a":\ndata: 1}\nid: 7\n\n')
     assert out == [b'{"a":\n1}']
-    assert p.last_event == b"error"
+    assert p.last_event == b"delta"
+    # An error event is the server's error: kept apart, not returned as a chunk.
+    assert p.feed(b'event: error\ndata: {"m":\ndata: 1}\n\ndata: x\n\n') == [b"x"]
+    assert p.errors == [b'{"m":\n1}']
 
 
 def test_unterminated_last_event_is_flushed() -> None:

@@ -515,9 +515,17 @@ class ChatClient:
         """A streamed aiohttp response into `acc`, read by read."""
         reader = StreamReader(acc, dog)
         feed = reader.http_body
+        closed = _close_watch(resp)
         async for raw in resp.content.iter_any():
             feed(raw, _now_ns())
-        reader.end()
+        try:
+            reader.end()
+        except CallError:
+            # aiohttp ends a body delimited by the connection's close quietly on a reset too.
+            reset = _reset_error(closed)
+            if reset is None:
+                raise
+            raise CallError("malformed_stream", f"connection lost mid-stream: {reset}") from None
 
 
 def _backoff(rec: CallRecord, err: CallError, attempt: int, policy: RetryPolicy) -> float:
@@ -544,14 +552,42 @@ def _status_error(
     return err
 
 
+def _close_watch(resp: aiohttp.ClientResponse) -> asyncio.Future[None] | None:
+    """For a body delimited by the connection's close: a future set (or failed) when the
+    connection closes (aiohttp's `ResponseHandler.closed`, where this aiohttp has it)."""
+    if resp.content_length is not None or "chunked" in resp.headers.get("Transfer-Encoding", ""):
+        return None
+    conn = resp.connection
+    closed = getattr(conn.protocol, "closed", None) if conn is not None else None
+    if not isinstance(closed, asyncio.Future):
+        return None
+    # Retrieved whatever happens, so a failure seen by nobody is not logged as unretrieved.
+    closed.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return closed
+
+
+def _reset_error(closed: asyncio.Future[None] | None) -> str | None:
+    if closed is None or not closed.done() or closed.cancelled():
+        return None
+    exc = closed.exception()
+    return None if exc is None else str(exc.__cause__ or exc)
+
+
 def _http1_reply(reply: Reply, reader: StreamReader | None, acc: _Attempt) -> None:
     """An HTTP/1.1 reply into `acc`: an error status raises, a body is parsed or checked."""
     if reply.status != 200:
         raise _status_error(reply.status, reply.body, reply.header("Retry-After"), acc.secrets)
-    if reader is not None:
-        reader.end()
-    else:
-        parse_full(reply.body, acc)
+    try:
+        if reader is not None:
+            reader.end()
+        else:
+            parse_full(reply.body, acc)
+    except CallError as e:
+        if reply.reset is None or e.kind != "malformed_stream":
+            raise
+        # A reply with no length cut by a reset: the server or the network failed, not the
+        # reply's shape (outage detection counts it).
+        raise CallError("malformed_stream", f"connection lost mid-stream: {reply.reset}") from None
 
 
 def finish_call(

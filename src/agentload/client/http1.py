@@ -64,15 +64,24 @@ class Stamps(Protocol):
 
 
 class Reply:
-    """Status, headers and (unless streamed to a sink) body of one response."""
+    """Status, headers and (unless streamed to a sink) body of one response; `reset`: the
+    connection error that ended a body delimited by the connection's close (it may be cut)."""
 
-    __slots__ = ("body", "headers", "headers_ns", "status")
+    __slots__ = ("body", "headers", "headers_ns", "reset", "status")
 
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, hns: int):
+    def __init__(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        hns: int,
+        reset: str | None = None,
+    ):
         self.status = status
         self.headers = headers
         self.body = body
         self.headers_ns = hns
+        self.reset = reset
 
     def header(self, name: str) -> str | None:
         key = name.lower().encode()
@@ -108,6 +117,7 @@ class _Conn(asyncio.Protocol):
         self.got_headers = False
         self.complete = False
         self.needs_eof = False
+        self.reset: str | None = None  # the error that ended a close-delimited body
         self.reusable = False
         self.fresh = True  # no byte of the reply yet
 
@@ -163,7 +173,10 @@ class _Conn(asyncio.Protocol):
         if waiter is None or waiter.done():
             return
         if self.got_headers and self.needs_eof:
-            waiter.set_result(None)  # a body delimited by the end of the connection
+            # A body delimited by the end of the connection. A reset (exc) may have cut it:
+            # the reader of the body decides (a stream that had its end is complete).
+            self.reset = f"{exc}" if exc is not None else None
+            waiter.set_result(None)
         else:
             self._fail(self._lost_error(f"connection lost: {exc or 'closed by the server'}"))
 
@@ -255,7 +268,7 @@ class Http1Pool:
             conn.waiter = None
         pieces = conn.pieces
         body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        reply = Reply(conn.status, conn.headers, body, conn.headers_ns)
+        reply = Reply(conn.status, conn.headers, body, conn.headers_ns, conn.reset)
         self._release(conn)
         return reply
 

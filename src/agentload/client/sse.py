@@ -21,15 +21,17 @@ class SSEParser:
     Handles `\\n`, `\\r\\n` and `\\r` line endings (also when split between two feeds),
     comment lines (`: keep-alive`), multi-line `data:` fields (joined with `\\n`), and
     ignores `event:`, `id:` and `retry:` fields except that `event:` names are kept for the
-    caller via :attr:`last_event`.
+    caller via :attr:`last_event`. The data of an `event: error` is not returned with the
+    rest but collected in :attr:`errors`: it is the server's error, not a chunk.
     """
 
-    __slots__ = ("_cr", "_pending", "last_event")
+    __slots__ = ("_cr", "_pending", "errors", "last_event")
 
     def __init__(self) -> None:
         self._pending: list[bytes] = []
         self._cr = False
         self.last_event: bytes | None = None
+        self.errors: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if self._cr:
@@ -83,6 +85,7 @@ class SSEParser:
 
     def _parse_block(self, block: bytes) -> bytes | None:
         data: list[bytes] = []
+        event = None
         for line in block.split(_NL):
             if not line or line.startswith(b":"):
                 continue
@@ -92,7 +95,10 @@ class SSEParser:
             if name == b"data":
                 data.append(value)
             elif name == b"event":
-                self.last_event = value
+                self.last_event = event = value
+        if event == b"error":
+            self.errors.append(_NL.join(data))
+            return None
         if not data:
             return None
         return _NL.join(data)

@@ -110,7 +110,10 @@ class StreamReader:
         dog = self.dog
         if dog.last_ns is not None:
             dog.last_ns = now
-        events = self.parser.feed(raw)
+        parser = self.parser
+        events = parser.feed(raw)
+        if parser.errors:
+            self._error_event(parser.errors[0])
         if events:
             if events[-1] == _DONE:  # where the end usually is: last event, last read
                 self.acc.saw_done = True
@@ -124,8 +127,20 @@ class StreamReader:
         for data in self.parser.flush():
             if data == _DONE:
                 self.acc.saw_done = True
+        if self.parser.errors:
+            self._error_event(self.parser.errors[0])
         if not self.acc.saw_done:
             raise CallError("malformed_stream", "stream ended without [DONE]")
+
+    def _error_event(self, data: bytes) -> None:
+        """An SSE `event: error`: its `error` object, or its whole data, is the error."""
+        try:
+            obj: Any = _loads(data)
+        except orjson.JSONDecodeError:
+            obj = data.decode("utf-8", "replace") or "an SSE error event with no data"
+        if isinstance(obj, dict) and "error" in obj:
+            obj = obj["error"]
+        raise_error_event(obj, self.acc.secrets)
 
     def _fold(self, events: list[bytes], now: int) -> None:
         """One read's events into the accumulators: all decoded by one call when it can."""

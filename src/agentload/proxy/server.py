@@ -28,7 +28,7 @@ from multidict import CIMultiDict
 
 from agentload.client.errors import classify_http_error
 from agentload.client.record import CallRecord
-from agentload.client.safety import redact
+from agentload.client.safety import redact, split_userinfo
 from agentload.http_limits import (
     DEFAULT_MAX_BODY,
     ConnectionCap,
@@ -343,6 +343,11 @@ class ProxyServer:
         for k, v in req.headers:
             if k.lower() not in REQUEST_SKIP:
                 hdrs.add(k.decode("latin-1"), v.decode("latin-1"))
+        # aiohttp refuses URL credentials next to an Authorization header: the upstream's
+        # `user:pass@` goes as a Basic header, unless the caller sent its own.
+        url, basic = split_userinfo(url)
+        if basic is not None and "Authorization" not in hdrs:
+            hdrs["Authorization"] = basic
         started = False
         try:
             async with self._session.request(

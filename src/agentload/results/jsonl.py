@@ -9,6 +9,8 @@ never costs the records around it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import stat
@@ -192,11 +194,38 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
     check_held(path.parent)  # still this process's folder (agentload.results.lock)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # never left behind, whatever stopped the write
+        if not (isinstance(e, OSError) and e.errno in _NO_SPACE and _rewrite_in_place(path, data)):
+            raise
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _rewrite_in_place(path: Path, data: bytes) -> bool:
+    """On a full disk, a small file (run.json) that must say how the run ended can still be
+    rewritten within the blocks it already holds; True when that was done. Not atomic, so
+    only for data that fits what the file has allocated."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or len(data) > st.st_blocks * 512:
+            return False
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True
 
 
 def atomic_write_lines(path: Path, records: Iterable[Any]) -> None:

@@ -101,7 +101,11 @@ class Recorder:
         resume: bool = False,
         overwrite: bool = False,
         fsync: bool = False,
+        config: Mapping[str, Any] | None = None,
+        secrets: Any = (),
     ) -> None:
+        """`config`: written to config.yaml before the record files are created (and
+        `secrets`, sets of values, redacted from it and from every record)."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.resume = resume
@@ -120,6 +124,12 @@ class Recorder:
         self.on_write_error: Callable[[ResultsWriteError], None] | None = None
         if resume:
             self._prepare_resume()
+            # A writer killed inside atomic_write_bytes leaves its `.NAME.tmpPID`; the folder
+            # is this process's now (locked), so none of them is still being written.
+            for stale in self.out_dir.glob(".*.tmp*"):
+                if stale.name.rpartition(".tmp")[2].isdigit():
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
         else:
             existing = [n for n in RECORD_FILES if self._nonempty(n)]
             if existing and not overwrite:
@@ -129,6 +139,12 @@ class Recorder:
                 )
             if overwrite:  # lines an earlier resume set aside belong to the replaced run
                 shutil.rmtree(self.out_dir / DROPPED_DIR, ignore_errors=True)
+        for values in secrets:
+            self.add_secrets(values)
+        if config is not None:
+            # First, atomically: a folder holding record files always has the config.yaml
+            # `--resume` reads, whenever the process is killed.
+            self.write_config(config)
         mode = "ab" if resume else "wb"
         self._files: dict[str, IO[bytes]] = {
             name: open(self.out_dir / name, mode)  # noqa: SIM115 - closed in close()

@@ -66,6 +66,7 @@ class ProgressTracker:
         self.episodes = 0
         self.warmup_episodes = 0
         self.successes = 0
+        self.graded_episodes = 0  # the success rate's denominator, as in the summary
         self.failed_episodes = 0
         self._ttft: list[float] = []
         self._ttft_seen = 0
@@ -95,10 +96,15 @@ class ProgressTracker:
             self.warmup_episodes += 1
             return
         self.episodes += 1
-        if (session.get("reward") or 0.0) >= 1.0:
-            self.successes += 1
         if session.get("termination") in ("infra_error", "protocol_error"):
             self.failed_episodes += 1
+        # As the summary: an episode ended by the infrastructure, or graded only in part,
+        # says nothing about the agent's task.
+        if session.get("termination") == "infra_error" or session.get("reward_partial"):
+            return
+        self.graded_episodes += 1
+        if (session.get("reward") or 0.0) >= 1.0:
+            self.successes += 1
 
     def snapshot(self) -> dict[str, Any]:
         now = time.perf_counter()
@@ -139,7 +145,9 @@ class ProgressTracker:
             "error_rate": self.call_errors / self.calls if self.calls else 0.0,
             "ttft_p50": percentile_sorted(ttft, 0.5),
             "ttft_p90": percentile_sorted(ttft, 0.9),
-            "success_rate": self.successes / self.episodes if self.episodes else None,
+            "success_rate": (
+                self.successes / self.graded_episodes if self.graded_episodes else None
+            ),
             "lag_p99": self.lag_p99(),
             "outage": self.outage(),
         }

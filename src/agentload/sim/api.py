@@ -16,10 +16,16 @@ from typing import Any
 
 from aiohttp import web
 
+from agentload.http_limits import ConnectionCap, connection_budget
+from agentload.sim.behaviour import BehaviourOptionError
 from agentload.sim.config import SimConfig
 from agentload.sim.fasthttp import fast_factory
 from agentload.sim.server import SimApp
 from agentload.util import ServedAt, die_with_parent, free_port, gc_tuned
+
+MAX_CONNECTIONS = 1 << 16
+"""The simulator's connection cap where file descriptors allow (a load target: far above any
+concurrency a benchmark drives; the file-descriptor budget is what usually bounds it)."""
 
 STDIN_CONFIG_FLAG = "--stdin-config"
 """`python -m agentload.sim --stdin-config` reads its SimConfig as JSON on stdin."""
@@ -54,6 +60,7 @@ class SimServer(_Addresses):
         self.sim: SimApp | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
+        self.connections: ConnectionCap | None = None
         self.port: int = self.config.port
 
     async def start(self) -> SimServer:
@@ -73,12 +80,15 @@ class SimServer(_Addresses):
         )
         await self._runner.setup()
         assert self._runner.server is not None
+        # Open connections stay below the file-descriptor limit: past it every accept fails
+        # (EMFILE), so idle or slowloris connections would lock out every real client.
+        self.connections = ConnectionCap(connection_budget(MAX_CONNECTIONS))
         try:
             # Our own listener rather than web.TCPSite: each connection gets the fast path
             # for generation requests and the header deadline guard in front of aiohttp's
             # protocol, which serves everything else.
             self._listener = await asyncio.get_running_loop().create_server(
-                fast_factory(self._runner.server, self.sim),
+                fast_factory(self._runner.server, self.sim, self.connections),
                 cfg.host,
                 cfg.port,
                 backlog=4096,
@@ -153,7 +163,7 @@ def run_blocking(config: SimConfig) -> None:
             asyncio.run(serve_forever(config))
             return
         uvloop.run(serve_forever(config))
-    except SimBindError as exc:
+    except (SimBindError, BehaviourOptionError) as exc:
         print(f"agentload sim: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 

@@ -33,6 +33,7 @@ from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
+from agentload.http_limits import ConnectionCap
 from agentload.sim.guard import GuardedConnection
 from agentload.sim.server import _END, MAX_BODY, error_body
 
@@ -150,6 +151,7 @@ class FastConnection(GuardedConnection):
         "_body",
         "_body_size",
         "_body_timer",
+        "_cap",
         "_complete",
         "_conn",
         "_fast",
@@ -177,8 +179,10 @@ class FastConnection(GuardedConnection):
         make_inner: Callable[[], asyncio.Protocol],
         sim: SimApp,
         loop: asyncio.AbstractEventLoop,
+        cap: ConnectionCap | None = None,
     ) -> None:
         super().__init__(_NoProtocol(), loop, sim.config.header_timeout_s)
+        self._cap = cap
         self._make_inner = make_inner
         self._sim = sim
         self._parser = httptools.HttpRequestParser(self)
@@ -207,6 +211,11 @@ class FastConnection(GuardedConnection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
         self._conn = cast(asyncio.Transport, transport)
+        if self._cap is not None and not self._cap.admit(self):
+            # Every connection at the cap is serving a request: refuse this one rather than
+            # run out of file descriptors, which would fail every accept.
+            transport.close()
+            return
         self._arm()
         self._arm_idle(self._sim.config.keepalive_timeout_s)
 
@@ -225,6 +234,8 @@ class FastConnection(GuardedConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        if self._cap is not None:
+            self._cap.remove(self)
         if self._handed:
             super().connection_lost(exc)
         else:
@@ -239,6 +250,24 @@ class FastConnection(GuardedConnection):
     def resume_writing(self) -> None:
         if self._handed:
             super().resume_writing()
+
+    # -- the connection cap (http_limits.Capped) -------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._busy or self._serving or bool(self._queue)
+
+    def expire(self, kind: str) -> None:
+        """Closed by the cap for a new connection: it was the one idle (or sending its
+        headers) for longest."""
+        log.debug("closing a connection (%s) for a new one at the connection cap", kind)
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+
+    def request_finished(self) -> None:
+        super().request_finished()
+        if self._cap is not None:
+            self._cap.touch(self)  # active again: the last to be evicted
 
     # -- parsing ---------------------------------------------------------------------------
     def _feed(self, data: bytes) -> None:
@@ -452,11 +481,14 @@ class _NoProtocol(asyncio.Protocol):
     """The inner protocol before a hand-over (nothing is forwarded to it)."""
 
 
-def fast_factory(server: web.Server, sim: SimApp) -> Callable[[], asyncio.Protocol]:
-    """A protocol factory for `loop.create_server`: the fast path, aiohttp's for the rest."""
+def fast_factory(
+    server: web.Server, sim: SimApp, cap: ConnectionCap | None = None
+) -> Callable[[], asyncio.Protocol]:
+    """A protocol factory for `loop.create_server`: the fast path, aiohttp's for the rest;
+    `cap` bounds the open connections (see `http_limits.ConnectionCap`)."""
     loop = asyncio.get_running_loop()
 
     def factory() -> asyncio.Protocol:
-        return FastConnection(server, sim, loop)
+        return FastConnection(server, sim, loop, cap)
 
     return factory

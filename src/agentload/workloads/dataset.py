@@ -167,11 +167,23 @@ def _lines(f: BinaryIO, first_line: int = 1) -> Iterator[tuple[int, int, int, by
             yield n, start, offset, text
 
 
+_NOT_JSONL = (
+    "not JSONL: {what}; a dataset holds one JSON object per line (`jq -c '.[]'` writes an "
+    "array that way)"
+)
+
+
 def _json(path: Path, line: int, text: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError as e:
+        if text in (b"{", b"[") or (text[:1] in b"{[" and text.rstrip(b",")[-1:] in b"{[:"):
+            # The first line of a value that goes on over the next lines.
+            what = "a JSON value spread over several lines (pretty-printed JSON?)"
+            raise _err(path, line, None, _NOT_JSONL.format(what=what)) from None
         raise _err(path, line, None, f"not valid JSON ({e})") from None
+    if isinstance(obj, list):
+        raise _err(path, line, None, _NOT_JSONL.format(what="a JSON array on one line"))
     if not isinstance(obj, dict):
         raise _err(path, line, None, "expected a JSON object per line")
     return obj
@@ -212,7 +224,11 @@ def _printable_id(path: Path, line: int, name: str, value: Any) -> str:
     return text
 
 
-def _check_tool_calls(path: Path, line: int, value: Any, key: str) -> list[dict[str, Any]]:
+def _check_tool_calls(
+    path: Path, line: int, value: Any, key: str, *, string_args: bool = False
+) -> list[dict[str, Any]]:
+    """The tool calls of an answer; `string_args`: arguments must be a JSON string, as
+    MLCommons' schema of the flat rows says (the messages formats also take an object)."""
     if not isinstance(value, list) or not value:
         raise _err(path, line, key, "expected a non-empty list of tool calls")
     out = []
@@ -230,6 +246,10 @@ def _check_tool_calls(path: Path, line: int, value: Any, key: str) -> list[dict[
             raise _err(path, line, f"{f}.function.name", "missing or empty")
         args = fn.get("arguments")
         if isinstance(args, dict):
+            if string_args:
+                raise _err(
+                    path, line, f"{f}.function.arguments", "expected a JSON string, got an object"
+                )
             args = orjson.dumps(args).decode()
         if not isinstance(args, str):
             raise _err(path, line, f"{f}.function.arguments", "missing (a JSON string)")
@@ -353,7 +373,9 @@ class _Builder:
     def _add_answer(self, line: int, row: dict[str, Any], content: Any, mt: int | None) -> None:
         msg: dict[str, Any] = {"role": "assistant", "content": content}
         if row.get("tool_calls") is not None:
-            calls = _check_tool_calls(self.path, line, row["tool_calls"], "tool_calls")
+            calls = _check_tool_calls(
+                self.path, line, row["tool_calls"], "tool_calls", string_args=True
+            )
             msg["tool_calls"] = calls
             self.open_ids = {c["id"] for c in calls}
         else:
@@ -369,6 +391,8 @@ class _Builder:
     def _add_user(
         self, line: int, turn: int, row: dict[str, Any], content: Any, delay: float, mt: int | None
     ) -> None:
+        if content is None:  # MLCommons' schema: a user row has its text
+            raise _err(self.path, line, "content", "a user row needs its text (missing or null)")
         msg = {"role": "user", "content": content}
         if self.prev_role == "user":
             # Consecutive user rows are one client turn, as consecutive user messages are.
@@ -418,7 +442,8 @@ class _Builder:
     def _tool_messages(self, line: int, row: dict[str, Any]) -> list[dict[str, Any]]:
         p = self.path
         results = row.get("tool_results")
-        if results is None:
+        one = results is None
+        if one:
             # One result per row, in the OpenAI tool-message shape.
             if row.get("tool_call_id") is None:
                 raise _err(
@@ -441,9 +466,12 @@ class _Builder:
                     f"{tid!r} names no tool call of the preceding assistant row",
                 )
             c = r.get("content")
-            if c is not None and not isinstance(c, str):
+            if c is None:  # MLCommons' schema: a tool result has content ("" when empty)
+                where = "content" if one else f"{f}.content"
+                raise _err(p, line, where, "a tool result needs its content (missing or null)")
+            if not isinstance(c, str):
                 c = orjson.dumps(c).decode()
-            out.append({"role": "tool", "tool_call_id": tid, "content": c if c is not None else ""})
+            out.append({"role": "tool", "tool_call_id": tid, "content": c})
         return out
 
 

@@ -191,7 +191,8 @@ def flat_rows(conv: Conversation) -> Iterator[dict[str, Any]]:
                 "tool",
                 content=None,
                 tool_results=[
-                    {"tool_call_id": m["tool_call_id"], "content": m.get("content")}
+                    # Flat rows need text where messages may hold null (MLCommons' schema).
+                    {"tool_call_id": m["tool_call_id"], "content": _text_or_empty(m)}
                     for m in t.messages
                 ],
                 delay_seconds=delay,
@@ -201,7 +202,7 @@ def flat_rows(conv: Conversation) -> Iterator[dict[str, Any]]:
             for k, m in enumerate(t.messages):
                 yield row(
                     "user",
-                    content=m.get("content"),
+                    content=_text_or_empty(m),
                     delay_seconds=delay if k == 0 else None,
                     max_new_tokens=t.max_tokens if k == 0 else None,
                 )
@@ -213,6 +214,11 @@ def flat_rows(conv: Conversation) -> Iterator[dict[str, Any]]:
                 tool_calls=a.get("tool_calls") or None,
                 reasoning_content=a.get("reasoning_content"),
             )
+
+
+def _text_or_empty(m: dict[str, Any]) -> Any:
+    c = m.get("content")
+    return "" if c is None else c
 
 
 @dataclass
@@ -242,7 +248,10 @@ _KEPT = ("role", "content", "tool_calls", "tool_call_id", "reasoning_content")
 def canonical(msg: dict[str, Any]) -> dict[str, Any]:
     """The parts of a message flat rows carry (role, content, tool calls and ids,
     reasoning), for comparing a conversion with its source."""
-    return {k: msg[k] for k in _KEPT if msg.get(k) is not None}
+    out = {k: msg[k] for k in _KEPT if msg.get(k) is not None}
+    if msg.get("role") in ("user", "tool") and msg.get("content") is None:
+        out["content"] = ""  # what flat rows hold for it (see flat_rows)
+    return out
 
 
 def requests(conv: Conversation) -> Iterator[list[dict[str, Any]]]:

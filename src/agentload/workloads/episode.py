@@ -535,6 +535,11 @@ def episode_records(
     else:
         grade_dict, reward = grade, float(grade.get("reward", 0.0))
     spec = end.spec
+    counts = dict(end.counts)
+    if end.termination == "protocol_error":
+        # The error that ended it (an empty message, an action unparsable twice) counts too;
+        # the places that count protocol_errors are bad tool calls, which never end it.
+        counts["protocol_errors"] = counts.get("protocol_errors", 0) + 1
     identity = {
         "session_id": spec.session_id,
         "domain": end.domain.name,
@@ -557,7 +562,7 @@ def episode_records(
         "data_version": end.domain.data_version,
         "termination": end.termination,
         "error": end.error,
-        "counts": end.counts,
+        "counts": counts,
         "durations": {
             "total_s": (end.end_ns - end.start_ns) / 1e9,
             "llm_s": end.llm_s,
