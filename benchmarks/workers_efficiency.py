@@ -1,11 +1,12 @@
-"""What spreading a run over worker processes costs: requests per client CPU-second with 1, 2
-and 4 workers.
+"""What spreading a run over worker processes costs: requests per client CPU-second with 1, 2,
+4 and 8 workers.
 
 Each point runs `agentload run --config … --workers N` as a subprocess: a replay of a
 synthetic dataset (`replay_throughput.py`'s) in a closed loop against `client_throughput.py`'s
-canned-stream server (in this process's child, pinned to the last core), so the client alone
-does work. A sampler thread reads the CPU time of the client's whole process tree (the driver,
-its workers, and the workers it has already reaped) from /proc every 0.2 s. Reported per point:
+canned-stream server (in this process's child, pinned to the last core, the client tree to
+the others; with `--unpinned` nothing is pinned), so the client alone does work. A sampler
+thread reads the CPU time of the client's whole process tree (the driver, its workers, and
+the workers it has already reaped) from /proc every 0.2 s. Reported per point:
 
 - steady requests per client CPU-second: calls that ended while the loop was full (from the
   time the first `concurrency` conversations ended to the last conversation's start) over the
@@ -15,9 +16,12 @@ its workers, and the workers it has already reaped) from /proc every 0.2 s. Repo
 - the same as a ratio to one worker's.
 
 With `--workers 1` the sessions run in the driver itself (no worker processes), which is the
-baseline every other point is compared with. Linux only (/proc). Results: benchmarks/README.md.
+baseline every other point is compared with. A point that has not ended after
+`--point-timeout` seconds is killed and reported as hung (with how many sessions it had
+recorded), and the next point runs; a point that fails is reported with its exit code.
+Linux only (/proc). Results: benchmarks/README.md.
 
-    .venv/bin/python benchmarks/workers_efficiency.py --workers 1,2,4
+    .venv/bin/python benchmarks/workers_efficiency.py --workers 1,2,4,8 --unpinned
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import multiprocessing as mp
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -115,14 +120,36 @@ def run_point(
     path = root / f"w{workers}-r{repeat}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cmd = [sys.executable, "-m", "agentload", "run", "--config", str(path), "--quiet"]
+    # Its messages (a worker lost, a worker added) go to a log: the tail is reported when the
+    # point fails or hangs.
+    cmd = [sys.executable, "-m", "agentload", "run", "--config", str(path), "--progress", "off"]
+    log = root / f"w{workers}-r{repeat}.log"
+    cores = args.client_cores
+    pin = None if args.unpinned else (lambda: os.sched_setaffinity(0, cores))
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, preexec_fn=lambda: os.sched_setaffinity(0, args.client_cores))
+    # A session of its own: a hung point is killed with its workers.
+    with log.open("wb") as sink:  # started before the sampler thread (preexec_fn)
+        proc = subprocess.Popen(
+            cmd, preexec_fn=pin, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT
+        )
     with TreeSampler(proc.pid) as cpu:
-        code = proc.wait()
-    if code != 0:
-        raise SystemExit(f"the run with --workers {workers} exited with {code}")
+        try:
+            code = proc.wait(timeout=args.point_timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     wall = time.perf_counter() - t
+    if code != 0:
+        done = out / "sessions.jsonl"
+        return {
+            "workers": workers,
+            "exit_code": code,
+            "hung": code is None,
+            "wall_s": round(wall, 1),
+            "sessions_recorded": len(load_jsonl(done)) if done.exists() else 0,
+            "said": log.read_text(errors="replace").splitlines()[-20:],
+        }
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     total_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     calls = load_jsonl(out / "calls.jsonl")
@@ -130,7 +157,7 @@ def run_point(
     ends = sorted(s["end_ns"] for s in sessions)
     t_a, t_b = ends[args.concurrency - 1], max(s["start_ns"] for s in sessions)
     used = cpu.between(t_a, t_b)
-    steady = None
+    steady: dict[str, float | None] | None = None
     if used is not None:
         lo, hi = t_a, t_a + int(used[1] * 1e9)
         n = sum(1 for c in calls if lo < c["end_ns"] <= hi)
@@ -164,14 +191,18 @@ def summarize(points: list[dict], counts: list[int]) -> list[dict]:
     their ratio to the first count's."""
     rows = []
     for n in counts:
-        mine = [p for p in points if p["workers"] == n]
+        ran = [p for p in points if p["workers"] == n]
+        mine = [p for p in ran if p["exit_code"] == 0]
         steady = [p["steady"]["calls_per_cpu_s"] for p in mine if p["steady"]]
+        whole = [p["calls_per_cpu_s"] for p in mine if p["calls_per_cpu_s"]]
         rows.append(
             {
                 "workers": n,
                 "runs": len(mine),
+                "hung": sum(1 for p in ran if p.get("hung")),
+                "failed": sum(1 for p in ran if p["exit_code"] not in (0, None)),
                 "steady_calls_per_cpu_s": statistics.median(steady) if steady else None,
-                "whole_run_calls_per_cpu_s": statistics.median(p["calls_per_cpu_s"] for p in mine),
+                "whole_run_calls_per_cpu_s": statistics.median(whole) if whole else None,
                 "steady_cpu_share": statistics.median(
                     p["steady"]["cpu_share"] for p in mine if p["steady"]
                 )
@@ -182,25 +213,37 @@ def summarize(points: list[dict], counts: list[int]) -> list[dict]:
     base = rows[0]
     for row in rows:
         for key in ("steady_calls_per_cpu_s", "whole_run_calls_per_cpu_s"):
-            if row[key] and base[key]:
-                row[key.replace("calls_per_cpu_s", "vs_first")] = round(row[key] / base[key], 3)
+            val, first = row[key], base[key]
+            if val and first:
+                row[key.replace("calls_per_cpu_s", "vs_first")] = round(val / first, 3)
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", default="1,2,4", help="worker counts, e.g. 1,2,4")
+    ap.add_argument("--workers", default="1,2,4,8", help="worker counts, e.g. 1,2,4,8")
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--conversations", type=int, default=2000)
     ap.add_argument("--turns", type=int, default=8, help="client turns per conversation")
     ap.add_argument(
         "--repeats", type=int, default=1, help="rounds over the worker counts (medians reported)"
     )
+    ap.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="pin nothing: the server and the client tree share every core",
+    )
+    ap.add_argument(
+        "--point-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a point may take before it is killed and reported as hung",
+    )
     ap.add_argument("--json", dest="json_path", default=None, help="write the numbers here")
     args = ap.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     server_core = cores[-1]
-    args.client_cores = set(cores[:-1]) or {server_core}
+    args.client_cores = set(cores) if args.unpinned else (set(cores[:-1]) or {server_core})
     root = Path(tempfile.mkdtemp(prefix="agentload-workers-"))
     data = root / "dataset.jsonl"
     write_dataset(data, args.conversations, args.turns, 8)
@@ -208,6 +251,8 @@ def main() -> None:
     srv = mp.Process(target=_serve, args=(q, server_core), daemon=True)
     srv.start()
     port = q.get(timeout=10)
+    if args.unpinned:  # the server pinned itself; give it every core back
+        os.sched_setaffinity(srv.pid or 0, set(cores))
     counts = [int(x) for x in args.workers.split(",")]
     points = []
     try:
@@ -223,8 +268,10 @@ def main() -> None:
         "concurrency": args.concurrency,
         "conversations": args.conversations,
         "turns": args.turns,
+        "pinned": not args.unpinned,
+        "cpu_count": len(cores),
         "client_cores": sorted(args.client_cores),
-        "server_core": server_core,
+        "server_core": None if args.unpinned else server_core,
         "load_average": os.getloadavg(),
         "medians": medians,
         "points": points,

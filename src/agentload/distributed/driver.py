@@ -10,6 +10,7 @@ each worker's CPU and event-loop lag.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from array import array
@@ -138,6 +139,8 @@ class Coordinator:
         self._failure: str | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         self._next_index = 0
+        self._launching: set[asyncio.Task[None]] = set()
+        """Workers started mid-run (auto growth, replacements) whose start has not returned."""
         open_loop = self.cfg.load.mode == "open"
         self._rates = split_rate(self.cfg.load.rate or 0.0, workers) if open_loop else None
         mc = self.cfg.load.max_concurrency
@@ -158,7 +161,8 @@ class Coordinator:
             return
         self._stop_reason = reason
         for w in self._alive():
-            self.backend.send(w.index, Stop(reason))
+            if w.launched:  # one still starting is told by _launch
+                self.backend.send(w.index, Stop(reason))
         loop = asyncio.get_running_loop()
         grace = self.cfg.load.drain_timeout_s + STOP_GRACE_S
         self._kill_timer = loop.call_later(grace, self._kill_all)
@@ -168,7 +172,8 @@ class Coordinator:
         if not self._aborted:
             self._aborted = True
             for w in self._alive():
-                self.backend.send(w.index, Abort())
+                if w.launched:
+                    self.backend.send(w.index, Abort())
 
     def _kill_all(self) -> None:
         for w in self._alive():
@@ -191,21 +196,41 @@ class Coordinator:
             # The run's clock starts once every worker is up (spawned, imported, prepared),
             # as a one-process run's starts once its clients are.
             while any(w.alive and not w.hello for w in self.workers.values()):
-                self._on(await self.backend.receive())
+                msg = await self._receive()
+                if msg is not None:
+                    self._on(msg)
             self.t0 = time.perf_counter()
             if self.cfg.load.duration_s is not None:
                 timer = loop.call_later(self.cfg.load.duration_s, self.stop, "duration")
             for w in self._alive():
                 self._refill(w)
             while any(w.alive for w in self.workers.values()):
-                self._on(await self.backend.receive())
+                msg = await self._receive()
+                if msg is not None:
+                    self._on(msg)
         finally:
             if timer is not None:
                 timer.cancel()
             if self._kill_timer is not None:
                 self._kill_timer.cancel()
+            for task in list(self._launching):  # only when the run itself was cancelled
+                task.cancel()
             await self.backend.close()
         return self._report()
+
+    async def _receive(self) -> FromWorker | None:
+        """The next message; None when a background start ended first (a failed start may
+        leave no worker to send anything, and the loop must see that)."""
+        if not self._launching:
+            return await self.backend.receive()
+        get = asyncio.ensure_future(self.backend.receive())
+        done, _ = await asyncio.wait({get, *self._launching}, return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()  # nothing was taken from the queue
+        with contextlib.suppress(asyncio.CancelledError):
+            await get
+        return None
 
     def _add(self, rate: float | None, slot: int) -> tuple[WorkerState, WorkerSpec]:
         """A new worker's state and spec; the closed loop's shares are split again."""
@@ -232,16 +257,46 @@ class Coordinator:
     async def _launch(self, w: WorkerState, spec: WorkerSpec, *, grant: bool = True) -> None:
         await self.backend.start(spec)
         w.launched = True
+        # What the others were told while this one started (a backend drops a message to a
+        # worker it has not started yet): without it the worker would wait for good.
         if self.stopping:  # a signal while it started
             self.backend.send(w.index, Stop(self._stop_reason or "interrupted"))
+            if self._aborted:
+                self.backend.send(w.index, Abort())
+            return
+        if self._no_more_sent:  # the plan ended while it started: it finishes at once
+            self.backend.send(w.index, NoMore())
             return
         if not grant:
             return
         for other in self._alive():
             self._refill(other)
 
-    async def _spawn(self, rate: float | None, slot: int) -> None:
-        await self._launch(*self._add(rate, slot))
+    def _spawn(self, rate: float | None, slot: int) -> None:
+        """Start a worker in the background. Its state exists from now on, so the run waits
+        for its Exited, and the plan's end (NoMore) reaches it whenever its start returns."""
+        w, spec = self._add(rate, slot)
+        task = asyncio.get_running_loop().create_task(self._launch_later(w, spec))
+        self._launching.add(task)
+        task.add_done_callback(self._launching.discard)
+
+    async def _launch_later(self, w: WorkerState, spec: WorkerSpec) -> None:
+        try:
+            await self._launch(w, spec)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # it never ran: nothing of it to wait for
+            w.exit = f"could not start: {type(e).__name__}: {e}"
+            self.state.opts.say(f"worker {w.index} {w.exit}")
+            alive = self._alive()
+            if not alive:
+                if self._failure is None:
+                    self._failure = f"worker {w.index} {w.exit} and no worker is left"
+                self.stop("failed")
+                return
+            self._reshare()
+            for other in alive:
+                self._refill(other)
 
     def _alive(self) -> list[WorkerState]:
         return [w for w in self.workers.values() if w.alive]
@@ -298,7 +353,8 @@ class Coordinator:
             return
         self._no_more_sent = True
         for w in self._alive():
-            self.backend.send(w.index, NoMore())
+            if w.launched:  # one still starting is told by _launch
+                self.backend.send(w.index, NoMore())
 
     # -- messages --------------------------------------------------------------------------
 
@@ -366,9 +422,13 @@ class Coordinator:
         lag = (w.stats.lag_p99_s if w.stats else None) or 0.0
         what = f"CPU {100 * (w.cpu_share or 0):.0f} % of a core, loop lag p99 {lag * 1e3:.0f} ms"
         alive = len(self._alive())
+        # Not once the plan is handed out: a new worker would get nothing to run.
+        ending = self._exhausted or self._no_more_sent
         if self._rates is None and alive < self.max_workers and alive < self.concurrency:
+            if ending:
+                return
             say(f"worker {w.index} is saturated ({what}): adding worker {self._next_index}")
-            asyncio.get_running_loop().create_task(self._spawn(None, 0))
+            self._spawn(None, 0)
             return
         say(
             f"worker {w.index} is saturated ({what}): its latencies include client delay; "
@@ -377,7 +437,10 @@ class Coordinator:
 
     def _on_exit(self, w: WorkerState, reason: str) -> None:
         w.exit = reason or "done"
-        if w.finished and not reason:
+        if w.finished and (not reason or not w.outstanding):
+            # Finished came after its last records: nothing of it is lost, whatever its exit
+            # status says (a crash in teardown, a slow exit). A replacement would get nothing
+            # to run and never be told the plan ended.
             return
         lost = sorted(w.outstanding.values(), key=lambda a: a.item.index)
         w.outstanding.clear()
@@ -394,7 +457,7 @@ class Coordinator:
                 f"worker {w.index} exited ({w.exit}): {len(lost)} unfinished sessions run "
                 f"again; starting worker {self._next_index} in its place"
             )
-            asyncio.get_running_loop().create_task(self._spawn(w.rate, 0))
+            self._spawn(w.rate, 0)
             return
         alive = self._alive()
         if not alive:

@@ -111,6 +111,8 @@ class ProcessBackend:
     """Spawned worker processes, one socket pair each."""
 
     name = "process"
+    exit_wait_s = 10.0
+    """How long a worker whose connection closed may take to exit before it is killed."""
 
     def __init__(self) -> None:
         self._ctx = mp.get_context("spawn")
@@ -137,15 +139,24 @@ class ProcessBackend:
         w.task = asyncio.get_running_loop().create_task(self._read(w, reader))
 
     async def _read(self, w: _Worker, reader: asyncio.StreamReader) -> None:
-        while (msg := await read_frame(reader)) is not None:
-            if isinstance(msg, Finished):
-                w.finished = True
-            self._queue.put_nowait(msg)
+        broken = ""
+        try:
+            while (msg := await read_frame(reader)) is not None:
+                if isinstance(msg, Finished):
+                    w.finished = True
+                self._queue.put_nowait(msg)
+        except Exception as e:  # a frame that does not unpickle: this worker is lost, not the run
+            log.warning("worker %d sent an unreadable message", w.index, exc_info=True)
+            broken = f"unreadable message: {type(e).__name__}"
         w.gone = True
         w.writer.close()
-        await asyncio.to_thread(w.proc.join, 10)
+        await asyncio.to_thread(w.proc.join, self.exit_wait_s)
+        if w.proc.is_alive():  # its socket closed but it does not exit: Exited must still come
+            w.proc.kill()
+            await asyncio.to_thread(w.proc.join, 5)
+            broken = broken or "did not exit after its connection closed; killed"
         code = w.proc.exitcode
-        reason = "" if w.finished and code == 0 else f"exit status {code}"
+        reason = broken or ("" if w.finished and code == 0 else f"exit status {code}")
         self._queue.put_nowait(Exited(w.index, reason))
 
     def send(self, worker: int, msg: ToWorker) -> None:

@@ -292,7 +292,11 @@ def _scheduler(
 
 async def _inbox(channel: WorkerChannel, plan: FeedPlan, sched: Scheduler) -> None:
     while True:
-        msg = await channel.recv()
+        try:
+            msg = await channel.recv()
+        except Exception:  # an unreadable message: end as if the driver were gone (not hang)
+            log.warning("worker: unreadable message from the driver", exc_info=True)
+            msg = None
         if isinstance(msg, Grant):
             plan.feed(msg.items)
         elif isinstance(msg, NoMore):
