@@ -246,66 +246,91 @@ async def user_reply(
     `result` the failed call).
     """
     check_strategy(strategy)
-    results: list[CallResult] = []
-
-    async def call(msgs: list[dict[str, Any]], with_tools: bool) -> CallResult:
-        res = await llm(msgs, (tools or None) if with_tools else None)
-        results.append(res)
-        return res
-
-    def failed() -> UserReply:
-        return UserReply("", None, [], results)
-
-    async def accepted(draft: _Draft) -> bool | None:
-        """The check's verdict on a draft; None when the check call failed."""
-        res = await call(_review(CHECK_PROMPT, messages, draft.text), False)
-        return verdict_passes(res.content) if res.ok else None
-
-    res = await call(messages, True)
+    turn = _Turn(strategy, messages, llm, tools)
+    res = await turn.call(messages, True)
     if not res.ok:
-        return failed()
+        return turn.failed()
     first = _draft(strategy, res)
     if strategy in ("llm", "react") or first.tool_calls:
-        return _reply(first, results)
-    verdict = await accepted(first)
+        return turn.reply(first)
+    verdict = await turn.accepted(first)
     if verdict is None:
-        return failed()
+        return turn.failed()
     if verdict:
-        return _reply(first, results)
-
+        return turn.reply(first)
     if strategy == "verify":
+        return await turn.verify(first)
+    return await turn.reflect(first)
+
+
+class _Turn:
+    """One reply in the making: its calls, in order, and the steps of each strategy."""
+
+    def __init__(
+        self,
+        strategy: str,
+        messages: list[dict[str, Any]],
+        llm: LLMCall,
+        tools: Sequence[dict[str, Any]] | None,
+    ) -> None:
+        self.strategy = strategy
+        self.messages = messages
+        self.llm = llm
+        self.tools = tools
+        self.results: list[CallResult] = []
+
+    async def call(self, msgs: list[dict[str, Any]], with_tools: bool) -> CallResult:
+        res = await self.llm(msgs, (self.tools or None) if with_tools else None)
+        self.results.append(res)
+        return res
+
+    def failed(self) -> UserReply:
+        return UserReply("", None, [], self.results)
+
+    def reply(self, draft: _Draft) -> UserReply:
+        return _reply(draft, self.results)
+
+    async def accepted(self, draft: _Draft) -> bool | None:
+        """The check's verdict on a draft; None when the check call failed."""
+        res = await self.call(_review(CHECK_PROMPT, self.messages, draft.text), False)
+        return verdict_passes(res.content) if res.ok else None
+
+    async def verify(self, first: _Draft) -> UserReply:
+        """Draft again from scratch until a draft passes the check."""
         draft = first
         for _ in range(VERIFY_ATTEMPTS - 1):
-            res = await call(messages, True)
+            res = await self.call(self.messages, True)
             if not res.ok:
-                return failed()
-            draft = _draft(strategy, res)
+                return self.failed()
+            draft = _draft(self.strategy, res)
             if draft.tool_calls:
-                return _reply(draft, results)
-            verdict = await accepted(draft)
+                return self.reply(draft)
+            verdict = await self.accepted(draft)
             if verdict is None:
-                return failed()
+                return self.failed()
             if verdict:
                 break
-        return _reply(draft, results)  # τ-bench keeps the last draft when none passes
+        return self.reply(draft)  # τ-bench keeps the last draft when none passes
 
-    rejected = first
-    for _ in range(REFLECTION_ATTEMPTS - 1):
-        res = await call(_review(REFLECT_PROMPT, messages, rejected.text), False)
-        if not res.ok:
-            return failed()
-        note = REFLECTION_NOTE.format(reflection=res.content.strip() or "(no reflection)")
-        retry = [*messages, rejected.message, {"role": "user", "content": note}]
-        res = await call(retry, True)
-        if not res.ok:
-            return failed()
-        draft = _draft(strategy, res)
-        if draft.tool_calls:
-            return _reply(draft, results)
-        verdict = await accepted(draft)
-        if verdict is None:
-            return failed()
-        if verdict:
-            return _reply(draft, results)
-        rejected = draft
-    return _reply(first, results)  # τ-bench keeps the first draft when none passes
+    async def reflect(self, first: _Draft) -> UserReply:
+        """Reflect on the rejected draft and draft again with that note, until one passes."""
+        rejected = first
+        for _ in range(REFLECTION_ATTEMPTS - 1):
+            res = await self.call(_review(REFLECT_PROMPT, self.messages, rejected.text), False)
+            if not res.ok:
+                return self.failed()
+            note = REFLECTION_NOTE.format(reflection=res.content.strip() or "(no reflection)")
+            retry = [*self.messages, rejected.message, {"role": "user", "content": note}]
+            res = await self.call(retry, True)
+            if not res.ok:
+                return self.failed()
+            draft = _draft(self.strategy, res)
+            if draft.tool_calls:
+                return self.reply(draft)
+            verdict = await self.accepted(draft)
+            if verdict is None:
+                return self.failed()
+            if verdict:
+                return self.reply(draft)
+            rejected = draft
+        return self.reply(first)  # τ-bench keeps the first draft when none passes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -17,6 +17,9 @@ from agentload.cli.tools import (
     MaxBodyOpt,
     MaxConnectionsOpt,
 )
+
+if TYPE_CHECKING:
+    from agentload.proxy.server import ProxyConfig
 
 
 @app.command("proxy")
@@ -58,17 +61,35 @@ def proxy_command(
     sessions, trajectories, summary and report) into --out. Point an agent's OpenAI base URL
     at http://HOST:PORT/v1, or http://HOST:PORT/s/SESSION/v1 to name its session.
     SIGTERM and SIGHUP stop it as Ctrl-C does, with everything written."""
-    from agentload.http_limits import check_port, limits_from_flags
-    from agentload.proxy.server import ProxyConfig, _upstream_root, serve
-    from agentload.util import run_async
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    cfg = _proxy_config(
+        upstream,
+        out,
+        host,
+        port,
+        overwrite,
+        (header_timeout, body_timeout, keepalive_timeout, max_body, max_connections),
+    )
+    summary = _serve(cfg, duration)
+    _say_figures(summary.get("proxy", {}), out, json_out)
+
+
+def _proxy_config(
+    upstream: str,
+    out: Path,
+    host: str,
+    port: int,
+    overwrite: bool,
+    limit_flags: tuple[float, float, float, float, int],
+) -> ProxyConfig:
+    """The proxy's settings from its flags; exit 2 on a bad port, limit or upstream."""
+    from agentload.http_limits import check_port, limits_from_flags
+    from agentload.proxy.server import ProxyConfig, _upstream_root
+
     try:
         if (bad := check_port(port)) is not None:
             raise ValueError(bad)
-        limits = limits_from_flags(
-            header_timeout, body_timeout, keepalive_timeout, max_body, max_connections
-        )
+        limits = limits_from_flags(*limit_flags)
     except ValueError as e:
         typer.echo(f"agentload proxy: {e}", err=True)
         raise typer.Exit(2) from None
@@ -77,7 +98,7 @@ def proxy_command(
     except ValueError as e:
         typer.echo(f"agentload proxy: {e}", err=True)
         raise typer.Exit(2) from None
-    cfg = ProxyConfig(
+    return ProxyConfig(
         upstream=upstream,
         out=out,
         host=host,
@@ -89,8 +110,17 @@ def proxy_command(
         body_timeout_s=limits.body_timeout_s,
         keepalive_timeout_s=limits.keepalive_timeout_s,
     )
+
+
+def _serve(cfg: ProxyConfig, duration: float | None) -> dict[str, Any]:
+    """Run the proxy until it stops; its summary. Exit 2 on results already in --out,
+    1 when it cannot listen."""
+    from agentload.proxy.server import serve
+    from agentload.util import run_async
+
+    out, host, port = cfg.out, cfg.host, cfg.port  # as given, whatever serving changes
     try:
-        summary = run_async(serve(cfg, duration))
+        return run_async(serve(cfg, duration))
     except FileExistsError:
         typer.echo(
             f"agentload proxy: {out} already holds results; choose another folder or pass "
@@ -101,7 +131,10 @@ def proxy_command(
     except OSError as e:
         typer.echo(f"agentload proxy: cannot listen on {host}:{port}: {e.strerror or e}", err=True)
         raise typer.Exit(1) from None
-    figures = summary.get("proxy", {})
+
+
+def _say_figures(figures: dict[str, Any], out: Path, json_out: bool) -> None:
+    """The proxy's figures as JSON, or a line: calls, sessions and its added latency."""
     if json_out:
         typer.echo(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
         return

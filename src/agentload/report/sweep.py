@@ -78,13 +78,28 @@ def _knee_shape(k: float | None) -> list[dict[str, Any]]:
     ]
 
 
+_Rows = Sequence[Mapping[str, Any]]
+
+
 def sweep_charts(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's charts against load: latency percentiles, throughput with the knee,
+    quality under load (when episodes were graded) and SLO attainment (with an SLO)."""
     kind = str(doc["kind"])
     rows = sorted(doc.get("points") or [], key=lambda r: float(r[kind]))
     if not rows:
         return []
     x = [float(r[kind]) for r in rows]
-    k = doc.get("knee")
+    figs = _latency_charts(x, rows, kind)
+    figs.append(_throughput_chart(x, rows, kind, doc.get("knee")))
+    if any(r.get("success_rate") is not None for r in rows):
+        figs.append(_quality_chart(x, rows, kind))
+    if doc.get("slo"):
+        figs.append(_slo_chart(x, rows, kind))
+    return figs
+
+
+def _latency_charts(x: list[float], rows: _Rows, kind: str) -> list[dict[str, Any]]:
+    """TTFT, ITL and end-to-end percentiles, one chart each that has any."""
     figs = []
     for metric, label in (("ttft", "TTFT"), ("itl", "ITL (all tokens)"), ("e2e", "end-to-end")):
         data = [
@@ -96,21 +111,27 @@ def sweep_charts(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
             figs.append(
                 {"data": data, "layout": _layout(f"{label} against {kind}", kind, "seconds")}
             )
-    figs.append(
-        {
-            "data": [
-                _line(x, rows, "output_tokens_per_s", "output tok/s"),
-                _line(x, rows, "episodes_per_min", "episodes/min", yaxis="y2"),
-            ],
-            "layout": _layout(
-                f"Throughput against {kind}" + ("" if k is None else f" (knee at {k:g})"),
-                kind,
-                "output tok/s",
-                yaxis2={"overlaying": "y", "side": "right", "title": {"text": "episodes/min"}},
-                shapes=_knee_shape(k),
-            ),
-        }
-    )
+    return figs
+
+
+def _throughput_chart(x: list[float], rows: _Rows, kind: str, k: Any) -> dict[str, Any]:
+    return {
+        "data": [
+            _line(x, rows, "output_tokens_per_s", "output tok/s"),
+            _line(x, rows, "episodes_per_min", "episodes/min", yaxis="y2"),
+        ],
+        "layout": _layout(
+            f"Throughput against {kind}" + ("" if k is None else f" (knee at {k:g})"),
+            kind,
+            "output tok/s",
+            yaxis2={"overlaying": "y", "side": "right", "title": {"text": "episodes/min"}},
+            shapes=_knee_shape(k),
+        ),
+    }
+
+
+def _quality_chart(x: list[float], rows: _Rows, kind: str) -> dict[str, Any]:
+    """Success rate and pass^k, with the agent's TTFT p90 on a second axis."""
     ks = sorted({kk for r in rows for kk in (r.get("pass_hat_k") or {})}, key=int)
     quality = [_line(x, rows, "success_rate", "success rate")]
     quality += [
@@ -126,42 +147,38 @@ def sweep_charts(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         quality.append(
             _line(x, rows, "ttft_p90", "agent TTFT p90 (s)", yaxis="y2", line={"dash": "dot"})
         )
-    if any(r.get("success_rate") is not None for r in rows):
-        figs.append(
-            {
-                "data": quality,
-                "layout": _layout(
-                    f"Quality under load: task success and latency against {kind}",
-                    kind,
-                    "share",
-                    yaxis={"title": {"text": "share"}, "range": [0, 1.05]},
-                    yaxis2={
-                        "overlaying": "y",
-                        "side": "right",
-                        "title": {"text": "seconds"},
-                        "rangemode": "tozero",
-                    },
-                ),
-            }
-        )
-    if doc.get("slo"):
-        figs.append(
-            {
-                "data": [
-                    _line(x, rows, "slo_call_attainment", "calls meeting every SLO"),
-                    _line(x, rows, "slo_session_attainment", "episodes meeting every SLO"),
-                    _line(x, rows, "goodput_per_min", "goodput (episodes/min)", yaxis="y2"),
-                ],
-                "layout": _layout(
-                    f"SLO attainment and goodput against {kind}",
-                    kind,
-                    "share",
-                    yaxis={"title": {"text": "share"}, "range": [0, 1.05]},
-                    yaxis2={"overlaying": "y", "side": "right", "title": {"text": "per min"}},
-                ),
-            }
-        )
-    return figs
+    return {
+        "data": quality,
+        "layout": _layout(
+            f"Quality under load: task success and latency against {kind}",
+            kind,
+            "share",
+            yaxis={"title": {"text": "share"}, "range": [0, 1.05]},
+            yaxis2={
+                "overlaying": "y",
+                "side": "right",
+                "title": {"text": "seconds"},
+                "rangemode": "tozero",
+            },
+        ),
+    }
+
+
+def _slo_chart(x: list[float], rows: _Rows, kind: str) -> dict[str, Any]:
+    return {
+        "data": [
+            _line(x, rows, "slo_call_attainment", "calls meeting every SLO"),
+            _line(x, rows, "slo_session_attainment", "episodes meeting every SLO"),
+            _line(x, rows, "goodput_per_min", "goodput (episodes/min)", yaxis="y2"),
+        ],
+        "layout": _layout(
+            f"SLO attainment and goodput against {kind}",
+            kind,
+            "share",
+            yaxis={"title": {"text": "share"}, "range": [0, 1.05]},
+            yaxis2={"overlaying": "y", "side": "right", "title": {"text": "per min"}},
+        ),
+    }
 
 
 def sweep_document(doc: Mapping[str, Any]) -> Document:

@@ -39,6 +39,29 @@ log = logging.getLogger("agentload.sim")
 
 GENERIC_ROLE = "generic"
 
+OPTION_RANGES: dict[str, tuple[float, float]] = {"agent_skill": (0.0, 1.0)}
+"""The documented numeric behaviour options and their ranges (inclusive)."""
+
+
+class BehaviourOptionError(ValueError):
+    """A documented behaviour option out of its range (refused at start, not clamped)."""
+
+
+def check_behaviour_options(options: Mapping[str, Any]) -> None:
+    """Raise BehaviourOptionError naming the first documented option out of its range."""
+    for name, (lo, hi) in OPTION_RANGES.items():
+        if name not in options:
+            continue
+        raw = options[name]
+        try:
+            ok = not isinstance(raw, bool) and lo <= float(raw) <= hi
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise BehaviourOptionError(
+                f"--behaviour-option {name}={raw}: expected a number from {lo:g} to {hi:g}"
+            )
+
 
 @dataclass
 class ToolCallPlan:
@@ -133,6 +156,7 @@ class BehaviourSet:
     """One server's behaviour instances, created on first use with the server's config."""
 
     def __init__(self, config: SimConfig) -> None:
+        check_behaviour_options(config.behaviour_options)
         self.config = config
         self._instances: dict[tuple[str, int], Behaviour] = {}
 
@@ -210,44 +234,68 @@ def example_from_schema(schema: Any, rng: random.Random, depth: int = 0) -> Any:
         return schema["const"]
     if schema.get("enum"):
         return rng.choice(schema["enum"])
-    for key in ("anyOf", "oneOf"):
-        if schema.get(key):
-            options = [s for s in schema[key] if isinstance(s, dict) and s.get("type") != "null"]
-            return example_from_schema(rng.choice(options or schema[key]), rng, depth + 1)
-    if schema.get("allOf"):
-        merged: dict[str, Any] = {}
-        for sub in schema["allOf"]:
-            if isinstance(sub, dict):
-                merged.update(sub)
-        return example_from_schema(merged, rng, depth + 1)
-    typ = schema.get("type")
-    if isinstance(typ, list):
-        non_null = [t for t in typ if t != "null"]
-        typ = rng.choice(non_null) if non_null else "null"
-    if typ is None:
-        typ = "object" if "properties" in schema else "string"
+    if schema.get("anyOf") or schema.get("oneOf") or schema.get("allOf"):
+        return example_from_schema(_one_subschema(schema, rng), rng, depth + 1)
+    typ = _schema_type(schema, rng)
     if typ == "object":
-        props = schema.get("properties") or {}
-        required = set(schema.get("required") or [])
-        out: dict[str, Any] = {}
-        for name, sub in props.items():
-            if name in required or (depth < 3 and rng.random() < 0.5):
-                out[name] = example_from_schema(sub, rng, depth + 1)
-        return out
+        return _example_object(schema, rng, depth)
     if typ == "array":
-        lo = int(schema.get("minItems", 1))
-        hi = max(lo, min(int(schema.get("maxItems", lo + 2)), lo + 2))
-        return [
-            example_from_schema(schema.get("items", {}), rng, depth + 1)
-            for _ in range(rng.randint(lo, hi))
-        ]
+        return _example_array(schema, rng, depth)
     if typ in ("integer", "number"):
         return _example_number(schema, rng, integer=typ == "integer")
     if typ == "boolean":
         return rng.random() < 0.5
     if typ == "null":
         return None
-    # string
+    return _example_string(schema, rng)
+
+
+def _one_subschema(schema: dict[str, Any], rng: random.Random) -> Any:
+    """The schema to follow for an anyOf / oneOf (one non-null option) or allOf (merged)."""
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            options = [s for s in schema[key] if isinstance(s, dict) and s.get("type") != "null"]
+            return rng.choice(options or schema[key])
+    merged: dict[str, Any] = {}
+    for sub in schema["allOf"]:
+        if isinstance(sub, dict):
+            merged.update(sub)
+    return merged
+
+
+def _schema_type(schema: dict[str, Any], rng: random.Random) -> Any:
+    """The type to produce: one non-null type of a list, else inferred when not given."""
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        non_null = [t for t in typ if t != "null"]
+        typ = rng.choice(non_null) if non_null else "null"
+    if typ is None:
+        typ = "object" if "properties" in schema else "string"
+    return typ
+
+
+def _example_object(schema: dict[str, Any], rng: random.Random, depth: int) -> dict[str, Any]:
+    """Every required property and, fewer than three levels down, optional ones by coin toss."""
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    out: dict[str, Any] = {}
+    for name, sub in props.items():
+        if name in required or (depth < 3 and rng.random() < 0.5):
+            out[name] = example_from_schema(sub, rng, depth + 1)
+    return out
+
+
+def _example_array(schema: dict[str, Any], rng: random.Random, depth: int) -> list[Any]:
+    lo = int(schema.get("minItems", 1))
+    hi = max(lo, min(int(schema.get("maxItems", lo + 2)), lo + 2))
+    return [
+        example_from_schema(schema.get("items", {}), rng, depth + 1)
+        for _ in range(rng.randint(lo, hi))
+    ]
+
+
+def _example_string(schema: dict[str, Any], rng: random.Random) -> str:
+    """A date, time or email for those formats; else words cut to a length in range."""
     fmt = schema.get("format")
     if fmt == "date":
         return f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"

@@ -34,7 +34,7 @@ log = logging.getLogger("agentload.sim")
 
 LATE_STEP_S = 0.002
 MAX_LEAD_S = 0.005
-# The last part of the wait before a step is spent spinning (see Engine.run).
+# The last part of the wait before a step is spent spinning (see Engine._wait_step).
 SPIN_S = 0.001
 # Longest run of zero-time steps between two visits to the event loop (instant profile).
 BURST_S = 0.01
@@ -683,6 +683,8 @@ class Engine:
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self) -> None:
+        """Step until stopped: sleep while idle, then schedule a step, wait out its time
+        and emit its tokens. Each helper runs once per step, never per token."""
         clock = time.monotonic
         prev_end = 0.0
         busy = False
@@ -693,38 +695,13 @@ class Engine:
                 self._take_pending(self.model_clock if busy and timed else None)
             if not self.running and not self.waiting:
                 busy = False
-                # idle: the next arrival sets when the engine woke (an arrival aborted before
-                # it was scheduled must not leave its time behind)
-                self._wake_model = None
-                self._wake.clear()
-                if self._aborts:
-                    self._aborts = 0
-                if self._pending:
-                    # asleep until the first front end is over, or a new arrival
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), self._pending[0][2] - clock())
-                else:
-                    await self._wake.wait()
+                await self._sleep_idle()
                 continue
-            now = clock()
-            t0 = prev_end if busy and prev_end > now - 0.05 else now
-            if not busy and self._wake_wall is not None and self._wake_wall > now - 0.05:
-                # the step woken from idle began when the front end was over, not when the
-                # engine's timer got round to it
-                t0 = min(t0, self._wake_wall)
-            self._wake_wall = None
-            if self._carry is not None:
-                (scheduled, dt), self._carry = self._carry, None
-            else:
-                scheduled, dt = self.schedule()
-            self.steps += 1
+            t0 = self._wall_start(prev_end, busy)
+            scheduled, dt = self._next_step()
             if not scheduled:
-                # nothing fits (every request waits for memory held by aborted ones): retry
                 busy = False
-                self.metrics.num_waiting = len(self.waiting)
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 0.01)
+                await self._retry_later()
                 continue
             if dt <= 0.0:
                 # No model time (instant profile): run the steps that are due back to back
@@ -737,50 +714,8 @@ class Engine:
                 timed = False
                 await asyncio.sleep(0)
                 continue
-            # In model time a busy engine's steps follow each other exactly, however late
-            # the host runs them; an idle one starts when the request that woke it came, and
-            # late by what waking costs after that long idle (idle_wake_s, idle_wake_per_s).
-            if busy:
-                model_t0 = self.model_clock
-            elif self._wake_model is not None:
-                model_t0 = self._wake_model
-                dt += self.p.idle_wake_s
-                if self.p.idle_wake_per_s:
-                    idle = min(max(0.0, model_t0 - self.model_clock), self.p.idle_wake_cap_s)
-                    dt += self.p.idle_wake_per_s * idle
-            else:
-                # not woken from idle (a step after the retry of one that did not fit)
-                model_t0 = self.model_now()
-            self._wake_model = None
-            deadline = t0 + dt / self.speedup
-            self._step_end_model = model_t0 + dt
-            self._stepping, self._stretch = True, 0.0
-            # Writing a step's tokens takes time; start early by half of it, so that tokens
-            # leave spread around the deadline rather than all after it.
-            emitting = sum(1 for seq, n in scheduled if seq.num_computed + n >= seq.total_len)
-            lead = min(0.5 * self.emit_cost * emitting, MAX_LEAD_S, deadline - t0)
-            target = deadline - lead
-            while True:
-                delay = target - clock()
-                # Yield at least once per step, even to spin: steps shorter than the spin (a
-                # high --speedup) would otherwise starve the loop, and arrivals, timers and
-                # anything sharing the loop would wait until the engine went idle.
-                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
-                # The loop's timers have millisecond resolution: end the wait by spinning, so
-                # the step starts on time rather than up to a millisecond late. The spin
-                # yields to the loop: a request arriving in it is read now, on time, rather
-                # than after the step (when, in model time, it would have missed its end).
-                while clock() < target:  # noqa: ASYNC110 (a spin; an event has no deadline)
-                    await asyncio.sleep(0)
-                if not self._stretch:
-                    break
-                # a request arrived during the step and made it longer (`arrived`)
-                x, self._stretch = self._stretch, 0.0
-                dt += x
-                deadline += x / self.speedup
-                target += x / self.speedup
-                self._step_end_model = model_t0 + dt
-            self._stepping = False
+            model_t0, dt = self._model_start(dt, busy)
+            deadline, dt = await self._wait_step(scheduled, t0, model_t0, dt)
             if self._stopped:
                 break
             self.model_clock = model_t0 + dt
@@ -792,6 +727,104 @@ class Engine:
             if clock() >= next_log:
                 next_log = clock() + self.log_interval_s
                 self.log_stats()
+
+    async def _sleep_idle(self) -> None:
+        """Nothing to run: sleep until an arrival, or until the first front end is over."""
+        # the next arrival sets when the engine woke (an arrival aborted before it was
+        # scheduled must not leave its time behind)
+        self._wake_model = None
+        self._wake.clear()
+        if self._aborts:
+            self._aborts = 0
+        if self._pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._pending[0][2] - time.monotonic())
+        else:
+            await self._wake.wait()
+
+    def _wall_start(self, prev_end: float, busy: bool) -> float:
+        """Wall time the next step starts: right after the last one while busy."""
+        now = time.monotonic()
+        t0 = prev_end if busy and prev_end > now - 0.05 else now
+        if not busy and self._wake_wall is not None and self._wake_wall > now - 0.05:
+            # the step woken from idle began when the front end was over, not when the
+            # engine's timer got round to it
+            t0 = min(t0, self._wake_wall)
+        self._wake_wall = None
+        return t0
+
+    def _next_step(self) -> tuple[list[tuple[Seq, int]], float]:
+        """The step a burst handed over, or a newly scheduled one."""
+        if self._carry is not None:
+            step, self._carry = self._carry, None
+        else:
+            step = self.schedule()
+        self.steps += 1
+        return step
+
+    async def _retry_later(self) -> None:
+        """Nothing fits (every request waits for memory held by aborted ones): retry soon."""
+        self.metrics.num_waiting = len(self.waiting)
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), 0.01)
+
+    def _model_start(self, dt: float, busy: bool) -> tuple[float, float]:
+        """The step's start in model time, and its duration with any cost of waking.
+
+        In model time a busy engine's steps follow each other exactly, however late the host
+        runs them; an idle one starts when the request that woke it came, and late by what
+        waking costs after that long idle (idle_wake_s, idle_wake_per_s)."""
+        if busy:
+            model_t0 = self.model_clock
+        elif self._wake_model is not None:
+            model_t0 = self._wake_model
+            dt += self.p.idle_wake_s
+            if self.p.idle_wake_per_s:
+                idle = min(max(0.0, model_t0 - self.model_clock), self.p.idle_wake_cap_s)
+                dt += self.p.idle_wake_per_s * idle
+        else:
+            # not woken from idle (a step after the retry of one that did not fit)
+            model_t0 = self.model_now()
+        self._wake_model = None
+        return model_t0, dt
+
+    async def _wait_step(
+        self, scheduled: list[tuple[Seq, int]], t0: float, model_t0: float, dt: float
+    ) -> tuple[float, float]:
+        """Wait until the step is due; returns its wall deadline and its model duration,
+        both longer if requests arrived during it (see `arrived`)."""
+        clock = time.monotonic
+        deadline = t0 + dt / self.speedup
+        self._step_end_model = model_t0 + dt
+        self._stepping, self._stretch = True, 0.0
+        # Writing a step's tokens takes time; start early by half of it, so that tokens
+        # leave spread around the deadline rather than all after it.
+        emitting = sum(1 for seq, n in scheduled if seq.num_computed + n >= seq.total_len)
+        lead = min(0.5 * self.emit_cost * emitting, MAX_LEAD_S, deadline - t0)
+        target = deadline - lead
+        while True:
+            delay = target - clock()
+            # Yield at least once per step, even to spin: steps shorter than the spin (a
+            # high --speedup) would otherwise starve the loop, and arrivals, timers and
+            # anything sharing the loop would wait until the engine went idle.
+            await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
+            # The loop's timers have millisecond resolution: end the wait by spinning, so
+            # the step starts on time rather than up to a millisecond late. The spin
+            # yields to the loop: a request arriving in it is read now, on time, rather
+            # than after the step (when, in model time, it would have missed its end).
+            while clock() < target:  # noqa: ASYNC110 (a spin; an event has no deadline)
+                await asyncio.sleep(0)
+            if not self._stretch:
+                break
+            # a request arrived during the step and made it longer (`arrived`)
+            x, self._stretch = self._stretch, 0.0
+            dt += x
+            deadline += x / self.speedup
+            target += x / self.speedup
+            self._step_end_model = model_t0 + dt
+        self._stepping = False
+        return deadline, dt
 
     def _burst(self, scheduled: list[tuple[Seq, int]], clock: Any) -> None:
         start = clock()

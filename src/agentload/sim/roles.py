@@ -140,12 +140,30 @@ class EpisodePlan:
         return bool(tool and tool.writes)
 
 
+_ISO_DATE = r"\d{4}-\d\d-\d\d"
+
+
 def _wrong_argument(action: Action, domain: Domain, rng: random.Random) -> Action:
     """The action with one argument changed the way a careless agent would change it."""
     args = copy.deepcopy(action.arguments)
     tool = domain.tool(action.name)
     props = (tool.parameters.get("properties") or {}) if tool else {}
-    slots: list[tuple[int, list[Any], Any]] = []  # (preference, path, value)
+    slots = _argument_slots(args, props)
+    if not slots:
+        return action
+    best = min(s[0] for s in slots)
+    _, path, value = rng.choice([s for s in slots if s[0] == best])
+    target: Any = args
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = _careless_value(value)
+    return type(action)(action.name, args)
+
+
+def _argument_slots(args: Any, props: dict[str, Any]) -> list[tuple[int, list[Any], Any]]:
+    """Every scalar in `args` a careless agent could get wrong, as (preference, path, value):
+    numbers first, then booleans and dates, then free text (enum values are never wrong)."""
+    slots: list[tuple[int, list[Any], Any]] = []
 
     def walk(value: Any, path: list[Any]) -> None:
         if isinstance(value, dict):
@@ -161,33 +179,29 @@ def _wrong_argument(action: Action, domain: Domain, rng: random.Random) -> Actio
         elif isinstance(value, str) and value:
             enum = (props.get(path[0]) or {}).get("enum") if path else None
             if not enum:
-                slots.append((1 if re.fullmatch(r"\d{4}-\d\d-\d\d", value) else 2, path, value))
+                slots.append((1 if re.fullmatch(_ISO_DATE, value) else 2, path, value))
 
     walk(args, [])
-    if not slots:
-        return action
-    best = min(s[0] for s in slots)
-    _, path, value = rng.choice([s for s in slots if s[0] == best])
+    return slots
+
+
+def _careless_value(value: Any) -> Any:
+    """`value` slightly wrong: flipped, off by one, a day late, or mistyped."""
     if isinstance(value, bool):
-        new: Any = not value
-    elif isinstance(value, int | float):
-        new = value + 1
-    elif re.fullmatch(r"\d{4}-\d\d-\d\d", value):
-        new = (date.fromisoformat(value) + timedelta(days=1)).isoformat()
-    else:  # a mistyped identifier: the last character slips to its neighbour
-        last = value[-1]
-        if last.isdigit():
-            repl = str((int(last) + 1) % 10)
-        elif last.isalpha():
-            repl = "a" if last.lower() == "z" else chr(ord(last) + 1)
-        else:
-            repl = "x"
-        new = value[:-1] + repl
-    target: Any = args
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = new
-    return type(action)(action.name, args)
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if re.fullmatch(_ISO_DATE, value):
+        return (date.fromisoformat(value) + timedelta(days=1)).isoformat()
+    # a mistyped identifier: the last character slips to its neighbour
+    last = value[-1]
+    if last.isdigit():
+        repl = str((int(last) + 1) % 10)
+    elif last.isalpha():
+        repl = "a" if last.lower() == "z" else chr(ord(last) + 1)
+    else:
+        repl = "x"
+    return value[:-1] + repl
 
 
 @functools.lru_cache(maxsize=4096)
@@ -485,34 +499,48 @@ class AgentPlayer:
         return Step(texts=[template.format(what=W.join_words(phrases))], kind="ask", lead=lead)
 
     def next_action(self, p: int) -> Step:
+        """The step towards gold action `p`: ask for what is missing, then call it (a read,
+        with the reads after it that are ready) or confirm it (a write)."""
         plan, view = self.plan, self.view
         action = plan.actions[p]
         first = view.n_assistant == 0
         is_write = plan.is_write(action.name)
-        if is_write:
-            missing = self.missing_keys(action)
-        else:
-            run = [action]
-            for nxt in plan.actions[p + 1 :]:
-                if plan.is_write(nxt.name):
-                    break
-                run.append(nxt)
-            missing = self.missing_keys(action)
-            if plan.ask_together:
-                for nxt in run[1:]:
-                    missing += [k for k in self.missing_keys(nxt) if k not in missing]
+        missing = self.missing_keys(action) if is_write else self.missing_for_reads(p)
         if missing:
             return self.ask(missing if plan.ask_together else missing[:1], first)
         if self.unresolved(action) and not self.details_asked():
             lead = [self.rng.choice(W.GREETINGS)] if first else []
             return Step(texts=[W.DETAILS_ASK], kind="details", lead=lead)
         if not is_write:
-            batch = [action]
+            return Step(calls=self.read_batch(p), kind="tools")
+        return self.write_step(p, first)
+
+    def missing_for_reads(self, p: int) -> list[str]:
+        """What read `p` misses; asking all at once, also what the reads after it miss."""
+        plan = self.plan
+        missing = self.missing_keys(plan.actions[p])
+        if plan.ask_together:
             for nxt in plan.actions[p + 1 :]:
-                if plan.is_write(nxt.name) or self.missing_keys(nxt) or self.unresolved(nxt):
+                if plan.is_write(nxt.name):
                     break
-                batch.append(nxt)
-            return Step(calls=batch, kind="tools")
+                missing += [k for k in self.missing_keys(nxt) if k not in missing]
+        return missing
+
+    def read_batch(self, p: int) -> list[Action]:
+        """Read `p` and the reads after it that need nothing more from the customer."""
+        plan = self.plan
+        batch = [plan.actions[p]]
+        for nxt in plan.actions[p + 1 :]:
+            if plan.is_write(nxt.name) or self.missing_keys(nxt) or self.unresolved(nxt):
+                break
+            batch.append(nxt)
+        return batch
+
+    def write_step(self, p: int, first: bool) -> Step:
+        """Write `p`, with all its facts known: the extra facts before the first write, then
+        a summary to confirm, then the call once the customer says yes."""
+        plan, view = self.plan, self.view
+        action = plan.actions[p]
         first_write = next(i for i, a in enumerate(plan.actions) if plan.is_write(a.name))
         if p == first_write:
             extras = self.extra_keys()

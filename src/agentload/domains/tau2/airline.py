@@ -510,6 +510,62 @@ def _record(table: dict[str, Any], key: Any, write: bool) -> Any:
     return table[key] if write else dict.__getitem__(table, key)
 
 
+def _exact_fields(reservation: dict[str, Any]) -> bool:
+    """The new reservation's scalar fields are already what τ²'s model would make of them."""
+    return (
+        type(reservation["origin"]) is str
+        and type(reservation["destination"]) is str
+        and type(reservation["flight_type"]) is str
+        and reservation["flight_type"] in FLIGHT_TYPES
+        and type(reservation["cabin"]) is str
+        and reservation["cabin"] in CABINS
+        and type(reservation["total_baggages"]) is int
+        and type(reservation["nonfree_baggages"]) is int
+        and type(reservation["insurance"]) is str
+        and reservation["insurance"] in INSURANCE
+    )
+
+
+def _coerce_fields(
+    reservation: dict[str, Any], passengers: Any, payment_methods: Any, payments_ok: bool
+) -> None:
+    """Let τ²'s model coerce the new reservation's fields, or word the error."""
+    fields = {**reservation, "passengers": copy.deepcopy(passengers)}
+    if not payments_ok:
+        fields["payment_history"] = copy.deepcopy(payment_methods)
+    checked = _models().Reservation(**fields).model_dump()
+    for k in ("total_baggages", "nonfree_baggages"):
+        reservation[k] = checked[k]
+
+
+def _check_payments(methods: dict[str, Any], payment_methods: Any, total_price: Any) -> None:
+    """Every payment names a method of the user's, within its balance, and they add up."""
+    for p in payment_methods:
+        pid, amount = p["payment_id"], p["amount"]
+        if pid not in methods:
+            raise ToolError(f"Payment method {pid} not found")
+        m = methods[pid]
+        if m["source"] in ("gift_card", "certificate") and m["amount"] < amount:
+            raise ToolError(f"Not enough balance in payment method {pid}")
+    total_payment = sum(p["amount"] for p in payment_methods)
+    if total_payment != total_price:
+        raise ToolError(
+            f"Payment amount does not add up, total price is {total_price}, "
+            f"but paid {total_payment}"
+        )
+
+
+def _charge(methods: dict[str, Any], payment_methods: Any) -> None:
+    """Take the payments: off a gift card's balance; a certificate is used up."""
+    for p in payment_methods:
+        pid = p["payment_id"]
+        m = methods[pid]
+        if m["source"] == "gift_card":
+            m["amount"] -= p["amount"]
+        elif m["source"] == "certificate":
+            methods.pop(pid)  # single use
+
+
 # --- the tools -------------------------------------------------------------------------------
 
 
@@ -634,12 +690,7 @@ class AirlineTools(ToolKit):
         passengers, passengers_ok = _as_models(passengers, _passenger)
         payment_methods, payments_ok = _as_models(payment_methods, _payment)
         user = self._user(user_id, write=True)
-        reservation_id = next(
-            (r for r in NEW_RESERVATION_IDS if r not in self.db["reservations"]), None
-        )
-        if reservation_id is None:
-            raise ToolError("Too many reservations")
-
+        reservation_id = self._new_reservation_id()
         reservation: dict[str, Any] = {
             "reservation_id": reservation_id,
             "user_id": user_id,
@@ -656,28 +707,37 @@ class AirlineTools(ToolKit):
             "insurance": insurance,
             "status": None,
         }
-        exact = (
-            passengers_ok
-            and payments_ok
-            and type(origin) is str
-            and type(destination) is str
-            and type(flight_type) is str
-            and flight_type in FLIGHT_TYPES
-            and type(cabin) is str
-            and cabin in CABINS
-            and type(total_baggages) is int
-            and type(nonfree_baggages) is int
-            and type(insurance) is str
-            and insurance in INSURANCE
-        )
-        if not exact:  # let the model coerce the fields, or word the error
-            fields = {**reservation, "passengers": copy.deepcopy(passengers)}
-            if not payments_ok:
-                fields["payment_history"] = copy.deepcopy(payment_methods)
-            checked = _models().Reservation(**fields).model_dump()
-            for k in ("total_baggages", "nonfree_baggages"):
-                reservation[k] = checked[k]
+        if not (passengers_ok and payments_ok and _exact_fields(reservation)):
+            _coerce_fields(reservation, passengers, payment_methods, payments_ok)
+        total_price, to_book = self._price_flights(reservation, flights, flights_ok, passengers)
+        if insurance == "yes":
+            total_price += INSURANCE_FEE * len(passengers)
+        total_price += BAG_FEE * nonfree_baggages  # τ² uses the argument as given here
+        methods = user["payment_methods"]
+        _check_payments(methods, payment_methods, total_price)
 
+        # Every check passed: charge, take the seats, file the reservation.
+        _charge(methods, payment_methods)
+        for inst in to_book:
+            inst["available_seats"][cabin] -= len(passengers)
+        self.db["reservations"][reservation_id] = reservation
+        user["reservations"].append(reservation_id)
+        return Record(reservation)
+
+    def _new_reservation_id(self) -> str:
+        reservation_id = next(
+            (r for r in NEW_RESERVATION_IDS if r not in self.db["reservations"]), None
+        )
+        if reservation_id is None:
+            raise ToolError("Too many reservations")
+        return reservation_id
+
+    def _price_flights(
+        self, reservation: dict[str, Any], flights: Any, flights_ok: bool, passengers: Any
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """Add each flight to the reservation, checking it has the seats: the price of the
+        flights for every passenger, and the flight dates whose seats to take."""
+        cabin = reservation["cabin"]
         total_price: Any = 0
         to_book: list[dict[str, Any]] = []
         if not flights_ok:
@@ -702,38 +762,7 @@ class AirlineTools(ToolKit):
             )
             to_book.append(inst)
             total_price += price * len(passengers)
-        if insurance == "yes":
-            total_price += INSURANCE_FEE * len(passengers)
-        total_price += BAG_FEE * nonfree_baggages  # τ² uses the argument as given here
-
-        methods = user["payment_methods"]
-        for p in payment_methods:
-            pid, amount = p["payment_id"], p["amount"]
-            if pid not in methods:
-                raise ToolError(f"Payment method {pid} not found")
-            m = methods[pid]
-            if m["source"] in ("gift_card", "certificate") and m["amount"] < amount:
-                raise ToolError(f"Not enough balance in payment method {pid}")
-        total_payment = sum(p["amount"] for p in payment_methods)
-        if total_payment != total_price:
-            raise ToolError(
-                f"Payment amount does not add up, total price is {total_price}, "
-                f"but paid {total_payment}"
-            )
-
-        # Every check passed: charge, take the seats, file the reservation.
-        for p in payment_methods:
-            pid = p["payment_id"]
-            m = methods[pid]
-            if m["source"] == "gift_card":
-                m["amount"] -= p["amount"]
-            elif m["source"] == "certificate":
-                methods.pop(pid)  # single use
-        for inst in to_book:
-            inst["available_seats"][cabin] -= len(passengers)
-        self.db["reservations"][reservation_id] = reservation
-        user["reservations"].append(reservation_id)
-        return Record(reservation)
+        return total_price, to_book
 
     @tool(
         "generic",

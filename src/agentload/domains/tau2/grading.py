@@ -181,9 +181,6 @@ def grade(
         }
     basis = set(task.reward_basis)
     crit = task.tau2.get("evaluation_criteria") or {}
-    breakdown: dict[str, float] = {}
-    reward = 1.0
-
     if world is None:
         world = replay(domain, task, messages)
     db_hash, user_hash = world.state_hashes()
@@ -191,29 +188,12 @@ def grade(
     has_env = crit.get("actions") is not None or crit.get("env_assertions") is not None
     db_match = not has_env or (db_hash == gold_db and user_hash == gold_user)
     env_checks = env_assertion_checks(task, world) if has_env else []
-    if "DB" in basis:
-        breakdown["DB"] = 1.0 if db_match else 0.0
-    if "ENV_ASSERTION" in basis:
-        breakdown["ENV_ASSERTION"] = 1.0 if all(c["met"] for c in env_checks) else 0.0
-
     acts = action_checks(task, messages)
-    if "ACTION" in basis:
-        breakdown["ACTION"] = 1.0 if all(c["action_match"] for c in acts) else 0.0
-
-    nl_assertions = crit.get("nl_assertions") or []
-    partial = False
-    if "NL_ASSERTION" in basis:
-        if not nl_assertions:
-            breakdown["NL_ASSERTION"] = 1.0
-        elif nl_checks is None:
-            partial = True  # not evaluated: the reward covers the other components only
-        else:
-            breakdown["NL_ASSERTION"] = 1.0 if all(c.get("met") for c in nl_checks) else 0.0
-
     comms = communicate_checks(task, messages)
-    if "COMMUNICATE" in basis:
-        breakdown["COMMUNICATE"] = 1.0 if all(c["met"] for c in comms) else 0.0
-
+    breakdown, partial = _reward_breakdown(
+        basis, crit, db_match, env_checks, acts, comms, nl_checks
+    )
+    reward = 1.0
     for v in breakdown.values():
         reward *= v
     missing = [c["info"] for c in comms if not c["met"]]
@@ -236,6 +216,38 @@ def grade(
         "user_db_hash": user_hash,
         "gold_user_hash": gold_user,
     }
+
+
+def _reward_breakdown(
+    basis: set[str],
+    crit: Mapping[str, Any],
+    db_match: bool,
+    env_checks: list[dict[str, Any]],
+    acts: list[dict[str, Any]],
+    comms: list[dict[str, Any]],
+    nl_checks: list[dict[str, Any]] | None,
+) -> tuple[dict[str, float], bool]:
+    """Each component of the task's reward basis, 1.0 or 0.0, in τ²'s order; and whether
+    the reward is partial (natural-language assertions with no judge's verdicts)."""
+    breakdown: dict[str, float] = {}
+    if "DB" in basis:
+        breakdown["DB"] = 1.0 if db_match else 0.0
+    if "ENV_ASSERTION" in basis:
+        breakdown["ENV_ASSERTION"] = 1.0 if all(c["met"] for c in env_checks) else 0.0
+    if "ACTION" in basis:
+        breakdown["ACTION"] = 1.0 if all(c["action_match"] for c in acts) else 0.0
+    nl_assertions = crit.get("nl_assertions") or []
+    partial = False
+    if "NL_ASSERTION" in basis:
+        if not nl_assertions:
+            breakdown["NL_ASSERTION"] = 1.0
+        elif nl_checks is None:
+            partial = True  # not evaluated: the reward covers the other components only
+        else:
+            breakdown["NL_ASSERTION"] = 1.0 if all(c.get("met") for c in nl_checks) else 0.0
+    if "COMMUNICATE" in basis:
+        breakdown["COMMUNICATE"] = 1.0 if all(c["met"] for c in comms) else 0.0
+    return breakdown, partial
 
 
 def gold_messages(domain: Tau2Domain, task: Tau2Task) -> tuple[list[dict[str, Any]], World]:

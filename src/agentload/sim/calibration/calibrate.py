@@ -449,53 +449,125 @@ async def calibrate(
     prompts = PromptMaker(tokenizer, seed if seed is not None else time.time_ns())
     load_before = os.getloadavg()
     async with aiohttp.ClientSession() as http:
-        info = await server_info(http, target)
-        target.model_times = info.is_sim and not wall_clock
-        say(
-            f"calibrate: {info.engine} {info.version or '?'} at {target.base_url}, model "
-            f"{info.model}; timing on the {'model' if target.model_times else 'wall'} clock"
+        info = await _meet_server(http, target, wall_clock, say)
+        plan = await _probe_plan(http, target, info, base_p, prompts, plan, budget, say)
+        probe = await _run_probe(http, target, plan, prompts, say)
+    extra = _probe_extra(
+        target,
+        plan,
+        probe.result,
+        t_start=t_start,
+        max_num_seqs=max_num_seqs,
+        tokenizer=tokenizer,
+        load=(load_before, os.getloadavg()),
+    )
+    if save_probe is not None:
+        _keep_probe(save_probe, info, extra, probe.result, say)
+    if warning := pace_warning(probe.result.pace):
+        say(f"calibrate: note: {warning}")
+    return await _fitted(
+        name,
+        base_p,
+        probe.result,
+        info,
+        extra,
+        model=info.model or target.model,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        max_num_seqs=max_num_seqs,
+        say=say,
+        t_start=t_start,
+    )
+
+
+async def _meet_server(
+    http: aiohttp.ClientSession, target: Target, wall_clock: bool, say: Say
+) -> ServerInfo:
+    """What serves at `target`, and which clock the probe times it on (a simulator's model
+    clock unless `wall_clock`)."""
+    info = await server_info(http, target)
+    target.model_times = info.is_sim and not wall_clock
+    say(
+        f"calibrate: {info.engine} {info.version or '?'} at {target.base_url}, model "
+        f"{info.model}; timing on the {'model' if target.model_times else 'wall'} clock"
+    )
+    if not target.model_times and (note := shared_host_note(target.base_url)):
+        say(f"calibrate: note: {note}")
+    return info
+
+
+async def _probe_plan(
+    http: aiohttp.ClientSession,
+    target: Target,
+    info: ServerInfo,
+    base_p: Profile,
+    prompts: PromptMaker,
+    plan: ProbePlan | None,
+    budget: int | None,
+    say: Say,
+) -> ProbePlan:
+    """The probe's plan fitted to the server: its token budget per step (detected unless
+    given), block size and context length."""
+    plan = plan or ProbePlan()
+    if budget is None:
+        budget = await detect_budget(
+            http, target, prompts, info.max_model_len or base_p.max_model_len
         )
-        if not target.model_times and (note := shared_host_note(target.base_url)):
-            say(f"calibrate: note: {note}")
-        plan = plan or ProbePlan()
-        if budget is None:
-            budget = await detect_budget(
-                http, target, prompts, info.max_model_len or base_p.max_model_len
+        if budget:
+            say(
+                f"calibrate: the engine prefills {budget} tokens per step (from "
+                "vllm:iteration_tokens_total; --max-num-batched-tokens overrides)"
             )
-            if budget:
-                say(
-                    f"calibrate: the engine prefills {budget} tokens per step (from "
-                    "vllm:iteration_tokens_total; --max-num-batched-tokens overrides)"
-                )
-            else:
-                say(
-                    "calibrate: the server does not show its prefill chunk; assuming "
-                    f"{base_p.max_num_batched_tokens} tokens per step (the base profile's): give "
-                    "--max-num-batched-tokens (vLLM's CPU build defaults to 2048)"
-                )
-        plan.budget = budget or base_p.max_num_batched_tokens
-        plan.block_size = info.block_size or base_p.block_size
-        plan.max_model_len = info.max_model_len or base_p.max_model_len
-        if info.is_sim:
-            plan.warmup_s = 0.0  # a simulator runs at its speed from the first request
-        plan = plan.fitted()
-        probe = Probe(http, target, plan, prompts, progress=_progress(say))
-        pilot = await probe.pilot()
-        steps = probe.estimate(pilot)
-        est = plan.repeats * sum(e for _, e, _ in steps) + plan.warmup_s
-        say(
-            f"calibrate: pilot TTFT {1e3 * pilot.ttft_s:.0f} ms for {pilot.prompt_tokens} "
-            f"tokens, {1e3 * pilot.tpot_s:.1f} ms per token; the probe takes about "
-            f"{_dur(est)} ({plan.repeats} rounds of {len(steps)} steps"
-            + (f", after a {_dur(plan.warmup_s)} warm-up)" if plan.warmup_s else ")")
-        )
-        await probe.run(steps)
-    load_after = os.getloadavg()
-    extra = {
+        else:
+            say(
+                "calibrate: the server does not show its prefill chunk; assuming "
+                f"{base_p.max_num_batched_tokens} tokens per step (the base profile's): give "
+                "--max-num-batched-tokens (vLLM's CPU build defaults to 2048)"
+            )
+    plan.budget = budget or base_p.max_num_batched_tokens
+    plan.block_size = info.block_size or base_p.block_size
+    plan.max_model_len = info.max_model_len or base_p.max_model_len
+    if info.is_sim:
+        plan.warmup_s = 0.0  # a simulator runs at its speed from the first request
+    return plan.fitted()
+
+
+async def _run_probe(
+    http: aiohttp.ClientSession, target: Target, plan: ProbePlan, prompts: PromptMaker, say: Say
+) -> Probe:
+    """A pilot request to size the probe, then the probe itself."""
+    probe = Probe(http, target, plan, prompts, progress=_progress(say))
+    pilot = await probe.pilot()
+    steps = probe.estimate(pilot)
+    est = plan.repeats * sum(e for _, e, _ in steps) + plan.warmup_s
+    say(
+        f"calibrate: pilot TTFT {1e3 * pilot.ttft_s:.0f} ms for {pilot.prompt_tokens} "
+        f"tokens, {1e3 * pilot.tpot_s:.1f} ms per token; the probe takes about "
+        f"{_dur(est)} ({plan.repeats} rounds of {len(steps)} steps"
+        + (f", after a {_dur(plan.warmup_s)} warm-up)" if plan.warmup_s else ")")
+    )
+    await probe.run(steps)
+    return probe
+
+
+def _probe_extra(
+    target: Target,
+    plan: ProbePlan,
+    result: ProbeResult,
+    *,
+    t_start: float,
+    max_num_seqs: int | None,
+    tokenizer: str | None,
+    load: tuple[tuple[float, float, float], tuple[float, float, float]],
+) -> dict[str, Any]:
+    """The profile's record of how it was probed: the clock, the plan, the host and its
+    load average before and after."""
+    load_before, load_after = load
+    return {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "clock": "model" if target.model_times else "wall",
         "probe": {
-            "requests": probe.result.requests,
+            "requests": result.requests,
             "seconds": round(time.monotonic() - t_start, 1),
             "max_num_batched_tokens": plan.budget,
             "max_num_seqs": max_num_seqs,
@@ -521,29 +593,18 @@ async def calibrate(
             "load_avg_1m_after": round(load_after[0], 2),
         },
     }
-    if save_probe is not None:
-        # The probe's minutes are kept before anything can go wrong in the fit.
-        try:
-            write_probe(save_probe, info, extra, probe.result)
-        except OSError as exc:
-            say(f"calibrate: warning: could not keep the probe's measurements: {exc}")
-        else:
-            say(f"calibrate: kept the probe's measurements in {save_probe}")
-    if warning := pace_warning(probe.result.pace):
-        say(f"calibrate: note: {warning}")
-    return await _fitted(
-        name,
-        base_p,
-        probe.result,
-        info,
-        extra,
-        model=info.model or target.model,
-        tokenizer=tokenizer,
-        prompts=prompts,
-        max_num_seqs=max_num_seqs,
-        say=say,
-        t_start=t_start,
-    )
+
+
+def _keep_probe(
+    path: Path, info: ServerInfo, extra: dict[str, Any], result: ProbeResult, say: Say
+) -> None:
+    """Keep the probe's measurements before anything can go wrong in the fit."""
+    try:
+        write_probe(path, info, extra, result)
+    except OSError as exc:
+        say(f"calibrate: warning: could not keep the probe's measurements: {exc}")
+    else:
+        say(f"calibrate: kept the probe's measurements in {path}")
 
 
 async def _fitted(
@@ -665,6 +726,42 @@ async def pool(
     t_start = time.monotonic()
     probes = [read_probe(p) for p in paths]
     first = probes[0]
+    _check_poolable(probes, say)
+    result = pooled([p.result for p in probes])
+    each = pace([{(o.kind, o.label): o.y for o in p.result.obs} for p in probes])
+    say(
+        f"calibrate: pooled {len(probes)} probe{'s' if len(probes) > 1 else ''}, "
+        f"{result.requests} requests in "
+        f"{result.rounds} rounds"
+        + (f"; each probe against the others: {pace_text(each)}" if len(probes) > 1 else "")
+    )
+    if len(probes) > 1 and (m := moved(each)) is not None and m > PACE_NOTE:
+        say(
+            "calibrate: note: the server ran at different speeds in different probes; the "
+            "profile fits their median, the server as it usually runs"
+        )
+    extra = _pooled_extra(probes, result, each)
+    base_p = load_profile(base)
+    prompts = PromptMaker(tokenizer, time.time_ns())
+    return await _fitted(
+        name,
+        base_p,
+        result,
+        first.info,
+        extra,
+        model=first.info.model,
+        tokenizer=tokenizer,
+        prompts=prompts,
+        # the sequence cap the first probe's calibration was given, unless given again
+        max_num_seqs=max_num_seqs or first.extra["probe"].get("max_num_seqs"),
+        say=say,
+        t_start=t_start,
+    )
+
+
+def _check_poolable(probes: list[SavedProbe], say: Say) -> None:
+    """A ValueError for probes whose observations do not line up; a note for probes of
+    different servers (which pool fine)."""
     if len({p.extra["clock"] for p in probes}) > 1:
         raise ValueError(
             "--pool: some probes were timed on a simulator's model clock and some on the wall "
@@ -684,20 +781,15 @@ async def pool(
     if len(servers) > 1:
         listed = "; ".join(f"{e} {v or '?'} serving {m}" for e, v, m in sorted(servers, key=str))
         say(f"calibrate: note: the probes came from different servers ({listed})")
-    result = pooled([p.result for p in probes])
-    each = pace([{(o.kind, o.label): o.y for o in p.result.obs} for p in probes])
-    say(
-        f"calibrate: pooled {len(probes)} probe{'s' if len(probes) > 1 else ''}, "
-        f"{result.requests} requests in "
-        f"{result.rounds} rounds"
-        + (f"; each probe against the others: {pace_text(each)}" if len(probes) > 1 else "")
-    )
-    if len(probes) > 1 and (m := moved(each)) is not None and m > PACE_NOTE:
-        say(
-            "calibrate: note: the server ran at different speeds in different probes; the "
-            "profile fits their median, the server as it usually runs"
-        )
-    extra = {
+
+
+def _pooled_extra(
+    probes: list[SavedProbe], result: ProbeResult, each: list[float | None]
+) -> dict[str, Any]:
+    """The pooled profile's record of its probes: the first one's plan and host, with the
+    pooled counts, and each probe with its pace against the others."""
+    first = probes[0]
+    return {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "clock": first.extra["clock"],
         "probe": {
@@ -720,22 +812,6 @@ async def pool(
             for i, p in enumerate(probes)
         ],
     }
-    base_p = load_profile(base)
-    prompts = PromptMaker(tokenizer, time.time_ns())
-    return await _fitted(
-        name,
-        base_p,
-        result,
-        first.info,
-        extra,
-        model=first.info.model,
-        tokenizer=tokenizer,
-        prompts=prompts,
-        # the sequence cap the first probe's calibration was given, unless given again
-        max_num_seqs=max_num_seqs or first.extra["probe"].get("max_num_seqs"),
-        say=say,
-        t_start=t_start,
-    )
 
 
 def _dur(s: float) -> str:
