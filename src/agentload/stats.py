@@ -20,6 +20,17 @@ def pct_key(p: float) -> str:
     return f"p{p:g}"
 
 
+def min_samples(p: float) -> int:
+    """The fewest values a p-th percentile needs to say more than the largest values do: with
+    fewer than 1 / (1 - p), it falls between the two largest (p99 needs 100, p90 10)."""
+    return math.ceil(100 / (100 - p) - 1e-9)
+
+
+def thin_percentiles(n: int, percentiles: Sequence[float] = PERCENTILES) -> list[str]:
+    """The keys of the percentiles that `n` values are too few to carry (see min_samples)."""
+    return [pct_key(p) for p in percentiles if 0 < n < min_samples(p)]
+
+
 def _clean(values: Iterable[float | None]) -> np.ndarray:
     arr = np.fromiter((v for v in values if v is not None), dtype=float)
     return arr[np.isfinite(arr)]
@@ -45,6 +56,8 @@ def describe(
     out["max"] = float(arr.max())
     qs = np.percentile(arr, list(percentiles))
     out.update({pct_key(p): float(q) for p, q in zip(percentiles, qs, strict=True)})
+    if thin := thin_percentiles(int(arr.size), percentiles):
+        out["thin"] = thin  # type: ignore[assignment]
     return out
 
 

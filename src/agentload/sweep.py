@@ -12,7 +12,7 @@ import orjson
 import yaml
 
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
-from agentload.report.columns import SWEEP_COLUMNS, console_columns
+from agentload.report.columns import SWEEP_COLUMNS, THIN_NOTE, any_thin, console_columns
 from agentload.results.dirs import load_sweep
 from agentload.results.jsonl import ResultsError
 from agentload.results.records import ClientBlock, Episodes, as_summary
@@ -64,10 +64,12 @@ def summary_row(
         "sched_delay_p99": client.sched_delay_s.stat("p99") if client.sched_delay_s else None,
     }
     gaps = agent.itl_s.all_gaps
+    dists = {"ttft": agent.ttft_s, "e2e": agent.e2e_s, "itl": gaps}
     for p in ("p50", "p90", "p99"):
-        row[f"ttft_{p}"] = agent.ttft_s.stat(p)
-        row[f"e2e_{p}"] = agent.e2e_s.stat(p)
-        row[f"itl_{p}"] = gaps.stat(p) if gaps else None
+        for name, d in dists.items():
+            row[f"{name}_{p}"] = d.stat(p) if d else None
+    # Percentiles the point's sample is too small to carry, marked in its tables.
+    row["thin"] = [f"{name}_{p}" for name, d in dists.items() if d for p in d.thin]
     return row
 
 
@@ -95,6 +97,9 @@ def sweep_table(doc: Mapping[str, Any]) -> Any:
             else:
                 cells.append(c.cell(row))
         t.add_row(*cells)
+    if any_thin(cols, doc["points"]):
+        t.caption = THIN_NOTE
+        t.caption_justify = "left"
     return t
 
 

@@ -182,6 +182,9 @@ def test_window_spans_resume_attempts(tmp_path: Path) -> None:
     s = summarize(tmp_path)
     assert s["window"]["duration_s"] == pytest.approx(110.0)
     assert s["window"]["active_s"] == pytest.approx(25.0)
+    # Rates are over the time the run ran (15 s, then 10 s), not the 85 s it was stopped.
+    assert s["window"]["running_s"] == pytest.approx(25.0)
+    assert s["episodes"]["episodes_per_min"] == pytest.approx(3 / (25.0 / 60))
 
 
 # ---- resume never destroys data --------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import statistics
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -65,13 +66,25 @@ async def _episodes(
 
         async def one(task_id: str, session_id: str) -> EpisodeResult:
             async with gate:
-                spec = EpisodeSpec(task_id=task_id, trial=0, seed=0, session_id=session_id)
+                spec = EpisodeSpec(
+                    task_id=task_id, trial=0, seed=seed_of(session_id), session_id=session_id
+                )
                 return await run_episode(
                     spec, {"agent": client, "user": client}, EpisodeOptions(agent=agent)
                 )
 
         results = await asyncio.gather(*(one(t, s) for t, s in pairs))
     return list(results), records
+
+
+def seed_of(session: str) -> int:
+    """Each named session is its own episode: its seed, which the simulator plays it by."""
+    return zlib.crc32(session.encode())
+
+
+def key_of(session: str) -> str:
+    """The simulator's key for the episode of that session (RequestView.episode_key)."""
+    return f"seed:{seed_of(session)}"
 
 
 def run(pairs: Pairs, **kw: Any) -> tuple[list[EpisodeResult], list[CallRecord]]:
@@ -140,7 +153,7 @@ def test_success_rate_tracks_skill() -> None:
     assert abs(rate - 0.5) <= 3 * math.sqrt(0.25 / n)
     # Every episode the agent meant to get right is right, and every mistake costs the reward.
     for (task_id, session), r in zip(pairs, results, strict=True):
-        plan = episode_plan(task_id, session, 0, 0.5)
+        plan = episode_plan(task_id, key_of(session), 0, 0.5)
         assert r.session["termination"] == "user_stop", (task_id, session)
         assert r.session["reward"] == (1.0 if plan.success else 0.0), (task_id, plan.mistake)
 

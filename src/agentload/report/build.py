@@ -9,7 +9,7 @@ from typing import Any
 from agentload import stats
 from agentload.fmt import DASH, count, duration, num, pct, secs, when
 from agentload.report import plots
-from agentload.report.columns import CALL_COLUMNS, cells
+from agentload.report.columns import CALL_COLUMNS, THIN_NOTE, any_thin, cells
 from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.health import client_cpu_share, client_warnings
@@ -77,6 +77,10 @@ def _status_rows(summary: Mapping[str, Any]) -> list[list[str]]:
             f"(first start → last end of {window.get('source') or DASH})",
         ],
     ]
+    running, span = window.get("running_s"), window.get("duration_s")
+    if running is not None and span and running < span - 0.5:
+        # A resumed run: its downtime is in the window but not in any rate.
+        facts.append(["time running (rates divide by it)", duration(running)])
     if (
         window.get("active_s") is not None
         and window.get("duration_s")
@@ -203,6 +207,8 @@ def _calls_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> Non
         ["role @ endpoint", *[c.label for c in CALL_COLUMNS]],
         [[name, *cells(CALL_COLUMNS, b)] for name, b in blocks.items()],
     )
+    if any_thin(CALL_COLUMNS, list(blocks.values())):
+        doc.p(THIN_NOTE)
     tokens = s.calls.all.tokens
     est = tokens.estimated_calls
     if est:

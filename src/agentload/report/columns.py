@@ -24,6 +24,18 @@ def _yes_no(v: Any) -> str:
     return DASH if v is None else ("yes" if v else "no")
 
 
+THIN_MARK = "*"
+THIN_NOTE = (
+    "* fewer values than the percentile needs (1 / (1 − p): p90 10, p99 100): it lies "
+    "between the largest values, not in a tail they show"
+)
+
+
+def any_thin(columns: Sequence[Column], blocks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a table of these blocks marks a figure (and so needs THIN_NOTE under it)."""
+    return any(c.thin(b) and c.value(b) is not None for b in blocks for c in columns)
+
+
 @dataclass(frozen=True)
 class Column:
     label: str
@@ -35,7 +47,15 @@ class Column:
         return dig(block, *self.path)
 
     def cell(self, block: Mapping[str, Any]) -> str:
-        return self.fmt(self.value(block))
+        text = self.fmt(self.value(block))
+        return text + THIN_MARK if text != DASH and self.thin(block) else text
+
+    def thin(self, block: Mapping[str, Any]) -> bool:
+        """Whether the figure is a percentile its sample is too small to carry: the
+        distribution's `thin` list (a summary block), or the row's (a sweep row)."""
+        parent = dig(block, *self.path[:-1]) if len(self.path) > 1 else block
+        marks = parent.get("thin") if isinstance(parent, Mapping) else None
+        return isinstance(marks, list) and self.path[-1] in marks
 
 
 def col(label: str, path: str, fmt: Callable[[Any], str], console: bool = True) -> Column:

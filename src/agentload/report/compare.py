@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from agentload.results.summary import SUCCESS_REWARD, MeasuredRun, load_measured
-from agentload.results.window import session_window
+from agentload.results.window import rate_seconds, session_window
 
 CONFIDENCE = 0.95
 RESAMPLES = 1000
@@ -171,7 +171,7 @@ def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, d
         succ = np.array([float((s.reward or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
         out["success_rate"] = _mean_metric(succ, seed=5)
         # the summary's window: monotonic clock, robust to wall-clock steps
-        minutes = (session_window(run.sessions)["duration_s"] or 0.0) / 60
+        minutes = (rate_seconds(session_window(run.sessions)) or 0.0) / 60
         out["episodes_per_min"] = {
             "value": len(run.sessions) / minutes if minutes > 0 else None,
             "ci": None,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentload.fmt import DASH, num, pct, secs
-from agentload.report.columns import SWEEP_COLUMNS, cells
+from agentload.report.columns import SWEEP_COLUMNS, THIN_NOTE, any_thin, cells
 from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.plots import layout
@@ -230,6 +230,8 @@ def sweep_document(doc: Mapping[str, Any]) -> Document:
         [kind, *[c.label for c in SWEEP_COLUMNS]],
         [[f"{r[kind]:g}", *cells(SWEEP_COLUMNS, r)] for r in rows],
     )
+    if any_thin(SWEEP_COLUMNS, rows):
+        out.p(THIN_NOTE)
     out.p(
         "Each point is a full run in its own folder with its own report. `calls in SLO` counts "
         "calls meeting every threshold; goodput counts successful episodes all of whose calls "

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from agentload.fmt import count, duration, num, pct, secs
-from agentload.report.columns import CALL_COLUMNS, console_columns
+from agentload.report.columns import CALL_COLUMNS, THIN_NOTE, any_thin, console_columns
 from agentload.report.context import load_text
 from agentload.report.health import client_warnings
 from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
@@ -33,8 +33,12 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     calls.add_column("role @ endpoint")
     for c in cols:
         calls.add_column(c.label, justify="right")
-    for name, b in (dig(summary, "calls", "by_role_endpoint") or {}).items():
+    blocks = dig(summary, "calls", "by_role_endpoint") or {}
+    for name, b in blocks.items():
         calls.add_row(name, *[c.cell(b) for c in cols])
+    if any_thin(cols, list(blocks.values())):
+        calls.caption = THIN_NOTE
+        calls.caption_justify = "left"
     parts.append(calls)
 
     typed = as_summary(summary)

@@ -300,6 +300,8 @@ class Describe(_Model):
     std: float | None = None
     min: float | None = None
     max: float | None = None
+    thin: list[str] = []
+    """Percentiles too few values carry (agentload.stats.min_samples)."""
 
     def stat(self, key: str) -> float | None:
         """A figure by name: "mean", "max", ... or a percentile "p99", "p99.9"."""

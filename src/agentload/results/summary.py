@@ -36,7 +36,7 @@ from agentload.results.records import (
     write_summary_file,
 )
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
-from agentload.results.window import call_window, session_window
+from agentload.results.window import EMPTY_WINDOW, call_window, rate_seconds, session_window
 from agentload.units import check_slo_key, parse_duration
 
 log = logging.getLogger("agentload.results")
@@ -120,6 +120,8 @@ def _desc(values: np.ndarray) -> dict[str, Any]:
     }
     qs = np.percentile(v, list(stats.PERCENTILES))
     out.update({stats.pct_key(p): float(q) for p, q in zip(stats.PERCENTILES, qs, strict=True)})
+    if thin := stats.thin_percentiles(int(v.size)):
+        out["thin"] = thin  # percentiles too few values carry (agentload.stats.min_samples)
     return out
 
 
@@ -447,7 +449,7 @@ def _window(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray) -> dict
         return session_window(sessions)
     if m.any():
         return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
-    return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
+    return EMPTY_WINDOW.copy()
 
 
 # ---- entry points -------------------------------------------------------------------------
@@ -690,7 +692,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     run = load_measured(out_dir)
     a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
     window = _window(sessions, a, m)
-    window_s = window["duration_s"] or None
+    window_s = rate_seconds(window)
     success = np.array([_success(s) for s in sessions], dtype=bool)
     delays = [NAN if s.sched_delay_s is None else s.sched_delay_s for s in sessions]
     summary: dict[str, Any] = {

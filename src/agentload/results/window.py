@@ -29,6 +29,23 @@ log = logging.getLogger("agentload.results")
 CLOCK_STEP_WARN_S = 1.0
 
 
+EMPTY_WINDOW: dict[str, Any] = {
+    "start": None,
+    "end": None,
+    "duration_s": None,
+    "running_s": None,
+    "active_s": None,
+    "source": None,
+}
+
+
+def rate_seconds(window: Mapping[str, Any]) -> float | None:
+    """The seconds every rate of a run divides by: the time it ran, downtime between
+    attempts excluded (`duration_s` for a window written before `running_s` existed)."""
+    running = window.get("running_s")
+    return (running if running is not None else window.get("duration_s")) or None
+
+
 @dataclass
 class Interval:
     start_ns: int | None
@@ -96,7 +113,7 @@ def _group_window(items: list[Interval]) -> tuple[float, float, float, float] | 
 def window_from(groups: Mapping[Any, list[Interval]], source: str) -> dict[str, Any]:
     parts = [w for items in groups.values() if (w := _group_window(items)) is not None]
     if not parts:
-        return {"start": None, "end": None, "duration_s": None, "active_s": None, "source": None}
+        return EMPTY_WINDOW.copy()
     parts.sort(key=lambda p: p[0])
     duration = parts[0][1]
     end_wall = parts[0][0] + parts[0][1]
@@ -108,6 +125,9 @@ def window_from(groups: Mapping[Any, list[Interval]], source: str) -> dict[str, 
         "start": parts[0][0],
         "end": parts[0][0] + duration,
         "duration_s": max(0.0, duration),
+        # The attempts' own spans: the downtime between a run and its resume is not time
+        # the load ran, and every rate divides by this.
+        "running_s": sum(p[1] for p in parts),
         "active_s": sum(p[2] for p in parts),
         "source": source,
         "clock": "monotonic",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentload.plugins import BEHAVIOURS
 from agentload.sim.tokenizer import split_pieces
-from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
+from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 if TYPE_CHECKING:
     from agentload.sim.config import SimConfig
@@ -106,6 +106,14 @@ class RequestView:
     @property
     def session_id(self) -> str | None:
         return self.headers.get(SESSION_HEADER)
+
+    @property
+    def episode_key(self) -> str:
+        """What the scripted roles seed an episode's choices with: the episode's own seed
+        when the client sends it (the same in every run with the run's seed), else the
+        session id."""
+        seed = self.headers.get(EPISODE_HEADER)
+        return f"seed:{seed}" if seed else (self.session_id or "")
 
     @property
     def options(self) -> dict[str, Any]:

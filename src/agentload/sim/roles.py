@@ -641,7 +641,7 @@ class SkilledAgent:
         try:
             plan = episode_plan(
                 request.task or "",
-                request.session_id or "",
+                request.episode_key,
                 self.config.seed,
                 agent_skill(request.options),
             )
@@ -658,7 +658,7 @@ class SkilledAgent:
         rng = stable_rng(
             "agent-call",
             self.config.seed,
-            request.session_id or "",
+            request.episode_key,
             plan.task.id,
             len(request.messages),
             view.n_assistant,
@@ -869,7 +869,7 @@ class CooperativeUser:
         if found is None:
             return self.generic.respond(request)
         _, task = found
-        return ResponsePlan(content=self.reply(task, request.messages, request.session_id or ""))
+        return ResponsePlan(content=self.reply(task, request.messages, request.episode_key))
 
     def reply(self, task: Task, messages: Sequence[Mapping[str, Any]], session_id: str) -> str:
         scenario = task.scenario

@@ -30,7 +30,7 @@ from agentload.sim.metrics import SimMetrics
 from agentload.sim.modeltime import MODEL_TIMES_HEADER, ModelTimes
 from agentload.sim.profiles import Profile
 from agentload.sim.tokenizer import make_tokenizer, render_chat_parts, split_pieces
-from agentload.wire import ROLE_HEADER
+from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER
 
 log = logging.getLogger("agentload.sim")
 
@@ -1024,6 +1024,17 @@ class SimApp:
         if body.get("seed") is not None or temperature == 0:
             rng = random.Random(
                 _stable_digest(str(self.config.seed), str(body.get("seed")), *adm.parts)
+            )
+        elif key := front.headers.get(EPISODE_HEADER) or front.headers.get(SESSION_HEADER):
+            # Keyed by the call's place in its episode, not by arrival order: concurrent
+            # episodes interleave differently in every run, and a seeded run repeats.
+            rng = random.Random(
+                _stable_digest(
+                    str(self.config.seed),
+                    key,
+                    front.headers.get(ROLE_HEADER) or "",
+                    str(len(body.get("messages") or ())),
+                )
             )
         else:
             rng = random.Random(_stable_digest(str(self.config.seed), str(adm.counter)))

@@ -45,7 +45,7 @@ def agent_response(request: RequestView, seed: int, skill: float) -> ResponsePla
     if found is None:
         return None
     domain, task = found
-    rng = stable_rng("tau2-plan", seed, request.session_id or "", task.id)
+    rng = stable_rng("tau2-plan", seed, request.episode_key, task.id)
     steps, _ = oracle.plan(domain, task, rng, skill)
     step = oracle.agent_step(steps, request.messages)
     offered = set(_names(request))

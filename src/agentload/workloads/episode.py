@@ -27,7 +27,7 @@ from agentload.client import CallRecord, CallResult, ChatClient
 from agentload.config import ToolLatencyConfig, WorkloadConfig
 from agentload.domains import Environment, get_domain
 from agentload.domains.base import Domain, Grade, Task, grade_db_hash, hash_db
-from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
+from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 log = logging.getLogger("agentload.episode")
 
@@ -234,6 +234,7 @@ class _Episode(ModelCalls):
                 SESSION_HEADER: spec.session_id,
                 ROLE_HEADER: role,
                 TASK_HEADER: spec.task_id,
+                EPISODE_HEADER: str(spec.seed),
             }
             for role in ("agent", "user")
         }

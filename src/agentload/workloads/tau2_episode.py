@@ -42,7 +42,7 @@ from agentload.domains.tau2.prompts import (
     user_system_prompt,
 )
 from agentload.domains.tau2.toolkit import World
-from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
+from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 from agentload.workloads.episode import (
     COUNT_KEYS,
     EpisodeOptions,
@@ -224,7 +224,12 @@ class Tau2Episode(ModelCalls):
                 )
         self.taps = {role: _tap(c) for role, c in clients.items() if c is not None}
         self.headers = {
-            role: {SESSION_HEADER: spec.session_id, ROLE_HEADER: role, TASK_HEADER: spec.task_id}
+            role: {
+                SESSION_HEADER: spec.session_id,
+                ROLE_HEADER: role,
+                TASK_HEADER: spec.task_id,
+                EPISODE_HEADER: str(spec.seed),
+            }
             for role in ("agent", "user", "judge")
         }
         self.extra_body = (
