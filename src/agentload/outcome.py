@@ -9,6 +9,7 @@ verdict goes into run.json (`status`, `exit_code`) so files and exit code never 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,15 @@ import orjson
 log = logging.getLogger("agentload.run")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class RunFailed(Exception):
+    """The run could not proceed (exit code 1), whichever executor ran it."""
+
+
+def say_stderr(msg: str) -> None:
+    """The default `say` of a run: one line on stderr."""
+    print(msg, file=sys.stderr, flush=True)
 
 INFRA = "infra_error"
 

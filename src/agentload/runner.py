@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import resource
@@ -23,44 +24,41 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
 
-from agentload.client import CallRecord, ChatClient, EndpointConfig
+from agentload.client import EndpointConfig
 from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
-from agentload.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from agentload.execute import ExecutorFactory, open_local
+from agentload.outcome import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    RunFailed,
+    say_stderr,
+)
 from agentload.scheduler import (
     EpisodePlan,
-    LoadSpec,
     ProgressDisplay,
     ProgressTracker,
-    Scheduler,
     SchedulerReport,
-    WorkItem,
 )
 
 if TYPE_CHECKING:
-    from agentload.distributed.driver import Coordinator
+    from agentload.execute import Executor
     from agentload.results.recorder import Recorder
     from agentload.scheduler.outage import OutageGate
-    from agentload.workloads.base import SessionOutcome, Workload
+    from agentload.workloads.base import Workload
 
 log = logging.getLogger("agentload.run")
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "RunFailed", "execute_run"]
 
 
-class RunFailed(Exception):
-    """The run could not proceed (exit code 1)."""
-
-
 Say = Callable[[str], None]
-
-
-def say_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -86,6 +84,8 @@ class RunOptions:
     progress_title: str = ""
     overwrite: bool = False
     tune_gc: bool = True
+    executor: ExecutorFactory | None = None
+    """What runs the sessions (None: agentload.execute.open_executor's choice)."""
 
 
 @dataclass
@@ -105,7 +105,7 @@ class RunState:
     processes: tuple[int, int] = (1, 1)
     """Worker processes to start, and the most auto may grow to; (1, 1) runs the sessions in
     this process (agentload.distributed)."""
-    sched: Scheduler | Coordinator | None = None
+    sched: Executor | None = None
     gate: OutageGate | None = None
     sim: Any = None
     interrupts: int = 0
@@ -139,8 +139,10 @@ async def execute_run(
     progress_title: str = "",
     overwrite: bool = False,
     tune_gc: bool = True,
+    executor: ExecutorFactory | None = None,
 ) -> RunOutcome:
-    """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1)."""
+    """Run `cfg` into `cfg.out`; raises ConfigError (exit 2) or RunFailed (exit 1).
+    `executor` runs the sessions in place of the configuration's choice (agentload.execute)."""
     opts = RunOptions(
         resume=resume,
         progress=progress,
@@ -150,6 +152,7 @@ async def execute_run(
         progress_title=progress_title,
         overwrite=overwrite,
         tune_gc=tune_gc,
+        executor=executor,
     )
     from agentload.results.jsonl import ResultsError
     from agentload.workloads.base import make_workload
@@ -230,7 +233,12 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
         opts.say(note)
     from agentload.distributed.sizing import decide_workers
 
-    *processes, note = decide_workers(cfg, workers)
+    cluster = None
+    if cfg.ray is not None:
+        from agentload.integrations.ray.backend import cluster_workers
+
+        cluster = functools.partial(cluster_workers, cfg.ray)
+    *processes, note = decide_workers(cfg, workers, cluster)
     if note:
         opts.say(note)
     prev_count = prev.get("resume_count", -1)
@@ -279,22 +287,9 @@ async def drive(run: RunState) -> SchedulerReport:
         if _late_preflight(run.cfg) and not run.interrupts:
             endpoints, detected = await _preflight(run.cfg, endpoints, run.workload, run.opts.say)
             _note_endpoints(run, endpoints, detected)
-        if over_workers(run):
-            from agentload.distributed.driver import coordinator
-
-            sched: Any = coordinator(run, endpoints)
-            run.sched = sched
-            await _start_scrapers(run, endpoints, stack)
-        else:
-            stack.push_async_callback(run.workload.close)
-            await run.workload.prepare(endpoints, embedded=run.cfg.embedded)
-            gate = run.gate = make_gate(run.cfg, endpoints, run.sim, run.opts.say)
-            stack.push_async_callback(gate.close)
-            run.tracker.outage = gate.status
-            clients = await _open_clients(run, endpoints, stack)
-            await _start_scrapers(run, endpoints, stack)
-            spec = _load_spec(run.cfg, run.workers)
-            sched = run.sched = Scheduler(run.plan, spec, _session_runner(run, clients), gate=gate)
+        # In this process, over worker processes or on Ray actors (agentload.execute).
+        sched = run.sched = await (run.opts.executor or open_executor)(run, endpoints, stack)
+        await _start_scrapers(run, endpoints, stack)
         run.recorder.on_write_error = lambda _e: _stop_on_write_error(sched)
         run.tracker.active = lambda: sched.active
         run.tracker.lag_p99 = sched.lag.recent_p99
@@ -314,12 +309,6 @@ async def drive(run: RunState) -> SchedulerReport:
                 run.cpu_run_s = time.process_time() - run.cpu_start_s
                 return report
     raise AssertionError("unreachable")  # pragma: no cover - the stack re-raises
-
-
-def over_workers(run: RunState) -> bool:
-    """Whether the sessions run in worker processes or Ray actors (agentload.distributed,
-    imported only then), not on this process's own scheduler."""
-    return run.processes != (1, 1) or run.cfg.ray is not None
 
 
 async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
@@ -581,25 +570,6 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
         raise RunFailed(f"the embedded simulator did not start: {e}") from None
 
 
-async def _open_clients(
-    run: RunState, endpoints: Mapping[str, EndpointConfig], stack: contextlib.AsyncExitStack
-) -> dict[str, ChatClient]:
-    recorder, tracker = run.recorder, run.tracker
-
-    gate = run.gate
-
-    def on_record(rec: CallRecord) -> None:
-        recorder.record_call(rec)
-        tracker.on_call(rec)
-        if gate is not None:
-            gate.on_record(rec)
-
-    return {
-        role: await stack.enter_async_context(ChatClient(ep, on_record=on_record))
-        for role, ep in endpoints.items()
-    }
-
-
 async def _start_scrapers(
     run: RunState, endpoints: Mapping[str, EndpointConfig], stack: contextlib.AsyncExitStack
 ) -> None:
@@ -620,124 +590,6 @@ async def _start_scrapers(
                 endpoint=ep.name,
             )
             await stack.enter_async_context(scraper)
-
-
-def session_id_for(run_id: str, item: WorkItem, attempt: int) -> str:
-    task = item.task_id.replace("/", "-")
-    if item.warmup:
-        # Warmup repeats on resume, so its ids carry the attempt to stay unique.
-        return f"{run_id}-warmup{attempt}-{item.index}-{task}"
-    return f"{run_id}-{task}-t{item.trial}"
-
-
-def _session_runner(run: RunState, clients: Mapping[str, ChatClient]) -> Any:
-    """The scheduler's `run_one`: one session of the workload, recorded with its timing."""
-    recorder, tracker = run.recorder, run.tracker
-    run_id, attempt = run.run_id, run.attempt
-
-    async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
-        sid = session_id_for(run_id, item, attempt)
-        out = await run_with_infra_retries(run, item, sid, clients)
-        stamp_session(out.session, run_id, item, attempt, intended_ns, actual_ns)
-        recorder.record_episode(out.session, out.trajectory)
-        tracker.on_episode(out.session)
-
-    return run_one
-
-
-def stamp_session(
-    session: dict[str, Any],
-    run_id: str,
-    item: WorkItem,
-    attempt: int,
-    intended_ns: int,
-    actual_ns: int,
-) -> None:
-    """The run's fields of a session line (whichever process ran the session)."""
-    session["run_id"] = run_id
-    session["warmup"] = item.warmup
-    session["attempt"] = attempt  # groups the monotonic clock's records
-    session["intended_start_ns"] = intended_ns
-    session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
-
-
-class SessionHost(Protocol):
-    """What running a session needs of its run (a RunState, or a worker's equivalent)."""
-
-    cfg: RunConfig
-    workload: Workload
-    gate: OutageGate | None
-    sched: Any
-    """The Scheduler (stopping: issue nothing more)."""
-
-
-async def run_with_infra_retries(
-    run: SessionHost, item: WorkItem, sid: str, clients: Mapping[str, ChatClient]
-) -> SessionOutcome:
-    """One session; when it ended on infrastructure errors during an outage, it is re-queued
-    (not burned): wait the outage out and run it again, up to `load.retry_infra` times."""
-    gate, retries = run.gate, run.cfg.load.retry_infra
-    tries = 0
-    while True:
-        # A rerun is a new session; the failed one's calls stay unfinished.
-        began = time.monotonic()
-        out = await run.workload.run_session(
-            item, sid if tries == 0 else f"{sid}-rerun{tries}", clients
-        )
-        sched = run.sched
-        if (
-            out.session.get("termination") != "infra_error"
-            or tries >= retries
-            or gate is None
-            or sched is None
-            or sched.stopping
-            # A lone failure of a live endpoint is a measured failure.
-            or not await gate.confirm(began)
-            or not await gate.wait_open()
-            or sched.stopping
-        ):
-            return out
-        gate.note_retry()
-        tries += 1
-
-
-def make_gate(
-    cfg: RunConfig, endpoints: Mapping[str, EndpointConfig], sim: Any, say: Say
-) -> OutageGate:
-    """The outage gate of a run: probes the endpoints' model lists; an embedded simulator
-    whose process exited can never come back, so the run stops at once."""
-    from agentload.scheduler.outage import OutageGate, OutagePolicy, http_probe, probe_urls
-
-    def sim_gone() -> str | None:
-        proc = getattr(sim, "proc", None)
-        if proc is None or proc.poll() is None:
-            return None
-        return f"the embedded simulator exited (status {proc.returncode}; see sim.log)"
-
-    return OutageGate(
-        http_probe(probe_urls(endpoints)),
-        OutagePolicy(give_up_s=cfg.load.outage_timeout_s),
-        say=say,
-        gone=sim_gone if sim is not None else None,
-    )
-
-
-def _load_spec(cfg: RunConfig, workers: int) -> LoadSpec:
-    ld = cfg.load
-    return LoadSpec(
-        mode=ld.mode,
-        concurrency=workers,
-        rate=ld.rate,
-        burstiness=ld.burstiness,
-        max_concurrency=ld.max_concurrency,
-        duration_s=ld.duration_s,
-        drain_timeout_s=ld.drain_timeout_s,
-        lag_interval_s=ld.lag_interval_s,
-        seed=cfg.workload.seed,
-    )
-
-
-# ---- phase 3 helpers ---------------------------------------------------------------------
 
 
 def _process_stats() -> dict[str, Any]:
@@ -794,11 +646,8 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
             "cpu_s": cpu_s,
             "outages": run.gate.summary() if run.gate else None,
         }
-        if over_workers(run):
-            from agentload.distributed.driver import Coordinator, client_extra
-
-            assert isinstance(run.sched, Coordinator)
-            extra.update(client_extra(run.sched, cpu_s))
+        if run.sched is not None:  # the executor's own entries (each worker's health, ...)
+            extra.update(run.sched.client_extra(cpu_s))
         block = client_block(rep, run.cfg, extra)
         block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
         summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
@@ -877,7 +726,26 @@ def _report(
         return [], verdict
 
 
-def _stop_on_write_error(sched: Scheduler | Coordinator | None) -> None:
+async def open_executor(
+    run: RunState, endpoints: Mapping[str, EndpointConfig], stack: contextlib.AsyncExitStack
+) -> Executor:
+    """The executor the configuration asks for: worker processes or Ray actors
+    (agentload.distributed, imported only then: a one-process run never loads it) when the
+    run goes over workers, else this process."""
+    if run.cfg.ray is not None:
+        from agentload.distributed.driver import coordinator
+        from agentload.integrations.ray.backend import ray_backend
+
+        return coordinator(run, endpoints, ray_backend(run, endpoints))
+    if run.processes != (1, 1):
+        from agentload.distributed.driver import coordinator
+        from agentload.distributed.process import ProcessBackend
+
+        return coordinator(run, endpoints, ProcessBackend())
+    return await open_local(run, endpoints, stack)
+
+
+def _stop_on_write_error(sched: Executor | None) -> None:
     """Results can no longer be written: start nothing more, cancel what is in flight."""
     if sched is not None:
         sched.stop("failed")

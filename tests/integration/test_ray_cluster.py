@@ -160,8 +160,8 @@ async def test_a_worker_on_another_machine_sends_records_on_the_driver_clocks(
     measured offset of +5 s, must send records 5 s ahead of this process's clocks (it shifts
     them itself; the driver writes them as received)."""
     from agentload.config import build_config
+    from agentload.distributed.clock import ClockOffset
     from agentload.integrations.ray import backend
-    from agentload.integrations.ray.clock import ClockOffset
     from agentload.runner import execute_run
 
     skew = ClockOffset(mono_ns=5_000_000_000, wall_ns=5_000_000_000, bound_ns=1_000, samples=8)

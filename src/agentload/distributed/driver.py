@@ -41,7 +41,7 @@ from agentload.stats import describe
 
 if TYPE_CHECKING:
     from agentload.client import EndpointConfig
-    from agentload.runner import RunState
+    from agentload.execute.base import RunView
     from agentload.scheduler import SchedulerReport, WorkItem
 
 CPU_SATURATED = 0.80
@@ -106,7 +106,7 @@ class Coordinator:
 
     def __init__(
         self,
-        run: RunState,
+        run: RunView,
         endpoints: Mapping[str, EndpointConfig],
         backend: Backend,
         workers: int,
@@ -166,6 +166,9 @@ class Coordinator:
         loop = asyncio.get_running_loop()
         grace = self.cfg.load.drain_timeout_s + STOP_GRACE_S
         self._kill_timer = loop.call_later(grace, self._kill_all)
+
+    def client_extra(self, cpu_s: float) -> dict[str, Any]:
+        return client_extra(self, cpu_s)
 
     def abort(self) -> None:
         self.stop("interrupted")
@@ -532,17 +535,12 @@ class Coordinator:
         return got[0] if len(got) == 1 else ({"workers": got} if got else None)
 
 
-def coordinator(run: RunState, endpoints: Mapping[str, EndpointConfig]) -> Coordinator:
-    """The run's coordinator over worker processes on this machine, or over Ray actors."""
+def coordinator(
+    run: RunView, endpoints: Mapping[str, EndpointConfig], backend: Backend
+) -> Coordinator:
+    """The run's coordinator over `backend`'s workers: processes on this machine
+    (ProcessBackend) or Ray actors (agentload.integrations.ray)."""
     start, top = run.processes
-    if run.cfg.ray is not None:
-        from agentload.integrations.ray.backend import ray_backend
-
-        backend: Backend = ray_backend(run, endpoints)
-    else:
-        from agentload.distributed.process import ProcessBackend
-
-        backend = ProcessBackend()
     return Coordinator(run, endpoints, backend, start, max_workers=top)
 
 

@@ -81,7 +81,7 @@ class WorkerSpec:
     """…or as soon as this many records wait."""
     clock_offset_ns: tuple[int, int] = (0, 0)
     """(monotonic, wall) nanoseconds to add to this worker's clocks to get the driver's: set
-    by a backend whose worker runs on another machine (agentload.integrations.ray.clock);
+    by a backend whose worker runs on another machine (agentload.distributed.clock);
     the worker moves its call and session records by it before it sends them."""
     version: int = PROTOCOL_VERSION
 

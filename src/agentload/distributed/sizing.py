@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 from agentload.config import RunConfig
 
@@ -19,18 +20,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def decide_workers(cfg: RunConfig, sessions: int) -> tuple[int, int, str | None]:
+def decide_workers(
+    cfg: RunConfig, sessions: int, cluster: Callable[[int], tuple[int, str]] | None = None
+) -> tuple[int, int, str | None]:
     """(workers to start, most workers auto may grow to, a note for the user or None).
 
     `sessions` is the closed loop's concurrency as the run will use it. One worker that may
-    not grow means the ordinary one-process run.
+    not grow means the ordinary one-process run. `cluster(cap)` sizes `auto` on a cluster
+    (the Ray backend's `cluster_workers`): (workers, a note).
     """
     ld = cfg.load
     cap = sessions if ld.mode == "closed" else (ld.max_concurrency or 1_000_000)
-    if cfg.ray is not None and ld.workers == "auto":
-        from agentload.integrations.ray.backend import cluster_workers
-
-        actors, placed = cluster_workers(cfg.ray, cap)
+    if cluster is not None and ld.workers == "auto":
+        actors, placed = cluster(cap)
         return actors, actors, placed
     if ld.workers != "auto":
         n = min(ld.workers, cap)

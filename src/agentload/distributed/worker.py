@@ -15,9 +15,9 @@ import resource
 import socket
 import time
 from collections import deque
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentload.distributed.clock import ClockOffset, shift_call, shift_record
 from agentload.distributed.protocol import (
     Abort,
     Assignment,
@@ -34,15 +34,13 @@ from agentload.distributed.protocol import (
     WorkerSpec,
     WorkerStats,
 )
-from agentload.integrations.ray.clock import ClockOffset, shift_call, shift_record
+from agentload.outcome import say_stderr
+from agentload.session.host import SessionHost, load_spec, session_id_for
 from agentload.util import gc_tuned
 
 if TYPE_CHECKING:
-    from agentload.client import CallRecord, ChatClient
-    from agentload.config import RunConfig
+    from agentload.client import CallRecord
     from agentload.scheduler import Scheduler, WorkItem
-    from agentload.scheduler.outage import OutageGate
-    from agentload.workloads.base import Workload
 
 log = logging.getLogger("agentload.worker")
 
@@ -158,16 +156,6 @@ class Outbox:
         self.channel.send(batch)
 
 
-class _Host:
-    """What the runner's session helpers need of a run, in a worker."""
-
-    def __init__(self, cfg: RunConfig, workload: Workload, gate: OutageGate | None) -> None:
-        self.cfg = cfg
-        self.workload = workload
-        self.gate = gate
-        self.sched: Scheduler | None = None
-
-
 def _stats(spec: WorkerSpec, t0: float, sched: Scheduler | None, out: Outbox) -> WorkerStats:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     lag = sched.lag if sched is not None else None
@@ -193,11 +181,11 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
     out = Outbox(spec, channel, plan)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            host, clients = await _setup(spec, out, stack)
+            host = await _setup(spec, out, stack)
             ru = resource.getrusage(resource.RUSAGE_SELF)
             ready = ru.ru_utime + ru.ru_stime
             channel.send(Hello(spec.index, os.getpid(), socket.gethostname(), startup_cpu_s=ready))
-            sched = host.sched = _scheduler(spec, host, plan, clients, out)
+            sched = _scheduler(spec, host, plan, out)
             inbox = asyncio.ensure_future(_inbox(channel, plan, sched))
             ticker = asyncio.ensure_future(_ticker(spec, t0, sched, out))
             try:
@@ -214,7 +202,7 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
                     rep.to_dict(),
                     list(sched.lag.samples),
                     _stats(spec, t0, sched, out),
-                    host.gate.summary() if host.gate is not None else None,
+                    host.gate.summary(),
                 )
             )
     except Exception as e:  # the driver stops the run with this line
@@ -223,71 +211,51 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
         channel.send(Failed(spec.index, f"{type(e).__name__}: {e}" if str(e) else repr(e)))
 
 
-async def _setup(
-    spec: WorkerSpec, out: Outbox, stack: contextlib.AsyncExitStack
-) -> tuple[_Host, dict[str, ChatClient]]:
-    from agentload.client import ChatClient
-    from agentload.runner import make_gate
+async def _setup(spec: WorkerSpec, out: Outbox, stack: contextlib.AsyncExitStack) -> SessionHost:
     from agentload.workloads.base import make_workload
 
     cfg = spec.cfg
-    workload = make_workload(cfg)
-    stack.push_async_callback(workload.close)
-    await workload.prepare(spec.endpoints, embedded=cfg.embedded)
-    gate = make_gate(cfg, spec.endpoints, None, _say_for(spec.index))
-    stack.push_async_callback(gate.close)
-    host = _Host(cfg, workload, gate)
-
-    def on_record(rec: CallRecord) -> None:
-        out.call(rec)
-        gate.on_record(rec)
-
-    clients = {
-        role: await stack.enter_async_context(ChatClient(ep, on_record=on_record))
-        for role, ep in spec.endpoints.items()
-    }
-    return host, clients
+    return await SessionHost.open(
+        cfg,
+        make_workload(cfg),
+        spec.endpoints,
+        stack,
+        on_record=out.call,
+        say=_say_for(spec.index),
+    )
 
 
 def _say_for(index: int) -> Any:
-    from agentload.runner import say_stderr
-
     return lambda msg: say_stderr(f"worker {index}: {msg}")
 
 
-def _scheduler(
-    spec: WorkerSpec,
-    host: _Host,
-    plan: FeedPlan,
-    clients: Mapping[str, ChatClient],
-    out: Outbox,
-) -> Scheduler:
-    from agentload.runner import run_with_infra_retries, session_id_for, stamp_session
-    from agentload.scheduler import LoadSpec, Scheduler
-
-    ld = spec.cfg.load
-
+def _scheduler(spec: WorkerSpec, host: SessionHost, plan: FeedPlan, out: Outbox) -> Scheduler:
     async def run_one(item: WorkItem, intended_ns: int, actual_ns: int) -> None:
         a = plan.assignment(item)
         sid = session_id_for(spec.run_id, item, spec.attempt)
         if a.redo:
             sid += f"-redo{a.redo}"
-        res = await run_with_infra_retries(host, item, sid, clients)
-        stamp_session(res.session, spec.run_id, item, spec.attempt, intended_ns, actual_ns)
+        res = await host.run_item(
+            item,
+            sid,
+            run_id=spec.run_id,
+            attempt=spec.attempt,
+            intended_ns=intended_ns,
+            actual_ns=actual_ns,
+        )
         out.session(SessionDone(a, res.session, res.trajectory))
 
-    load = LoadSpec(
+    # This worker's share of the load; the driver's clock decides the duration.
+    load = load_spec(
+        spec.cfg,
+        spec.slots,
         mode="open" if spec.rate is not None else "closed",
-        concurrency=spec.slots,
         rate=spec.rate,
-        burstiness=ld.burstiness,
         max_concurrency=spec.max_concurrency,
-        duration_s=None,  # the driver's clock decides
-        drain_timeout_s=ld.drain_timeout_s,
-        lag_interval_s=ld.lag_interval_s,
+        duration_s=None,
         seed=spec.arrival_seed,
     )
-    return Scheduler(plan, load, run_one, gate=host.gate)  # type: ignore[arg-type]
+    return host.scheduler(plan, load, run_one)
 
 
 async def _inbox(channel: WorkerChannel, plan: FeedPlan, sched: Scheduler) -> None:

@@ -23,7 +23,7 @@ import socket
 import threading
 from typing import Any
 
-from agentload.integrations.ray.clock import ClockReading, boot_id, read_clocks
+from agentload.distributed.clock import ClockReading, boot_id, read_clocks
 
 log = logging.getLogger("agentload.ray")
 

@@ -5,7 +5,7 @@ records, redo of a lost worker's sessions) is the one worker processes use. Per 
 
 - the actor is placed with the `SPREAD` strategy and `ray.cpus_per_worker` CPUs, named
   `agentload-<run id>-worker-<i>` in the `ray.namespace` namespace;
-- the driver measures the clock offset to it (agentload.integrations.ray.clock) before it
+- the driver measures the clock offset to it (agentload.distributed.clock) before it
   starts, and again when it ends (the drift); the worker is started with the offset and
   sends its records already on the driver's clocks, so they are written as received;
 - a pump task long-polls `pull`, so batches reach the driver as they are sent, and turns the
@@ -28,8 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentload.distributed.clock import ClockOffset, boot_id, measure
 from agentload.distributed.protocol import Exited, Finished, FromWorker, ToWorker, WorkerSpec
-from agentload.integrations.ray.clock import ClockOffset, boot_id, measure
+from agentload.outcome import RunFailed
 from agentload.util import is_loopback_url
 
 if TYPE_CHECKING:
@@ -305,8 +306,6 @@ def _death(ray: Any, e: Exception) -> str:
 def ray_backend(run: Any, endpoints: Mapping[str, EndpointConfig]) -> RayBackend:
     """The Ray backend of a run (`run.cfg.ray` set); a cluster that cannot serve the run is
     one RunFailed line."""
-    from agentload.runner import RunFailed
-
     assert run.cfg.ray is not None
     try:
         check_reachable(run.cfg.ray, endpoints)

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agentload.client import CallRecord
-from agentload.integrations.ray.clock import (
+from agentload.distributed.clock import (
     ClockOffset,
     Exchange,
     estimate,
