@@ -34,15 +34,8 @@ class SSEParser:
         self.errors: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._cr:
-            chunk = _CR + chunk
-            self._cr = False
-        if _CR in chunk:
-            if chunk.endswith(_CR):
-                # The matching \n may arrive in the next read; decide then.
-                chunk = chunk[:-1]
-                self._cr = True
-            chunk = chunk.replace(b"\r\n", _NL).replace(_CR, _NL)
+        if self._cr or _CR in chunk:
+            chunk = self._lf_only(chunk)
         if _NL not in chunk:
             # Only part of a line: stash it without scanning the whole buffer again, so a
             # multi-megabyte line costs O(n) in all.
@@ -69,6 +62,23 @@ class SSEParser:
                 if end < len(buf):
                     self._pending.append(buf[end:])
                 return events
+        return self._split_blocks(buf)
+
+    def _lf_only(self, chunk: bytes) -> bytes:
+        """CR LF and lone CR line ends as LF (a CR at the end waits for the next read)."""
+        if self._cr:
+            chunk = _CR + chunk
+            self._cr = False
+        if _CR in chunk:
+            if chunk.endswith(_CR):
+                # The matching \n may arrive in the next read; decide then.
+                chunk = chunk[:-1]
+                self._cr = True
+            chunk = chunk.replace(b"\r\n", _NL).replace(_CR, _NL)
+        return chunk
+
+    def _split_blocks(self, buf: bytes) -> list[bytes]:
+        """The general path: events of any shape (comments, other fields, multi-line data)."""
         blocks = buf.split(_BLANK)
         tail = blocks.pop()
         if tail:

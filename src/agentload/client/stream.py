@@ -212,7 +212,6 @@ class StreamReader:
             objs = (_load_one(events[0], secrets),)
         else:
             objs = _decode_all(events) or _decode_each(events, secrets)
-        add_content = acc.content.append
         for data, obj in zip(events, objs, strict=True):
             # Any chunk of the wrong shape (a number for a string, null for an object, a
             # list for a dict) fails inside this block with one of SHAPE_ERRORS; content and
@@ -220,31 +219,7 @@ class StreamReader:
             try:
                 choices = obj.get("choices")
                 if choices:
-                    ch = choices[0]
-                    delta = ch.get("delta")
-                    if delta:
-                        c = delta.get("content")
-                        # Most events carry only "content": skip the other look-ups then.
-                        rest = len(delta) > 1 or not c
-                        if c:
-                            # stamped before the rest is checked, as on the typed path: the
-                            # content came even if a tool-call fragment beside it is malformed
-                            add_content(c)
-                            self._stamp(now)
-                        if rest and _rest_of_delta(acc, delta, c) and not c:
-                            self._stamp(now)
-                    elif delta is None:
-                        # Choices without a delta occur (content-filter notes); a full
-                        # `message` where the delta belongs would lose the answer.
-                        if "message" in ch:
-                            raise BadShape("a non-streamed message inside a stream")
-                    elif delta.__class__ is not dict:
-                        raise BadShape("delta is not an object")
-                    fr = ch.get("finish_reason")
-                    if fr:
-                        if fr.__class__ is not str:
-                            raise BadShape("finish_reason is not a string")
-                        acc.finish_reason = fr
+                    self._fold_choice(choices[0], now)
                 elif choices is not None and choices.__class__ is not list:
                     raise BadShape("choices is not a list")
                 elif "error" in obj:
@@ -256,6 +231,34 @@ class StreamReader:
                     acc.usage = u
             except SHAPE_ERRORS as e:
                 raise _wrong_shape(e, data, secrets) from None
+
+    def _fold_choice(self, ch: Any, now: int) -> None:
+        """One event's first choice, checked field by field (raises one of SHAPE_ERRORS)."""
+        acc = self.acc
+        delta = ch.get("delta")
+        if delta:
+            c = delta.get("content")
+            # Most events carry only "content": skip the other look-ups then.
+            rest = len(delta) > 1 or not c
+            if c:
+                # stamped before the rest is checked, as on the typed path: the content came
+                # even if a tool-call fragment beside it is malformed
+                acc.content.append(c)
+                self._stamp(now)
+            if rest and _rest_of_delta(acc, delta, c) and not c:
+                self._stamp(now)
+        elif delta is None:
+            # Choices without a delta occur (content-filter notes); a full `message` where
+            # the delta belongs would lose the answer.
+            if "message" in ch:
+                raise BadShape("a non-streamed message inside a stream")
+        elif delta.__class__ is not dict:
+            raise BadShape("delta is not an object")
+        fr = ch.get("finish_reason")
+        if fr:
+            if fr.__class__ is not str:
+                raise BadShape("finish_reason is not a string")
+            acc.finish_reason = fr
 
 
 def _wrong_shape(e: Exception, data: bytes, secrets: Sequence[str]) -> CallError:

@@ -390,6 +390,32 @@ class StreamOut(_Out):
             framed = head + framed
         self.transport.write(framed)
 
+    def _finish_parts(self, parts: list[bytes], seq: Seq, delta: bytes | None, finish: str) -> None:
+        """The last token's events: its delta with the finish reason, usage, [DONE]."""
+        name = self.finish_name(finish)
+        if not self.chat:
+            parts.append(
+                self.prefix + (delta or b'""') + b',"logprobs":null,'
+                b'"finish_reason":"' + name.encode() + b'","stop_reason":null}]}\n\n'
+            )
+        elif delta is not None and not self.has_tools:
+            parts.append(self.prefix + delta + _finish_suffix(name))
+        else:
+            if delta is not None:
+                parts.append(self.prefix + delta + _NULL_DELTA_SUFFIX)
+            empty = b'{"content":""}' if name == "stop" else b"{}"
+            parts.append(self.prefix + empty + _finish_suffix(name))
+        if self.include_usage:
+            parts.append(
+                self.head
+                + b',"choices":[],"usage":'
+                + orjson.dumps(self.usage(seq))
+                + b',"system_fingerprint":"'
+                + FINGERPRINT.encode()
+                + b'"}\n\n'
+            )
+        parts.append(_DONE)
+
     def token(self, seq: Seq, index: int, finish: str | None, now: float) -> None:
         ready = self.ready
         if ready is not None and finish is None and index > 0 and index != self.fault_at:
@@ -419,29 +445,7 @@ class StreamOut(_Out):
         )
         cut = fault_now and self.fault in ("reset", "truncate", "error_event")
         if finish is not None and not cut:
-            name = self.finish_name(finish)
-            if not self.chat:
-                parts.append(
-                    self.prefix + (delta or b'""') + b',"logprobs":null,'
-                    b'"finish_reason":"' + name.encode() + b'","stop_reason":null}]}\n\n'
-                )
-            elif delta is not None and not self.has_tools:
-                parts.append(self.prefix + delta + _finish_suffix(name))
-            else:
-                if delta is not None:
-                    parts.append(self.prefix + delta + _NULL_DELTA_SUFFIX)
-                empty = b'{"content":""}' if name == "stop" else b"{}"
-                parts.append(self.prefix + empty + _finish_suffix(name))
-            if self.include_usage:
-                parts.append(
-                    self.head
-                    + b',"choices":[],"usage":'
-                    + orjson.dumps(self.usage(seq))
-                    + b',"system_fingerprint":"'
-                    + FINGERPRINT.encode()
-                    + b'"}\n\n'
-                )
-            parts.append(_DONE)
+            self._finish_parts(parts, seq, delta, finish)
         elif delta is not None:
             if self.chat:
                 parts.append(self.prefix + delta + _NULL_DELTA_SUFFIX)
