@@ -309,11 +309,23 @@ def _client_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> No
         doc.p(f"Client CPU: {pct(share, 0)} of one core over the run.")
 
 
+SHARED_MARK = "‡"
+
+
 def _server_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
     server = dig(summary, "server", "endpoints") or {}
     if not server:
         return
     doc.h("Server-side metrics")
+    shared = dig(summary, "server", "shared")
+    mark = SHARED_MARK if shared else ""
+    if shared:
+        doc.p(
+            f"{SHARED_MARK} **A shared server**: over the window the server finished "
+            f"{count(shared['server_requests'])} requests and this run sent "
+            f"{count(shared['run_calls'])}: every figure marked {SHARED_MARK} (queue, KV, "
+            "hit rate, server TTFT) includes other clients' traffic."
+        )
     doc.table(
         [
             "endpoint",
@@ -332,13 +344,13 @@ def _server_section(doc: Document, summary: Mapping[str, Any], ser: Series | Non
                 name,
                 str(s.get("engine")),
                 count(s.get("samples")),
-                f"{num(dig(s, 'running', 'mean'), 1)} / {num(dig(s, 'running', 'max'), 0)}",
-                f"{num(dig(s, 'waiting', 'mean'), 1)} / {num(dig(s, 'waiting', 'max'), 0)}",
-                pct(dig(s, "kv_usage", "max")),
-                pct(s.get("prefix_cache_hit_rate")),
-                count(s.get("preemptions")),
-                secs(s.get("ttft_mean_s")),
-                secs(s.get("queue_mean_s")),
+                f"{num(dig(s, 'running', 'mean'), 1)} / {num(dig(s, 'running', 'max'), 0)}" + mark,
+                f"{num(dig(s, 'waiting', 'mean'), 1)} / {num(dig(s, 'waiting', 'max'), 0)}" + mark,
+                pct(dig(s, "kv_usage", "max")) + mark,
+                pct(s.get("prefix_cache_hit_rate")) + mark,
+                count(s.get("preemptions")) + mark,
+                secs(s.get("ttft_mean_s")) + mark,
+                secs(s.get("queue_mean_s")) + mark,
             ]
             for name, s in server.items()
         ],

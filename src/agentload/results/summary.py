@@ -721,7 +721,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     if stopped is not None:
         summary["errors"]["engine_stopped"] = stopped
     summary["scheduling"] = {"sched_delay_s": _desc(np.array(delays, dtype=float))}
-    summary["server"] = _server(out_dir, window, run.integrity)
+    summary["server"] = _server(out_dir, window, run.integrity, run_calls=a.n)
     # What the readers skipped, flagged or counted once (agentload.results.validate).
     summary["integrity"] = run.integrity.to_dict()
     from agentload.results.replay_summary import replay_summary
@@ -749,14 +749,18 @@ def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
 
 
 def _server(
-    out_dir: Path, window: Mapping[str, Any], integ: Integrity | None = None
+    out_dir: Path,
+    window: Mapping[str, Any],
+    integ: Integrity | None = None,
+    run_calls: int | None = None,
 ) -> dict[str, Any] | None:
     samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS), integ or Integrity())
     if not samples:
         return None
     from agentload.servermetrics.summary import summarize_server
 
-    return summarize_server(samples, window=(window.get("start"), window.get("end")))
+    span = (window.get("start"), window.get("end"))
+    return summarize_server(samples, window=span, run_calls=run_calls)
 
 
 def write_summary(out_dir: Path | str, summary: Summary | Mapping[str, Any]) -> Path:

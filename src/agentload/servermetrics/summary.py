@@ -109,14 +109,44 @@ def summarize_endpoint(
     }
 
 
+# Requests a run makes that it does not record (preflight, priming the simulator's data) and
+# the scrape intervals at the window's edges: a server may count this many more than the run
+# sent before the difference says other clients were there.
+SHARED_SLACK = (5, 0.02)
+
+
 def summarize_server(
     samples: Sequence[Mapping[str, Any]],
     window: tuple[float | None, float | None] = (None, None),
+    run_calls: int | None = None,
 ) -> dict[str, Any]:
-    """{"endpoints": {name: figures}} over all scraped endpoints."""
+    """{"endpoints": {name: figures}} over all scraped endpoints; with `run_calls` (the calls
+    this run sent), `shared` when the servers finished more requests than that: other
+    clients' traffic is in every server-side figure."""
     by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for s in samples:
         if s.get("t") is None or (isinstance(s["t"], float) and math.isnan(s["t"])):
             continue
         by_ep[str(s.get("endpoint") or "default")].append(s)
-    return {"endpoints": {ep: summarize_endpoint(v, window) for ep, v in sorted(by_ep.items())}}
+    eps = {ep: summarize_endpoint(v, window) for ep, v in sorted(by_ep.items())}
+    out: dict[str, Any] = {"endpoints": eps}
+    if run_calls is not None:
+        out["shared"] = shared_traffic(eps, run_calls)
+    return out
+
+
+def shared_traffic(eps: Mapping[str, Mapping[str, Any]], run_calls: int) -> dict[str, Any] | None:
+    """{server_requests, run_calls} when the servers counted more requests than the run sent
+    (beyond SHARED_SLACK), else None. Servers scraped under two names count once (by URL)."""
+    seen: dict[str, float] = {}
+    for name, e in eps.items():
+        n = (e.get("deltas") or {}).get("requests_finished")
+        if n is not None:
+            seen[str(e.get("url") or name)] = float(n)
+    if not seen:
+        return None
+    server = int(sum(seen.values()))
+    fixed, share = SHARED_SLACK
+    if server <= run_calls + max(fixed, share * run_calls):
+        return None
+    return {"server_requests": server, "run_calls": run_calls}
