@@ -3,13 +3,14 @@ remapping, divergence, salting), delays, timeouts, failures and load control."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentload.config import ConfigError, build_config
+from agentload.config import build_config
 from agentload.results.jsonl import load_jsonl
 from agentload.runner import execute_run
 from agentload.workloads.dataset import index_dataset
@@ -189,25 +190,35 @@ async def test_salting_across_repeats(tmp_path: Path) -> None:
         assert len(set(contents)) == 2  # one system text per repeat, the same within it
         i = int(cid.split("-")[1])
         for r in (0, 1):
-            systems[(cid, r)] = (
-                f"[{salt('repeat', r)}]\n{SYSTEMS[i % 3]}\n[{salt('conversation', cid)}]"
-            )
+            # MLCommons' bytes: blake2b-16 of the pass number (from 1) and of the id
+            head = hashlib.blake2b(str(r + 1).encode(), digest_size=2).hexdigest()
+            tail = hashlib.blake2b(cid.encode(), digest_size=2).hexdigest()
+            systems[(cid, r)] = f"[salt: {head}]\n\n{SYSTEMS[i % 3]}\n\n[salt: {tail}]"
         assert set(contents) == {systems[(cid, 0)], systems[(cid, 1)]}
     # within a pass the prefix before the conversation's salt is shared; across repeats not
     a, b = systems[("conv-000", 0)], systems[("conv-003", 0)]
-    assert a.split("\n")[:2] == b.split("\n")[:2] and a != b
-    assert systems[("conv-000", 0)].split("\n")[0] != systems[("conv-000", 1)].split("\n")[0]
+    assert a.split("\n\n")[:2] == b.split("\n\n")[:2] and a != b
+    assert a.split("\n")[0] != systems[("conv-000", 1)].split("\n")[0]
+    assert salt(1) == "4461" and salt("conv-000") == systems[("conv-000", 0)][-5:-1]
 
 
-async def test_salting_needs_a_system_prompt(tmp_path: Path) -> None:
-    rows = conversation_rows(0)
-    del rows[0]["system"]
+async def test_salting_works_without_a_system_prompt(tmp_path: Path) -> None:
+    rows = [r for r in conversation_rows(0)]
+    for r in rows:
+        r.pop("system", None)
     import orjson
 
     p = tmp_path / "nosys.jsonl"
     p.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    with pytest.raises(ConfigError, match=r"nosys.jsonl:1: field 'system'"):
-        await _run(_cfg(tmp_path / "out", p, "http://127.0.0.1:9/v1", salt=True))
+    async with RecordingServer() as srv:
+        res = await _run(_cfg(tmp_path / "out", p, srv.base_url, salt=True, repeat=2))
+    assert res.exit_code == 0
+    firsts = {seen.body["messages"][0]["content"] for seen in srv.seen}
+    head = [hashlib.blake2b(str(n).encode(), digest_size=2).hexdigest() for n in (1, 2)]
+    tail = hashlib.blake2b(b"conv-000", digest_size=2).hexdigest()
+    # The salts alone make the system message, one text per pass.
+    assert firsts == {f"[salt: {h}]\n\n[salt: {tail}]" for h in head}
+    assert all(seen.body["messages"][0]["role"] == "system" for seen in srv.seen)
 
 
 async def test_turn_timeout_and_failure_abort_the_rest(tmp_path: Path) -> None:

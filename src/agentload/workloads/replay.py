@@ -46,16 +46,19 @@ TERMINATIONS = ("completed", "failed", "turn_timeout", "diverged", "internal_err
 _now_ns = time.perf_counter_ns
 
 
-def salt(kind: str, key: str | int, seed: int = 0) -> str:
-    """A short deterministic salt: 8 hex digits of a hash of (seed, kind, key)."""
-    return hashlib.sha256(f"agentload/salt/{seed}/{kind}/{key}".encode()).hexdigest()[:8]
+def salt(key: str | int) -> str:
+    """MLCommons' salt: 4 hex digits, the 2-byte blake2b digest of the key's text."""
+    return hashlib.blake2b(str(key).encode("utf-8"), digest_size=2).hexdigest()
 
 
-def salted_system(system: str, repeat: int, cid: str, seed: int = 0) -> str:
-    """MLPerf's scheme: the repeat's salt before the system prompt, the conversation's after
-    it; the prefix cache is reused within a conversation and within one pass over the
-    dataset, never across repeats."""
-    return f"[{salt('repeat', repeat, seed)}]\n{system}\n[{salt('conversation', cid, seed)}]"
+def salted_system(system: str | None, repeat: int, cid: str) -> str:
+    """MLCommons' scheme, byte for byte (the agentic strategy of mlcommons/endpoints): the
+    pass's salt (passes numbered from 1) before the system prompt, the conversation's after
+    it, so the prefix cache is reused within a conversation and within one pass over the
+    dataset, never across passes. A conversation without a system prompt (which MLCommons
+    refuses) gets one of the two salts alone."""
+    head, tail = f"[salt: {salt(repeat + 1)}]", f"[salt: {salt(cid)}]"
+    return f"{head}\n\n{tail}" if system is None else f"{head}\n\n{system}\n\n{tail}"
 
 
 def tool_names(msg: Mapping[str, Any] | None) -> list[str]:
@@ -156,15 +159,6 @@ class ReplayWorkload(Workload):
             spans = self.dataset.spans
             if self.rc.num_conversations is not None:
                 spans = spans[: self.rc.num_conversations]
-            if self.rc.salt:
-                bare = [s for s in spans if not s.has_system]
-                if bare:
-                    s = bare[0]
-                    raise ConfigError(
-                        f"dataset {self.dataset.path.name}:{s.line}: field 'system': "
-                        f"conversation {s.id!r} has no system prompt, which salting needs "
-                        f"({len(bare)} such conversations); drop --salt"
-                    )
             self._units = [s.id for s in spans]
         return self._units
 
@@ -301,12 +295,11 @@ class _Replay:
         conv, rc = self.conv, self.rc
         started_at = time.time()
         start_ns = _now_ns()
-        if conv.system is not None:
-            system = (
-                salted_system(conv.system, self.repeat, conv.id, self.w.cfg.workload.seed)
-                if rc.salt
-                else conv.system
-            )
+        if rc.salt:
+            system: str | None = salted_system(conv.system, self.repeat, conv.id)
+        else:
+            system = conv.system
+        if system is not None:
             self.history.append({"role": "system", "content": system})
         termination, error = "completed", None
         aborted: list[int] = []
