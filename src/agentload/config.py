@@ -642,9 +642,9 @@ class ReplayConfig(BaseModel):
 
     dataset: str | None = Field(None, description="Dataset file (JSONL).")
     format: Annotated[
-        Literal["auto", "mlperf", "trajectories", "openai"],
+        Literal["auto", "mlperf", "trajectories", "openai", "sharegpt", "mooncake"],
         flag("--format", panel=REPLAY, metavar="FORMAT", type=str | None),
-    ] = Field("auto", description="auto | mlperf | trajectories | openai.")
+    ] = Field("auto", description="auto | mlperf | trajectories | openai | sharegpt | mooncake.")
     history: Annotated[
         Literal["dataset", "live"], flag("--history", panel=REPLAY, metavar="MODE", type=str | None)
     ] = Field(
@@ -678,6 +678,16 @@ class ReplayConfig(BaseModel):
     )
     default_max_tokens: int | None = Field(
         None, ge=1, description="Max tokens of turns the dataset gives none and no answer for."
+    )
+    trace_block_tokens: Annotated[int, flag("--trace-block-tokens", panel=REPLAY, metavar="N")] = (
+        Field(512, ge=1, le=1 << 20, description="Mooncake traces: tokens per hash_ids block.")
+    )
+    trace_tokenizer: Annotated[
+        str | None, flag("--trace-tokenizer", panel=REPLAY, metavar="FILE")
+    ] = Field(
+        None,
+        description="Mooncake traces: tokenizer.json for prompts of exactly input_length "
+        "tokens (default: estimated, about 4 characters per token).",
     )
 
     @field_validator("turn_timeout_s", mode="before")

@@ -10,22 +10,32 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.app import app
-from agentload.workloads.dataset import FORMATS, DatasetError, index_dataset
+from agentload.workloads.dataset import FORMATS, DatasetError, detect_format, index_dataset
 from agentload.workloads.dataset_tools import CONVERT_FROM, convert, dataset_stats, verify
+from agentload.workloads.traces import BlockText
 
 dataset_app = typer.Typer(
     help="Validate, describe and convert replay datasets (MLPerf agentic flat rows, agentload "
-    "trajectories.jsonl, OpenAI-messages JSONL). Exit codes: 0 ok; 1 the dataset is invalid "
-    "(one line naming file:line and field) or a verification failed; 2 bad usage.",
+    "trajectories.jsonl, OpenAI-messages JSONL, ShareGPT JSON, Mooncake traces). Exit codes: "
+    "0 ok; 1 the dataset is invalid (one line naming file:line and field) or a verification "
+    "failed; 2 bad usage.",
     no_args_is_help=True,
 )
 app.add_typer(dataset_app, name="dataset")
 
-Dataset = Annotated[Path, typer.Argument(help="Dataset file (JSONL).", show_default=False)]
+Dataset = Annotated[
+    Path, typer.Argument(help="Dataset file (JSONL, or a ShareGPT JSON array).", show_default=False)
+]
 Format = Annotated[
     str, typer.Option("--format", help=f"auto | {' | '.join(FORMATS)}.", metavar="FORMAT")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+BlockTokens = Annotated[
+    int,
+    typer.Option(
+        "--block-tokens", help="Mooncake traces: tokens per hash_ids block.", metavar="N", min=1
+    ),
+]
 
 
 def _fmt(value: str, known: tuple[str, ...]) -> str | None:
@@ -45,24 +55,35 @@ def _print_json(doc: Any) -> None:
 
 
 @dataset_app.command("validate")
-def validate_command(dataset: Dataset, format: Format = "auto", json_out: Json = False) -> None:
+def validate_command(
+    dataset: Dataset,
+    format: Format = "auto",
+    block_tokens: BlockTokens = 512,
+    json_out: Json = False,
+) -> None:
     """Check every record; print the first error as file:line: field, or a one-line summary."""
     fmt = _fmt(format, ("auto", *FORMATS))
     try:
-        ds = index_dataset(dataset, fmt)
+        ds = index_dataset(dataset, fmt, block_tokens=block_tokens)
     except DatasetError as e:
         if json_out:
             _print_json({"valid": False, "error": str(e)})
             raise typer.Exit(1) from None
         _fail(e)
         return
-    doc = {
+    doc: dict[str, Any] = {
         "valid": True,
         "format": ds.format,
         "conversations": len(ds.spans),
         "client_turns": ds.client_turns,
         "without_system_prompt": sum(1 for s in ds.spans if not s.has_system),
     }
+    if ds.format == "sharegpt":
+        doc["skipped"] = ds.skipped
+    if ds.format == "mooncake":
+        doc["without_system_prompt"] = 0  # a trace has no system prompts to salt
+        times = [s.arrival_s or 0.0 for s in ds.spans]
+        doc["duration_s"] = max(times) - min(times)
     if json_out:
         _print_json(doc)
     else:
@@ -70,11 +91,15 @@ def validate_command(dataset: Dataset, format: Format = "auto", json_out: Json =
             f"{dataset.name}: valid {ds.format} dataset, {doc['conversations']} conversations, "
             f"{doc['client_turns']} client turns"
             + (
-                f" ({doc['without_system_prompt']} without a system prompt: no --salt)"
+                f" ({doc['without_system_prompt']} without a system prompt: --salt adds one)"
                 if doc["without_system_prompt"]
                 else ""
             )
+            + (f" over {doc['duration_s']:.1f} s" if "duration_s" in doc else "")
         )
+        if doc.get("skipped"):
+            what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in doc["skipped"].items())
+            print(f"skipped or adjusted: {what}")
 
 
 @dataset_app.command("stats")
@@ -89,12 +114,13 @@ def stats_command(
             metavar="FILE",
         ),
     ] = None,
+    block_tokens: BlockTokens = 512,
     json_out: Json = False,
 ) -> None:
     """Conversations, turns, tool calls, and ISL / OSL distributions in tokens."""
     fmt = _fmt(format, ("auto", *FORMATS))
     try:
-        doc = dataset_stats(dataset, fmt, tokenizer)
+        doc = dataset_stats(dataset, fmt, tokenizer, block_tokens=block_tokens)
     except DatasetError as e:
         _fail(e)
         return
@@ -102,6 +128,9 @@ def stats_command(
         _print_json(doc)
         return
     est = " (estimated)" if doc["tokens_estimated"] else " (exact)"
+    trace = doc.get("trace")
+    if trace is not None:
+        est = " (recorded)"  # a trace's own lengths
     table = Table(title=f"{dataset.name} ({doc['format']})", show_header=True)
     table.add_column("")
     for col in ("count", "mean", "p50", "p90", "p99", "max"):
@@ -111,8 +140,11 @@ def stats_command(
         ("isl_tokens", "ISL tokens" + est),
         ("osl_tokens", "OSL tokens" + est),
         ("delay_s", "delay s"),
+        ("interarrival_s", "inter-arrival s"),
     ):
-        d = doc[key]
+        d = doc[key] if key in doc else (trace or {}).get(key)
+        if d is None or (trace is not None and key == "delay_s"):  # a trace has no delays
+            continue
         table.add_row(
             label,
             str(d["count"]),
@@ -126,6 +158,18 @@ def stats_command(
         f"{doc['answers_with_reasoning']} answers with reasoning, "
         f"{doc['system_prompts']} distinct system prompts"
     )
+    if doc.get("skipped"):
+        what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in doc["skipped"].items())
+        print(f"skipped or adjusted: {what}")
+    if trace is not None:
+        rate = trace["requests_per_s"]
+        print(
+            f"trace: {trace['duration_s']:.1f} s, "
+            + (f"{rate:.3g} requests/s, " if rate is not None else "")
+            + f"{trace['blocks']} blocks of {trace['block_tokens']} tokens, "
+            f"{trace['unique_blocks']} unique, {trace['reused_block_share']:.1%} reused "
+            "(the prefix-cache hit share with an unbounded cache)"
+        )
 
 
 @dataset_app.command("convert")
@@ -147,6 +191,16 @@ def convert_command(
         bool,
         typer.Option("--verify", help="Rebuild every client turn from both files and compare."),
     ] = False,
+    block_tokens: BlockTokens = 512,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer",
+            help="Mooncake traces: tokenizer.json for prompts of exactly input_length tokens "
+            "(default: estimated).",
+            metavar="FILE",
+        ),
+    ] = None,
     json_out: Json = False,
 ) -> None:
     """Write a dataset as MLPerf agentic flat rows."""
@@ -156,10 +210,12 @@ def convert_command(
         raise typer.Exit(2)
     doc: dict[str, Any] = {"source": source.name, "out": str(out)}
     try:
-        res = convert(source, out, fmt)
+        mooncake = (fmt or detect_format(source)) == "mooncake"
+        blocks = BlockText(block_tokens, tokenizer) if mooncake else None
+        res = convert(source, out, fmt, blocks=blocks)
         doc.update(conversations=res.conversations, rows=res.rows)
         if check:
-            n_conv, n_turns = verify(source, out, fmt)
+            n_conv, n_turns = verify(source, out, fmt, blocks=blocks)
             doc["verified"] = {"conversations": n_conv, "client_turns": n_turns}
     except DatasetError as e:
         _fail(e)

@@ -25,7 +25,8 @@ import orjson
 from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
 from agentload.results.records import TrajectoryRecord, version_of
 
-FORMATS = ("mlperf", "trajectories", "openai")
+FORMATS = ("mlperf", "trajectories", "openai", "sharegpt", "mooncake")
+TRACE_FORMATS = ("sharegpt", "mooncake")  # read by agentload.workloads.traces
 ROLES = ("user", "assistant", "tool")
 CACHED_CONVERSATIONS = 4096
 KEEP_BYTES = 32 << 20  # datasets up to this size stay parsed in memory after the index
@@ -89,6 +90,7 @@ class Span:
     has_system: bool = False
     turns: int = 0
     has_tools: bool = False
+    arrival_s: float | None = None  # a trace's recorded send time (Mooncake's timestamp)
 
 
 @dataclass
@@ -97,6 +99,8 @@ class Dataset:
     format: str
     spans: list[Span]
     client_turns: int = 0
+    blocks: Any = None  # traces.BlockText of a Mooncake trace: how its prompts are built
+    skipped: dict[str, int] = field(default_factory=dict)  # records a replay cannot send
 
     @property
     def ids(self) -> list[str]:
@@ -120,6 +124,8 @@ class Dataset:
         conv = self._kept.get(cid) or self._cache.get(cid)
         if conv is None:
             conv = self._read(cid, None)
+            if self.format == "mooncake":
+                return conv  # a built prompt is cheap to build again, and large to keep
             if len(self._cache) >= CACHED_CONVERSATIONS:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[cid] = conv
@@ -130,6 +136,10 @@ class Dataset:
         with self.path.open("rb") as fh:
             fh.seek(s.offset)
             data = fh.read(s.end - s.offset)
+        if self.format in TRACE_FORMATS:
+            from agentload.workloads import traces
+
+            return traces.read_span(self, s, data)
         rows = _iter(
             self.path, io.BytesIO(data), self.format, counter or HeuristicCounter(), s.line
         )
@@ -139,7 +149,7 @@ class Dataset:
 
     def __iter__(self) -> Iterator[Conversation]:
         with self.path.open("rb") as f:
-            yield from iter_conversations(self.path, f, self.format)
+            yield from iter_conversations(self.path, f, self.format, blocks=self.blocks)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -190,9 +200,18 @@ def _json(path: Path, line: int, text: bytes) -> dict[str, Any]:
 
 
 def detect_format(path: Path) -> str:
-    """mlperf, trajectories or openai, from the first record of `path`."""
+    """mlperf, trajectories, openai, sharegpt or mooncake, from the first record of `path`
+    (a JSON array is ShareGPT)."""
     try:
         with path.open("rb") as f:
+            if f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
+                from agentload.workloads.traces import first_array_item
+
+                f.seek(0)
+                first = first_array_item(path, f)
+                if first is not None and ("conversations" in first or "messages" in first):
+                    return "sharegpt"  # else: any other array is "not JSONL", below
+            f.seek(0)
             for n, _, _, text in _lines(f):
                 obj = _json(path, n, text)
                 if obj.get("_type") == "dataset_metadata":
@@ -203,12 +222,18 @@ def detect_format(path: Path) -> str:
                     return "trajectories"
                 if "messages" in obj:
                     return "openai"
+                if "conversations" in obj:
+                    return "sharegpt"
+                if "hash_ids" in obj:
+                    return "mooncake"
                 raise _err(
                     path,
                     n,
                     None,
                     "unknown format: expected MLPerf flat rows (conversation_id, turn, role), "
-                    "agentload trajectories or OpenAI messages ({messages, tools?})",
+                    "agentload trajectories, OpenAI messages ({messages, tools?}), ShareGPT "
+                    "({conversations: [{from, value}]}) or a Mooncake trace ({timestamp, "
+                    "input_length, output_length, hash_ids})",
                 )
     except OSError as e:
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
@@ -653,8 +678,18 @@ def _iter_lines_format(
 
 
 def _iter(
-    path: Path, f: BinaryIO, fmt: str, counter: TokenCounter, first_line: int = 1
+    path: Path,
+    f: BinaryIO,
+    fmt: str,
+    counter: TokenCounter,
+    first_line: int = 1,
+    *,
+    blocks: Any = None,
 ) -> Iterator[tuple[Conversation, int, int]]:
+    if fmt in TRACE_FORMATS:
+        from agentload.workloads import traces
+
+        return traces.iterate(path, f, fmt, counter, blocks)
     if fmt == "mlperf":
         return _iter_mlperf(path, f, counter, first_line)
     if fmt in ("trajectories", "openai"):
@@ -663,22 +698,33 @@ def _iter(
 
 
 def iter_conversations(
-    path: Path, f: BinaryIO, fmt: str, counter: TokenCounter | None = None
+    path: Path, f: BinaryIO, fmt: str, counter: TokenCounter | None = None, *, blocks: Any = None
 ) -> Iterator[Conversation]:
-    for conv, _, _ in _iter(path, f, fmt, counter or HeuristicCounter()):
+    for conv, _, _ in _iter(path, f, fmt, counter or HeuristicCounter(), blocks=blocks):
         yield conv
 
 
 def index_dataset(
-    path: str | Path, fmt: str | None = None, *, keep_bytes: int = KEEP_BYTES
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    keep_bytes: int = KEEP_BYTES,
+    block_tokens: int | None = None,
+    tokenizer: str | Path | None = None,
 ) -> Dataset:
     """Check every record of `path` and index its conversations (see the module docs). A
     file of at most `keep_bytes` keeps its parsed conversations, so replaying it parses
-    nothing more."""
+    nothing more. `block_tokens` and `tokenizer`: how a Mooncake trace's prompts are built
+    (agentload.workloads.traces)."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path}: no such dataset file")
     fmt = fmt or detect_format(path)
+    if fmt in TRACE_FORMATS:
+        from agentload.workloads import traces
+
+        blocks = traces.BlockText(block_tokens or traces.BLOCK_TOKENS, tokenizer)
+        return traces.index(path, fmt, keep_bytes, blocks)
     spans: list[Span] = []
     counter = HeuristicCounter()
     n_turns = 0

@@ -32,7 +32,7 @@ from agentload.workloads.dataset import (
     detect_format,
 )
 
-CONVERT_FROM = ("auto", "mlperf", "trajectories", "openai", "snapshots")
+CONVERT_FROM = ("auto", "mlperf", "trajectories", "openai", "sharegpt", "mooncake", "snapshots")
 STATS_PERCENTILES = (50, 90, 99)
 
 
@@ -47,17 +47,29 @@ def counter_for(tokenizer: str | Path | None) -> tuple[TokenCounter, bool]:
 
 
 def conversations(
-    path: Path, fmt: str | None = None, counter: TokenCounter | None = None
+    path: Path,
+    fmt: str | None = None,
+    counter: TokenCounter | None = None,
+    *,
+    blocks: Any = None,
+    skipped: dict[str, int] | None = None,
 ) -> Iterator[Conversation]:
-    """Every conversation of `path`, checked, one at a time (snapshots included)."""
+    """Every conversation of `path`, checked, one at a time (snapshots included).
+    `blocks`: how a Mooncake trace's prompts are built (traces.BlockText); `skipped` gets
+    the counts of ShareGPT records a replay cannot send."""
     fmt = fmt or detect_format(path)
     counter = counter or HeuristicCounter()
     try:
         with path.open("rb") as f:
             if fmt == "snapshots":
                 yield from _snapshots(path, f, counter)
+            elif fmt == "sharegpt":
+                from agentload.workloads.traces import iter_sharegpt
+
+                for conv, _, _ in iter_sharegpt(path, f, counter, skipped):
+                    yield conv
             else:
-                for conv, _, _ in _iter(path, f, fmt, counter):
+                for conv, _, _ in _iter(path, f, fmt, counter, blocks=blocks):
                     yield conv
     except OSError as e:
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
@@ -105,19 +117,29 @@ def _dist(values: list[float]) -> dict[str, Any]:
 
 
 def dataset_stats(
-    path: Path, fmt: str | None = None, tokenizer: str | Path | None = None
+    path: Path,
+    fmt: str | None = None,
+    tokenizer: str | Path | None = None,
+    *,
+    block_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Conversations, client turns, tool calls, and the ISL (prompt tokens of each call
-    under dataset history) and OSL (recorded answer tokens) distributions."""
-    counter, exact = counter_for(tokenizer)
+    under dataset history) and OSL (recorded answer tokens) distributions. A Mooncake trace
+    gives its own lengths, arrival times and block sharing (traces.mooncake_stats)."""
     fmt = fmt or detect_format(path)
+    if fmt == "mooncake":
+        from agentload.workloads.traces import BLOCK_TOKENS, mooncake_stats
+
+        return mooncake_stats(path, block_tokens or BLOCK_TOKENS)
+    counter, exact = counter_for(tokenizer)
+    skipped: dict[str, int] = {}
     n_conv = n_turns = n_answers = n_tools = n_parallel = n_reasoning = n_delays = 0
     systems: set[str] = set()
     isl: list[float] = []
     osl: list[float] = []
     turns_per_conv: list[float] = []
     delays: list[float] = []
-    for conv in conversations(path, fmt, counter):
+    for conv in conversations(path, fmt, counter, skipped=skipped):
         n_conv += 1
         turns_per_conv.append(len(conv.turns))
         if conv.system is not None:
@@ -144,7 +166,7 @@ def dataset_stats(
                 n_tools += len(calls)
                 n_parallel += len(calls) > 1
                 n_reasoning += bool(a.get("reasoning_content"))
-    return {
+    doc = {
         "path": path.name,
         "format": fmt,
         "conversations": n_conv,
@@ -161,6 +183,9 @@ def dataset_stats(
         "osl_tokens": _dist(osl),
         "delay_s": _dist(delays),
     }
+    if fmt == "sharegpt":
+        doc["skipped"] = skipped  # records a replay cannot send (traces module docs)
+    return doc
 
 
 # ---- convert ---------------------------------------------------------------------------------
@@ -227,13 +252,15 @@ class ConvertResult:
     rows: int = 0
 
 
-def convert(src: Path, dst: Path, fmt: str | None = None) -> ConvertResult:
-    """Write `src` (any readable format) as MLPerf flat rows to `dst`."""
+def convert(src: Path, dst: Path, fmt: str | None = None, *, blocks: Any = None) -> ConvertResult:
+    """Write `src` (any readable format) as MLPerf flat rows to `dst`. A Mooncake row
+    becomes a one-turn conversation: its built prompt and `max_new_tokens`; the flat rows
+    have no field for its timestamp."""
     fmt = None if fmt in (None, "auto") else fmt
     res = ConvertResult()
     tmp = dst.with_name(dst.name + ".tmp")
     with tmp.open("wb") as out:
-        for conv in conversations(src, fmt):
+        for conv in conversations(src, fmt, blocks=blocks):
             res.conversations += 1
             for r in flat_rows(conv):
                 out.write(orjson.dumps(r) + b"\n")
@@ -264,11 +291,11 @@ def requests(conv: Conversation) -> Iterator[list[dict[str, Any]]]:
             hist = [*hist, canonical(t.answer)]
 
 
-def verify(src: Path, dst: Path, fmt: str | None = None) -> tuple[int, int]:
+def verify(src: Path, dst: Path, fmt: str | None = None, *, blocks: Any = None) -> tuple[int, int]:
     """Rebuild every client turn of `src` and of its conversion `dst` and compare; returns
     (conversations, turns) checked, or raises DatasetError at the first difference."""
     fmt = None if fmt in (None, "auto") else fmt
-    a_iter = conversations(src, fmt)
+    a_iter = conversations(src, fmt, blocks=blocks)
     b_iter = conversations(dst, "mlperf")
     n_conv = n_turns = 0
     for a in a_iter:

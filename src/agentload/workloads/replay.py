@@ -34,6 +34,7 @@ from agentload.workloads.dataset import (
     index_dataset,
 )
 from agentload.workloads.episode import SESSION_SCHEMA, TRAJECTORY_SCHEMA
+from agentload.workloads.traces import TokenizerError
 
 if TYPE_CHECKING:
     from agentload.client import EndpointConfig
@@ -138,6 +139,8 @@ class ReplayWorkload(Workload):
         self.ignore_eos = bool(self.rc.ignore_eos) if self.rc.ignore_eos is not None else None
         self.text_answers = False
         self._sent_before: dict[tuple[str, int], set[int]] | None = None
+        self._clock0: int | None = None  # when the first measured conversation was issued
+        self._arrivals: tuple[float, float] | None = None  # a trace's first time and period
 
     @property
     def dataset(self) -> Dataset:
@@ -145,8 +148,18 @@ class ReplayWorkload(Workload):
             if not self.rc.dataset:
                 raise ConfigError("invalid configuration: field 'replay.dataset': required")
             fmt = None if self.rc.format == "auto" else self.rc.format
+            tok = self.rc.trace_tokenizer
+            if tok is not None and not Path(tok).is_file():
+                raise ConfigError(f"invalid configuration: --trace-tokenizer: no such file: {tok}")
             try:
-                self._dataset = index_dataset(Path(self.rc.dataset), fmt)
+                self._dataset = index_dataset(
+                    Path(self.rc.dataset),
+                    fmt,
+                    block_tokens=self.rc.trace_block_tokens,
+                    tokenizer=self.rc.trace_tokenizer,
+                )
+            except TokenizerError as e:
+                raise ConfigError(f"invalid configuration: --trace-tokenizer {e}") from None
             except DatasetError as e:
                 raise ConfigError(f"dataset {e}") from None
         return self._dataset
@@ -159,8 +172,34 @@ class ReplayWorkload(Workload):
             spans = self.dataset.spans
             if self.rc.num_conversations is not None:
                 spans = spans[: self.rc.num_conversations]
+            if any(s.arrival_s is not None for s in spans):
+                # A trace is sent in the order of its timestamps (stable: ties in file order).
+                spans = sorted(spans, key=lambda s: s.arrival_s or 0.0)
             self._units = [s.id for s in spans]
         return self._units
+
+    def arrival_ns(self, item: WorkItem) -> int | None:
+        """When a trace's conversation is due (monotonic ns): its recorded time since the
+        trace's first, scaled by --delay-scale, on a clock that starts when the first
+        measured one is issued; repeat k follows k trace periods (the span plus one mean
+        gap) later. None: send at once."""
+        if item.warmup or self.rc.delay_scale == 0 or self.cfg.load.rate is not None:
+            return None
+        ds = self.dataset
+        t = ds.span(item.task_id).arrival_s
+        if t is None:
+            return None
+        if self._arrivals is None:
+            times = sorted(ds.span(u).arrival_s or 0.0 for u in self.units())
+            span = times[-1] - times[0]
+            self._arrivals = (times[0], span + (span / (len(times) - 1) if len(times) > 1 else 0))
+        first, period = self._arrivals
+        offset = round((t - first + item.trial * period) * self.rc.delay_scale * 1e9)
+        if self._clock0 is None:
+            # The first item issued is the earliest left: a resumed run goes on from it
+            # rather than waiting through the part of the trace already sent.
+            self._clock0 = _now_ns() - offset
+        return self._clock0 + offset
 
     def trials(self) -> int:
         return self.rc.repeat
@@ -183,6 +222,24 @@ class ReplayWorkload(Workload):
                 "on_divergence": self.rc.on_divergence,
                 "ignore_eos": self.ignore_eos,
             },
+            **self._trace_metadata(ds),
+        }
+
+    def _trace_metadata(self, ds: Dataset) -> dict[str, Any]:
+        """How a public trace file was read: what was skipped, how prompts were built."""
+        if ds.format == "sharegpt":
+            return {"trace": {"skipped": ds.skipped}}
+        if ds.format != "mooncake":
+            return {}
+        timed = self.rc.delay_scale > 0 and self.cfg.load.rate is None
+        tok = self.rc.trace_tokenizer
+        return {
+            "trace": {
+                "block_tokens": self.rc.trace_block_tokens,
+                "prompt_tokens": "exact" if tok else "estimated",
+                "tokenizer": Path(tok).name if tok else None,
+                "timestamps": f"x{self.rc.delay_scale:g}" if timed else "not used",
+            }
         }
 
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
@@ -230,6 +287,7 @@ class ReplayWorkload(Workload):
     ) -> SessionOutcome:
         conv = self.dataset.load(item.task_id)
         run = _Replay(self, conv, item.trial, session_id, clients["agent"])
+        run.arrival_ns = self.arrival_ns(item)
         if not item.warmup:
             run.answered = self.sent_before.get((item.task_id, item.trial), set())
         return await run.run()
@@ -266,6 +324,7 @@ class _Replay:
         self.tool_calls = 0
         self.answered: set[int] = set()  # turns answered before a resume: not sent again
         self.resumed = 0
+        self.arrival_ns: int | None = None  # a trace's recorded send time (monotonic ns)
 
     def timeout(self) -> contextlib.AbstractAsyncContextManager[Any]:
         t = self.rc.turn_timeout_s
@@ -293,6 +352,10 @@ class _Replay:
 
     async def run(self) -> SessionOutcome:
         conv, rc = self.conv, self.rc
+        if self.arrival_ns is not None:
+            wait = (self.arrival_ns - _now_ns()) / 1e9
+            if wait > 0:
+                await asyncio.sleep(wait)
         started_at = time.time()
         start_ns = _now_ns()
         if rc.salt:
@@ -303,7 +366,8 @@ class _Replay:
             self.history.append({"role": "system", "content": system})
         termination, error = "completed", None
         aborted: list[int] = []
-        prev_end = start_ns
+        # A trace's first call is due at its recorded time: a late send shows as send lag.
+        prev_end = self.arrival_ns if self.arrival_ns is not None else start_ns
         turns = conv.turns
         # A resumed conversation (dataset history): the turns answered before the stop are
         # rebuilt from the dataset, not sent; it goes on at its first unsent turn.
