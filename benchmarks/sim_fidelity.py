@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from agentload.engine_launch import LaunchConfig
 from agentload.engines import EngineProcess, EngineSpec
-from agentload.engines.config import LaunchConfig
 from agentload.util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

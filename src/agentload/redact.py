@@ -27,6 +27,10 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+"""The variable a client takes its key from when none is named (as OpenAI's clients do);
+a secret wherever it appears."""
+
 REDACTED = "<redacted>"
 
 _SECRET_KEY = re.compile(
@@ -258,9 +262,6 @@ def _header_secrets(headers: Mapping[str, Any]) -> Iterable[str]:
 
 
 def _implicit_key_env() -> str:
-    # Imported here: the client package imports this module.
-    from agentload.client.config import DEFAULT_KEY_ENV
-
     return DEFAULT_KEY_ENV
 
 

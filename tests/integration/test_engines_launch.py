@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from agentload.engine_launch import LaunchConfig
 from agentload.engines import EngineError, EngineProcess, EngineSpec, EngineStartError
-from agentload.engines.config import LaunchConfig
 from agentload.engines.launch import port_in_use, redact_args, tail_lines
 from agentload.util import free_port
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from real_helpers import LOCKED_KEY, MODEL_NAME, RealServer
 
+from agentload.engine_launch import LaunchConfig
 from agentload.engines import EngineProcess, EngineSpec, EngineStartError
-from agentload.engines.config import LaunchConfig
 from agentload.util import free_port
 
 HERE = Path(__file__).parent

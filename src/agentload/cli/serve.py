@@ -19,7 +19,7 @@ import typer
 from pydantic import ValidationError
 
 from agentload.cli.app import app
-from agentload.engines.config import ENGINES, LaunchConfig
+from agentload.engine_launch import ENGINES, LaunchConfig
 from agentload.engines.launch import (
     EngineError,
     EngineProcess,

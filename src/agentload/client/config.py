@@ -10,8 +10,9 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentload.engines.config import LaunchConfig
+from agentload.engine_launch import LaunchConfig
 from agentload.flags import ENDPOINT, flag
+from agentload.redact import DEFAULT_KEY_ENV
 
 # Error kinds worth another attempt: the request never reached a model, or the server said
 # "not now". Anything that produced tokens or a definite rejection is not retried.
@@ -94,7 +95,6 @@ class RetryPolicy(BaseModel):
 
 
 # Read when an endpoint names no api_key_env, as the OpenAI SDK does.
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 
 
 def normalize_base_url(url: str) -> str:

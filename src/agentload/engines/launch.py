@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from agentload.engines.config import LaunchConfig
+from agentload.engine_launch import LaunchConfig
 from agentload.util import ServedAt, die_with_parent
 
 Say = Callable[[str], None]
