@@ -30,7 +30,7 @@ import orjson
 import yaml
 
 from agentload.client import EndpointConfig
-from agentload.config import ConfigError, RunConfig, build_config, config_to_dict
+from agentload.config import CORE_ROLES, ConfigError, RunConfig, build_config, config_to_dict
 from agentload.execute import ExecutorFactory, open_local
 from agentload.outcome import (
     EXIT_FAILED,
@@ -163,8 +163,8 @@ async def execute_run(
     if not _late_preflight(cfg):
         # Before the results folder is touched: a failed preflight leaves nothing behind, so
         # the same --out works for the next try.
-        checked = await _preflight(cfg, dict(cfg.endpoints), workload, opts.say)
-        cfg = workload.cfg = cfg.model_copy(update={"endpoints": checked[0]})
+        checked = await _preflight(cfg, used_endpoints(cfg.endpoints, workload), workload, opts.say)
+        cfg = workload.cfg = cfg.model_copy(update={"endpoints": {**cfg.endpoints, **checked[0]}})
     if cfg.ray is not None:  # an unreachable cluster fails before the folder is touched
         from agentload.integrations.ray.backend import RayUnavailable, connect
 
@@ -251,6 +251,8 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
         "seed": cfg.workload.seed,
         **workload.metadata(),
         "planned_episodes": plan.total,
+        # What was measured, in the kind's own words (the report's and compare's context).
+        "workload": {**workload.context_block(), "noun": workload.noun},
         "status": "running",
     }
     recorder.write_meta(meta)
@@ -454,7 +456,8 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
     here, stopped on the way out)."""
     cfg = run.cfg
     if not cfg.embedded:
-        async with _launched(run) as endpoints:
+        async with _launched(run) as launched:
+            endpoints = used_endpoints(launched, run.workload)
             run.meta["endpoints"] = _describe_endpoints(endpoints)
             yield endpoints
         return
@@ -476,6 +479,15 @@ async def _endpoints(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
         yield endpoints
     finally:
         await asyncio.to_thread(sim.stop)
+
+
+def used_endpoints(
+    endpoints: Mapping[str, EndpointConfig], workload: Workload
+) -> dict[str, EndpointConfig]:
+    """The endpoints the workload calls: its roles, and any further named role (a judge); a
+    replay, which calls no user, neither checks nor describes the user endpoint a --base-url
+    also set."""
+    return {r: e for r, e in endpoints.items() if r in workload.roles or r not in CORE_ROLES}
 
 
 def _late_preflight(cfg: RunConfig) -> bool:
@@ -510,7 +522,7 @@ def _note_endpoints(
 
     if detected is not None:
         run.meta["endpoints_detected"] = detected
-    run.meta["sampling"] = sampling_block(run.cfg, endpoints)
+    run.meta["sampling"] = sampling_block(run.cfg, endpoints, run.workload.max_tokens_by_role())
     run.recorder.write_meta(run.meta)
     run.opts.say(describe(run.meta["sampling"]))
 

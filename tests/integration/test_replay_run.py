@@ -400,3 +400,46 @@ async def test_tail_window_ends_when_the_first_slot_runs_dry(tmp_path: Path) -> 
     assert rp["conversation_duration_s"]["count"] == 4
     assert rp["by_turn"][0]["turn"] == 0 and rp["by_turn"][0]["calls"] == 4
     assert rp["send_lag_s"]["count"] == total
+
+
+async def test_a_replay_describes_itself(tmp_path: Path) -> None:
+    """The report, console and run.json speak of a replay's dataset, history, passes and
+    recorded answer lengths, not of tasks, trials, strategies or a user endpoint."""
+    from rich.console import Console
+
+    from agentload.report.build import build_document
+    from agentload.report.document import to_markdown
+    from agentload.report.table import summary_table
+
+    ds = write_dataset(tmp_path / "d.jsonl", n=4)
+    async with RecordingServer() as srv:
+        cfg = _cfg(tmp_path / "out", ds, srv.base_url, repeat=2, load={"rate": 50.0})
+        # What --base-url does: the user role gets the agent's endpoint too.
+        cfg = cfg.model_copy(
+            update={"endpoints": {**cfg.endpoints, "user": cfg.endpoints["agent"]}}
+        )
+        res = await _run(cfg)
+    assert res.exit_code == 0
+    summary = res.summary or {}
+    assert summary["run"]["sampling"]["agent"]["max_tokens"].startswith(
+        "each turn's recorded answer length"
+    )
+    assert (
+        set(summary["run"]["endpoints"]) == {"agent"} and "user" not in summary["run"]["sampling"]
+    )
+    rows = {r[0]: r[1] for r in _context_rows(summary)}
+    assert rows["workload"] == "replay" and rows["dataset"].endswith("d.jsonl")
+    assert rows["history"] == "dataset" and rows["passes"] == "2"
+    assert "conversations/s" in rows["load"]
+    assert not {"tasks", "trials per task", "agent / user", "user endpoint"} & set(rows)
+    text = to_markdown(build_document(summary))
+    assert "all built-in" not in text and "user endpoint" not in text
+    console = Console(width=200, record=True)
+    console.print(summary_table(summary))
+    assert "conversations/s" in console.export_text()
+
+
+def _context_rows(summary: dict[str, Any]) -> list[list[str]]:
+    from agentload.report.context import context_rows
+
+    return context_rows(summary["context"], summary)

@@ -19,20 +19,53 @@ def _join(v: Any) -> str:
     return str(v)
 
 
-def load_text(load: Mapping[str, Any]) -> str:
+def load_text(load: Mapping[str, Any], noun: str = "episodes") -> str:
     if not load:
         return DASH
     if load.get("mode") == "open":
-        text = f"open loop, {load.get('rate'):g} episodes/s"
+        text = f"open loop, {load.get('rate'):g} {noun}/s"
         if load.get("max_concurrency"):
             text += f", at most {load['max_concurrency']} active"
     else:
         text = f"closed loop, concurrency {load.get('concurrency')}"
     if load.get("num_episodes"):
-        text += f", {load['num_episodes']} episodes"
+        text += f", {load['num_episodes']} {noun}"
     if load.get("duration_s"):
         text += f", for {duration(load['duration_s'])}"
     return text
+
+
+def noun_of(ctx: Mapping[str, Any]) -> str:
+    """What the run calls a unit of work ("episodes", "conversations")."""
+    described = ctx.get("workload_described")
+    noun = described.get("noun") if isinstance(described, Mapping) else None
+    return str(noun or "episodes")
+
+
+def _workload_rows(ctx: Mapping[str, Any]) -> list[list[str]]:
+    """What ran, in its kind's words: an episodes run's tasks, trials and strategies; another
+    kind's own description (a replay's dataset, history and passes)."""
+    kind = ctx.get("kind") or "episodes"
+    described = ctx.get("workload_described")
+    if kind != "episodes" and isinstance(described, Mapping):
+        return [["workload", str(kind)]] + [
+            [str(k).replace("_", " "), _join(v)]
+            for k, v in described.items()
+            if k not in ("kind", "noun") and v not in (None, False, [], {})
+        ]
+    w = ctx.get("workload") or {}
+    rows: list[list[str]] = []
+    tasks = _join(w.get("tasks") or w.get("domains") or "all built-in")
+    if w.get("tasks_selected") is not None:
+        tasks += f" ({w['tasks_selected']} tasks)"
+    rows.append(["tasks", tasks])
+    rows.append(["trials per task", _join(w.get("trials"))])
+    if w.get("tau2_split") is not None:
+        judge = "a judge endpoint" if w.get("tau2_judge") else "no judge (NL assertions partial)"
+        rows.append(["τ²-bench", f"split {w['tau2_split']}, {judge}"])
+    if w.get("agent"):
+        rows.append(["agent / user", f"{w.get('agent')} / {w.get('user')}"])
+    return rows
 
 
 def context_rows(
@@ -59,20 +92,8 @@ def context_rows(
         if sim.get("fault_rate"):
             text += f", fault rate {sim['fault_rate']}"
         rows.append(["simulator", text])
-    rows.append(["load", load_text(ctx.get("load") or {})])
-    w = ctx.get("workload") or {}
-    if w.get("dataset"):
-        rows.append(["dataset", str(w["dataset"])])
-    tasks = _join(w.get("tasks") or w.get("domains") or "all built-in")
-    if w.get("tasks_selected") is not None:
-        tasks += f" ({w['tasks_selected']} tasks)"
-    rows.append(["tasks", tasks])
-    rows.append(["trials per task", _join(w.get("trials"))])
-    if w.get("tau2_split") is not None:
-        judge = "a judge endpoint" if w.get("tau2_judge") else "no judge (NL assertions partial)"
-        rows.append(["τ²-bench", f"split {w['tau2_split']}, {judge}"])
-    if w.get("agent"):
-        rows.append(["agent / user", f"{w.get('agent')} / {w.get('user')}"])
+    rows.append(["load", load_text(ctx.get("load") or {}, noun_of(ctx))])
+    rows += _workload_rows(ctx)
     for role, e in eps.items():
         rows.append([f"{role} sampling", _join(e.get("sampling")) or DASH])
     if ctx.get("slo"):

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from agentload.fmt import count, duration, num, pct, secs
 from agentload.report.columns import CALL_COLUMNS, THIN_NOTE, any_thin, console_columns
-from agentload.report.context import load_text
+from agentload.report.context import load_text, noun_of
 from agentload.report.health import client_warnings
 from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
 from agentload.util import dig
@@ -24,7 +24,9 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     models = ", ".join(ctx.get("models") or []) or "–"
     urls = ", ".join(sorted({str(e.get("url")) for e in (ctx.get("endpoints") or {}).values()}))
     if ctx:
-        parts.append(f"[bold]{models}[/] @ {urls or '–'}; {load_text(ctx.get('load') or {})}")
+        parts.append(
+            f"[bold]{models}[/] @ {urls or '–'}; {load_text(ctx.get('load') or {}, noun_of(ctx))}"
+        )
     calls = Table(
         title=f"agentload: calls (window {duration(window.get('duration_s'))})",
         title_justify="left",
@@ -63,7 +65,10 @@ def _replay_table(rp: ReplayBlock) -> Table:
     t.add_column("figure")
     t.add_column("value", justify="right")
     t.add_row("conversations", count(rp.conversations))
+    t.add_row("history", ", ".join(rp.history) or "-")
     t.add_row("turns sent / aborted", f"{rp.turns_sent} / {rp.turns_aborted}")
+    if "live" in rp.history:  # the server's own answers sent back: where tool calls differed
+        t.add_row("tool-call divergences", count(rp.divergences))
     t.add_row("terminations", ", ".join(f"{k} {v}" for k, v in rp.terminations.items()))
     perf = rp.windows.get("performance")
     t.add_row("calls / s (performance window)", num(perf.calls_per_s if perf else None, 1))

@@ -108,7 +108,8 @@ def run_context(out_dir: Path | str) -> dict[str, Any]:
     cfg = _read_yaml(out_dir / CONFIG)
     eps = run.get("endpoints") or {}
     cfg_eps = cfg.get("endpoints") or {}
-    roles = sorted(set(eps) | set(cfg_eps))
+    # The roles the run called (run.json), else every configured one (an older folder).
+    roles = sorted(eps) if eps else sorted(cfg_eps)
     endpoints: dict[str, Any] = {}
     for role in roles:
         e = eps.get(role) or cfg_eps.get(role) or {}
@@ -138,6 +139,8 @@ def run_context(out_dir: Path | str) -> dict[str, Any]:
         }
         if cfg
         else {},
+        "kind": cfg.get("kind") or "episodes",
+        "workload_described": run.get("workload"),
         "workload": {
             "tasks": w.get("tasks") or None,
             "domains": w.get("domains") or None,

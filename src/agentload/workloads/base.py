@@ -79,6 +79,17 @@ class Workload(ABC):
         """Entries for run.json (data and grader versions, dataset digests, …)."""
         return {}
 
+    def max_tokens_by_role(self) -> dict[str, Any] | None:
+        """What each role's calls send as max_tokens, for run.json's `sampling` (None: the
+        workload's agent_max_tokens / user_max_tokens, else the endpoint's)."""
+        return None
+
+    def context_block(self) -> dict[str, Any]:
+        """What the run measured, in the words of this kind (the report's and compare's
+        context): the episodes kind's tasks and strategies, a replay's dataset, …"""
+        w = self.cfg.workload
+        return {"kind": self.kind, "tasks": w.tasks or None, "domains": w.domains or None}
+
     def tool_roles(self) -> tuple[str, ...]:
         """Roles whose calls offer tools (`tool_choice: auto`): preflight checks that their
         endpoints accept such a request."""

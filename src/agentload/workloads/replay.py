@@ -164,6 +164,26 @@ class ReplayWorkload(Workload):
                 raise ConfigError(f"dataset {e}") from None
         return self._dataset
 
+    def max_tokens_by_role(self) -> dict[str, Any] | None:
+        fallback = self.rc.default_max_tokens
+        return {
+            "agent": "each turn's recorded answer length"
+            + (f" (else {fallback})" if fallback else "")
+        }
+
+    def context_block(self) -> dict[str, Any]:
+        rc = self.rc
+        return {
+            "kind": self.kind,
+            "dataset": rc.dataset,
+            "format": rc.format,
+            "history": rc.history,
+            "conversations": rc.num_conversations,
+            "passes": rc.repeat,
+            "salt": rc.salt,
+            "delay_scale": rc.delay_scale,
+        }
+
     def tool_roles(self) -> tuple[str, ...]:
         return ("agent",) if any(self.dataset.span(u).has_tools for u in self.units()) else ()
 

@@ -12,8 +12,13 @@ from agentload.config import RunConfig, redact
 SERVER_DEFAULT = "server default"
 
 
-def sampling_block(cfg: RunConfig, endpoints: Mapping[str, EndpointConfig]) -> dict[str, Any]:
-    """Per role: max_tokens, temperature, seed and extra body fields, as sent."""
+def sampling_block(
+    cfg: RunConfig,
+    endpoints: Mapping[str, EndpointConfig],
+    max_tokens_by_role: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Per role: max_tokens, temperature, seed and extra body fields, as sent.
+    `max_tokens_by_role`: what the workload sends (a replay: each recorded answer's length)."""
     w = cfg.workload
     if w.request_seed == "none":
         seed: Any = "none (not sent)"
@@ -23,7 +28,8 @@ def sampling_block(cfg: RunConfig, endpoints: Mapping[str, EndpointConfig]) -> d
         seed = w.request_seed
     out: dict[str, Any] = {"request_seed": w.request_seed}
     for role, ep in endpoints.items():
-        max_tokens = {"agent": w.agent_max_tokens, "user": w.user_max_tokens}.get(role)
+        own = {"agent": w.agent_max_tokens, "user": w.user_max_tokens}
+        max_tokens = (max_tokens_by_role if max_tokens_by_role is not None else own).get(role)
         temperature = w.temperature if w.temperature is not None else ep.temperature
         extra = dict(ep.extra_body)
         if w.chat_template_kwargs:
