@@ -17,7 +17,13 @@ FORMATS = ("csv", "parquet", "tau2")
 
 @app.command("export")
 def export_command(
-    out_dir: Annotated[Path, typer.Argument(help="Results directory of a run.")],
+    out_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Results directory of a run, or of a sweep (its points in one table each, "
+            "with the load value and the point's folder as the first columns)."
+        ),
+    ],
     fmt: Annotated[
         str,
         typer.Option(
@@ -52,7 +58,7 @@ def export_command(
     """Write calls, sessions and per-turn statistics as CSV or Parquet tables, or the run's
     τ² episodes as τ²-bench results files (`tau2 view` opens them; τ²'s evaluator re-grades
     them)."""
-    from agentload.results.dirs import check_results_dir
+    from agentload.results.dirs import check_results_dir, is_sweep
     from agentload.results.export import ExportError, export
     from agentload.results.tau2_export import Tau2ExportError, export_tau2
 
@@ -61,15 +67,25 @@ def export_command(
             f"error: --format: expected csv or parquet tables, or tau2, got {fmt!r}", err=True
         )
         raise typer.Exit(2)
+    sweep = is_sweep(out_dir)
+    if sweep and fmt == "tau2":
+        typer.echo(
+            f"error: {out_dir} is a sweep: --format tau2 exports one run; give one of its "
+            "point folders",
+            err=True,
+        )
+        raise typer.Exit(2)
     try:
-        check_results_dir(out_dir)
+        if not sweep:
+            check_results_dir(out_dir)
         if fmt == "tau2":
             done = export_tau2(out_dir, dest, tau2_data)
             paths = done.paths
             for w in done.warnings:
                 typer.echo(f"warning: {w}", err=True)
         else:
-            paths = export(out_dir, fmt, dest)
+            say = None if json_out else (lambda m: typer.echo(m, err=True))
+            paths = export(out_dir, fmt, dest, say=say)
     except (ExportError, Tau2ExportError, ResultsError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -75,8 +75,15 @@ def _cell(m: dict[str, Any] | None, rate: bool) -> str:
 
 @app.command("compare")
 def compare_command(
-    dir_a: Annotated[Path, typer.Argument(help="Baseline results directory.")],
-    dir_b: Annotated[Path, typer.Argument(help="Results directory to compare with it.")],
+    dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Results folders of runs or sweeps, the baseline first. Two runs: side by "
+            "side with 95% CIs. Three or more, or any sweep: a table and curves against load "
+            "(compare.md / .html / .json in --out).",
+            metavar="DIR",
+        ),
+    ],
     role: Annotated[str, typer.Option(help="Role whose calls are compared.")] = "agent",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     gateway: Annotated[
@@ -100,12 +107,62 @@ def compare_command(
         str,
         typer.Option(help="Comma-separated figures --max-added checks, e.g. ttft_p50,e2e_p99."),
     ] = "ttft_p50,e2e_p50",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Folder for compare.md, compare.html (opens alone) and compare.json; "
+            "written for three or more folders or any sweep (default results/compare), "
+            "and for two runs when given.",
+        ),
+    ] = None,
+    labels: Annotated[
+        str | None,
+        typer.Option(
+            "--labels",
+            metavar="A,B,...",
+            help="Names of the folders in tables and legends, in order (default: folder names).",
+        ),
+    ] = None,
 ) -> None:
-    """Compare two runs side by side with 95% bootstrap confidence intervals."""
+    """Compare runs side by side: two runs with 95% bootstrap confidence intervals; N runs
+    or sweeps as one table and overlaid curves (TTFT, e2e, success, throughput against load)."""
+    from agentload.results.dirs import is_sweep
+
+    if len(dirs) < 2:
+        raise typer.BadParameter("give two or more results folders", param_hint="DIR")
+    gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
+    if gated is not None and len(dirs) > 2:
+        raise typer.BadParameter(
+            "--gateway / --max-added compare two folders: direct, then through the gateway"
+        )
+    from agentload.report.multi import DEFAULT_OUT, parse_labels
+
+    try:
+        names = parse_labels(labels, len(dirs))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--labels") from None
+    if gated is None and (len(dirs) > 2 or any(is_sweep(d) for d in dirs)):
+        _compare_many(dirs, out or DEFAULT_OUT, names, json_out)
+        return
+    _compare_two(dirs, role, gated, out, names, json_out)
+
+
+def _compare_two(
+    dirs: list[Path],
+    role: str,
+    gated: Any,
+    out: Path | None,
+    names: list[str] | None,
+    json_out: bool,
+) -> None:
+    """Two runs side by side with 95% CIs (and, with --gateway, the latency B adds)."""
     from agentload.report.compare import compare_dirs
     from agentload.results.dirs import check_results_dir, is_sweep
 
-    gated = _gate_args(max_added, gate) if gateway or max_added is not None else None
+    dir_a, dir_b = dirs
     if is_sweep(dir_a) or is_sweep(dir_b):
         _compare_sweeps(dir_a, dir_b, gated, json_out)
     added: dict[str, Any] | None = None
@@ -121,14 +178,58 @@ def compare_command(
     except ResultsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    written: list[Path] = []
+    if out is not None:  # the page too: both runs' rows and curves, and this table
+        written = _write_many(_load_many(dirs, names), out, statistics=res, role=role)
     if json_out:
         typer.echo(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
     else:
         _print_compare(res, dir_a, dir_b, role, added)
+        for p in written:
+            typer.echo(f"wrote {p}")
     if added is not None:
         from agentload.report.added import exit_code
 
         raise typer.Exit(exit_code(added))
+
+
+def _load_many(dirs: list[Path], names: list[str] | None) -> list[Any]:
+    """The folders as report.multi.Series; exit 2 on one that is not a run or a sweep."""
+    from agentload.report.multi import load_all
+
+    try:
+        return load_all(dirs, names)
+    except (ResultsError, orjson.JSONDecodeError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _write_many(
+    series: list[Any], out: Path, statistics: dict[str, Any] | None = None, role: str = "agent"
+) -> list[Path]:
+    """compare.md / .html / .json in `out`; exit 1 when it cannot be written."""
+    from agentload.report.multi import write_compare
+
+    try:
+        return write_compare(series, out, statistics, role)
+    except OSError as e:
+        typer.echo(f"error: cannot write to {e.filename or out}: {e.strerror or e}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _compare_many(dirs: list[Path], out: Path, names: list[str] | None, json_out: bool) -> None:
+    """N runs or sweeps: the table on the console (or compare.json on stdout), the files."""
+    from agentload.report.multi import compare_table
+
+    series = _load_many(dirs, names)
+    paths = _write_many(series, out)
+    if json_out:
+        typer.echo((out / "compare.json").read_text(encoding="utf-8"))
+        return
+    console = Console()
+    console.print(compare_table(series))
+    for p in paths:
+        console.print(f"wrote {p}", highlight=False, soft_wrap=True)
 
 
 def _compare_sweeps(

@@ -15,6 +15,7 @@ from agentload.fmt import DASH, num, pct, secs
 from agentload.report.columns import SWEEP_COLUMNS, THIN_NOTE, any_thin, cells
 from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
+from agentload.report.links import html_links, link, rel_href
 from agentload.report.plots import layout
 from agentload.results.jsonl import atomic_write_bytes
 
@@ -181,7 +182,9 @@ def _slo_chart(x: list[float], rows: _Rows, kind: str) -> dict[str, Any]:
     }
 
 
-def sweep_document(doc: Mapping[str, Any]) -> Document:
+def sweep_document(doc: Mapping[str, Any], root: Path | None = None) -> Document:
+    """The sweep page; with the sweep's `root` folder, each load value links to its point's
+    report.html (when the point wrote one)."""
     kind = str(doc["kind"])
     out = Document(f"agentload sweep over {kind}")
     rows = sorted(doc.get("points") or [], key=lambda r: float(r[kind]))
@@ -228,12 +231,13 @@ def sweep_document(doc: Mapping[str, Any]) -> Document:
     out.h("Points")
     out.table(
         [kind, *[c.label for c in SWEEP_COLUMNS]],
-        [[f"{r[kind]:g}", *cells(SWEEP_COLUMNS, r)] for r in rows],
+        [[_point_link(root, r, f"{r[kind]:g}"), *cells(SWEEP_COLUMNS, r)] for r in rows],
     )
     if any_thin(SWEEP_COLUMNS, rows):
         out.p(THIN_NOTE)
     out.p(
-        "Each point is a full run in its own folder with its own report. `calls in SLO` counts "
+        "Each point is a full run in its own folder with its own report (the load value "
+        "links to it). `calls in SLO` counts "
         "calls meeting every threshold; goodput counts successful episodes all of whose calls "
         "met every threshold, so it falls to zero faster. The knee is the last point after "
         f"which more load buys less than {KNEE_EFFICIENCY:.0%} of linear throughput scaling."
@@ -241,10 +245,16 @@ def sweep_document(doc: Mapping[str, Any]) -> Document:
     return out
 
 
+def _point_link(root: Path | None, row: Mapping[str, Any], text: str) -> str:
+    if root is None or not row.get("dir"):
+        return text
+    return link(text, rel_href(root / str(row["dir"]) / "report.html", root))
+
+
 def write_sweep_report(root: Path | str, doc: Mapping[str, Any]) -> list[Path]:
     root = Path(root)
-    d = sweep_document(doc)
+    d = sweep_document(doc, root)
     md, page = root / "sweep.md", root / "sweep.html"
     atomic_write_bytes(md, to_markdown(d).encode())
-    atomic_write_bytes(page, to_html(d).encode())
+    atomic_write_bytes(page, html_links(to_html(d)).encode())
     return [md, page]

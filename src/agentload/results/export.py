@@ -2,13 +2,14 @@
 and per-turn statistics as CSV (stdlib) or Parquet (pyarrow, the `parquet` extra).
 
 Nested record fields are flattened with dots (`itl.p50`, `durations.total_s`); lists (the
-per-call gap histogram, tool lists) become JSON text.
+per-call gap histogram, tool lists) become JSON text. A sweep folder gives the same three
+tables over all its points, each row led by the point's load value and folder.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,33 @@ def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def sweep_tables(
+    root: Path, say: Callable[[str], None] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """A sweep's tables: every point's rows, one table each (tidy, for a pandas groupby or a
+    filter on the load), led by two columns: the load value under the sweep's kind
+    (`concurrency` or `rate`) and `point`, the point's folder. Points without records (never
+    started) are left out."""
+    from agentload.results.dirs import has_records, load_sweep
+
+    doc = load_sweep(root)
+    kind = str(doc["kind"])
+    points = sorted(doc["points"], key=lambda r: float(r[kind]))
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
+    for i, row in enumerate(points):
+        d = root / row["dir"]
+        if not has_records(d):
+            if say:
+                say(f"{d}: no records, left out")
+            continue
+        if say:
+            say(f"point {i + 1}/{len(points)}: {kind} {row[kind]:g} ({row['dir']})")
+        lead = {kind: row[kind], "point": row["dir"]}
+        for name, rows in tables(d).items():
+            out[name] += [{**lead, **r} for r in rows]
+    return out
+
+
 def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     cols: dict[str, None] = {}
     for r in rows:
@@ -89,8 +117,17 @@ def _write_parquet(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     pq.write_table(pa.table(arrays) if arrays else pa.table({}), path)
 
 
-def export(out_dir: Path | str, fmt: str = "csv", dest: Path | str | None = None) -> list[Path]:
-    """Write calls / sessions / turns as `fmt` into `dest` (default `<out_dir>/export`)."""
+def export(
+    out_dir: Path | str,
+    fmt: str = "csv",
+    dest: Path | str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Write calls / sessions / turns as `fmt` into `dest` (default `<out_dir>/export`); of a
+    sweep folder, one file per table over all points (see `sweep_tables`), `say` told of
+    each point."""
+    from agentload.results.dirs import is_sweep
+
     out_dir = Path(out_dir)
     if fmt not in FORMATS:
         raise ExportError(f"--format: expected csv or parquet, got {fmt!r}")
@@ -102,7 +139,8 @@ def export(out_dir: Path | str, fmt: str = "csv", dest: Path | str | None = None
     target = Path(dest) if dest is not None else out_dir / "export"
     target.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, rows in tables(out_dir).items():
+    tabs = sweep_tables(out_dir, say) if is_sweep(out_dir) else tables(out_dir)
+    for name, rows in tabs.items():
         path = target / f"{name}.{fmt}"
         (_write_csv if fmt == "csv" else _write_parquet)(path, rows)
         written.append(path)
