@@ -1,4 +1,4 @@
-"""What `agentload run` imports: `run --help`, and a small one-process run, each in a fresh
+"""What `agentload` imports: `--version`, `run --help`, and a small one-process run, each in a fresh
 interpreter under `python -X importtime`.
 
 Counts the modules imported (deterministic) and sums their import time (wall clock, noisy on
@@ -89,7 +89,7 @@ def main() -> None:
     variants = {"current": None} | ({"baseline": a.baseline_src} if a.baseline_src else {})
     sim, url = start_sim()
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {
-        v: {"help": [], "run": []} for v in variants
+        v: {"version": [], "help": [], "run": []} for v in variants
     }
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -98,6 +98,7 @@ def main() -> None:
                 if r % 2:
                     order.reverse()  # alternate which goes first
                 for name, src in order:
+                    rows[name]["version"].append(importtime(["-m", "agentload", "--version"], src))
                     rows[name]["help"].append(importtime(["-m", "agentload", "run", "--help"], src))
                     out = Path(tmp) / f"{name}-{r}"
                     rows[name]["run"].append(importtime(run_cmd(url, out), src))
@@ -110,7 +111,7 @@ def main() -> None:
     print(f"{a.rounds} rounds, load average {os.getloadavg()[0]:.1f}")
     print("variant   command  modules  import ms (median)  distributed modules / ms  driver")
     for name in variants:
-        for what in ("help", "run"):
+        for what in ("version", "help", "run"):
             rs = rows[name][what]
             print(
                 f"{name:9} {what:7} {statistics.median(x['modules'] for x in rs):8.0f} "

@@ -299,7 +299,7 @@ def test_ray_address_that_does_not_resolve_exits_2(
 
     from typer.testing import CliRunner
 
-    from agentload.cli.app import app
+    from agentload.cli.root import app
 
     def no_such_host(host: str, *args: Any, **kw: Any) -> Any:
         # Name resolution fails as for an unknown host (without a query leaving the machine).

@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli.app import app
 from agentload.cli.options import REQUIRED, Opt, command_options, from_model
+from agentload.cli.root import app
 from agentload.client.client import CallResult, ChatClient
 from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
 from agentload.config import format_validation_error

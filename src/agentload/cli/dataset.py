@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 from agentload.workloads.dataset import FORMATS, DatasetError, detect_format, index_dataset
 from agentload.workloads.dataset_tools import CONVERT_FROM, convert, dataset_stats, verify
 from agentload.workloads.traces import BlockText

@@ -9,7 +9,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 from agentload.results.jsonl import ResultsError
 
 FORMATS = ("csv", "parquet", "tau2")

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 from agentload.redact import Scrubber, redact_url, url_secrets
 from agentload.servermetrics.derived import metrics_url, rate_rows, snapshot_rows
 from agentload.servermetrics.parse import COUNTERS, GAUGES, parse_metrics

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 from agentload.cli.tools import (
     BodyTimeoutOpt,
     HeaderTimeoutOpt,

@@ -5,8 +5,8 @@ from typing import Annotated, Any
 
 import typer
 
-from agentload.cli.app import app
 from agentload.cli.options import REPLAY_OPTIONS, command_options
+from agentload.cli.root import app
 from agentload.cli.run import CommandLine, cli_overrides, configure_resume, run_flow
 from agentload.config import ConfigError, RunConfig, build_config, read_yaml
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 from agentload.fmt import pct, secs
 from agentload.results.jsonl import ResultsError
 

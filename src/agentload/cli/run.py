@@ -14,7 +14,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agentload.cli.app import app
 from agentload.cli.options import (
     RUN_OPTIONS,
     SWEEP_OPTIONS,
@@ -26,6 +25,7 @@ from agentload.cli.options import (
     given,
     parse_args,
 )
+from agentload.cli.root import app
 from agentload.config import (
     EXAMPLE_CONFIG,
     MAX_CONCURRENCY,

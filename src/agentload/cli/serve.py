@@ -18,7 +18,7 @@ import orjson
 import typer
 from pydantic import ValidationError
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 from agentload.engine_launch import ENGINES, LaunchConfig
 from agentload.engines.launch import (
     EngineError,

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel, Field, ValidationError
 
-from agentload.cli.app import app
 from agentload.cli.options import ARGS, CONFIG, command_options, from_model, given, parse_args
+from agentload.cli.root import app
 from agentload.config import ConfigError
 from agentload.flags import flag
 from agentload.sim.config import (

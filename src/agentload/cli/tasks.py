@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli.app import app
 from agentload.cli.options import Opt, command_options
+from agentload.cli.root import app
 from agentload.domains import domain_names, get_domain, get_task
 from agentload.domains.base import (
     GRADER_VERSION,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from agentload.cli.app import app
+from agentload.cli.root import app
 
 if TYPE_CHECKING:
     from agentload.http_limits import ServiceLimits
