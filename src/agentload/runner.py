@@ -511,6 +511,7 @@ async def _preflight(
         metrics=cfg.metrics.enabled,
         say=say,
         seeded=seeded_roles(w.request_seed, w.temperature, endpoints),
+        first_call=workload.first_call_tokens(),
     )
 
 

@@ -143,6 +143,8 @@ class EndpointCheck:
     hints: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     served_models: list[str] | None = None
+    max_model_len: int | None = None
+    """The model's context length as /v1/models states it (vLLM, SGLang)."""
     engine: str | None = None
     engine_version: str | None = None
     engine_evidence: str | None = None
@@ -291,6 +293,8 @@ async def _check_models(
     if f.status != 200:
         # Some gateways do not list models: the chat completion below still tells.
         check.notes.append(f"GET {f.url} answered HTTP {f.status}; the model was not checked")
+        if f.status == 404:
+            await _hint_base_path(session, check, headers, t)
         return []
     obj = f.json()
     data = obj.get("data") if isinstance(obj, dict) else None
@@ -299,11 +303,39 @@ async def _check_models(
         return []
     ids = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id") is not None]
     check.served_models = ids
+    mine = next((m for m in data if isinstance(m, dict) and m.get("id") == check.model), None)
+    length = mine.get("max_model_len") if mine else None
+    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+        check.max_model_len = length
     if check.model not in ids:
         served = ", ".join(repr(i) for i in ids) if ids else "no models"
         check.problem = f"model {check.model!r} is not served here; the server serves {served}"
         check.hints.append("pass one of them with --model (or `model:` in the config)")
     return [str(m.get("owned_by")) for m in data if isinstance(m, dict) and m.get("owned_by")]
+
+
+async def _hint_base_path(
+    session: aiohttp.ClientSession, check: EndpointCheck, headers: Mapping[str, str], t: float
+) -> None:
+    """A 404 on <base>/models: the likely fix when the server's own root answers /v1/models
+    (a base URL with a path the server does not have, such as /openai/v1)."""
+    root = server_root(check.base_url)
+    if f"{root}/v1" == check.base_url:
+        check.hints.append(
+            f"{check.base_url}/models is not there: is this an OpenAI-compatible server?"
+        )
+        return
+    f = await fetch(session, f"{root}/v1/models", headers=headers, timeout_s=t)
+    if f.status == 200:
+        check.hints.append(
+            f"{check.base_url}/models is not there but {root}/v1/models answers: "
+            f"use --base-url {root}/v1"
+        )
+    else:
+        check.hints.append(
+            f"{check.base_url}/models is not there; the base URL is the part before "
+            "/chat/completions, e.g. http://host:8000/v1"
+        )
 
 
 def _probe_endpoint(ep: EndpointConfig, timeout_s: float) -> EndpointConfig:
@@ -523,11 +555,14 @@ async def preflight_for_run(
     metrics: bool = True,
     say: Callable[[str], None] | None = None,
     seeded: Mapping[str, float | None] | None = None,
+    first_call: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
     """What a run does before its first episode: preflight (unless disabled) and metrics-URL
     derivation. Returns (endpoints to use, run.json `endpoints_detected` or None); raises
     PreflightFailed (exit code 2) naming role, URL and the server's words. `seeded`
-    (`seeded_roles`): roles whose calls carry a seed, warned about on engines it crashes."""
+    (`seeded_roles`): roles whose calls carry a seed, warned about on engines it crashes;
+    `first_call`: per role, the tokens of its first call, warned about when the served context
+    is too small for them."""
     tell = say or (lambda _msg: None)
     if not enabled:
         if not metrics:
@@ -544,4 +579,26 @@ async def preflight_for_run(
         tell(f"preflight: {n}")
     for w in seed_warnings(report.checks, seeded or {}):
         tell(f"preflight: {w}")
+    for w in context_warnings(report.checks, first_call or {}):
+        tell(f"preflight: WARNING: {w}")
     return report.apply(endpoints), report.to_dict()
+
+
+def context_warnings(checks: Iterable[EndpointCheck], first_call: Mapping[str, int]) -> list[str]:
+    """Endpoints whose served context cannot hold a role's first call (prompt plus output
+    cap), or holds it with less than as much again to grow: an episode adds every tool
+    result and message to the next prompt, so such a run ends in context_overflow."""
+    out = []
+    for c in checks:
+        for role in c.roles:
+            need = first_call.get(role)
+            if c.max_model_len is None or need is None or need * 2 <= c.max_model_len:
+                continue
+            fits = "does not fit" if need > c.max_model_len else "leaves little room to grow"
+            out.append(
+                f"{role} endpoint {c.base_url} serves {c.model!r} with a {c.max_model_len:,}-token "
+                f"context; the {role}'s first call takes about {need:,} (prompt and output "
+                f"cap): it {fits}, so expect episodes to end in context_overflow (serve a "
+                "longer --max-model-len, or lower --max-tokens)"
+            )
+    return out

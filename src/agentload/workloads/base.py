@@ -79,6 +79,11 @@ class Workload(ABC):
         """Entries for run.json (data and grader versions, dataset digests, …)."""
         return {}
 
+    def first_call_tokens(self) -> dict[str, int]:
+        """Per role, about how many tokens its first call takes (prompt plus output cap), for
+        preflight's check against the served context length ({}: not known)."""
+        return {}
+
     def max_tokens_by_role(self) -> dict[str, Any] | None:
         """What each role's calls send as max_tokens, for run.json's `sampling` (None: the
         workload's agent_max_tokens / user_max_tokens, else the endpoint's)."""

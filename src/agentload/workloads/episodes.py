@@ -8,6 +8,8 @@ import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from agentload.config import ConfigError, RunConfig
 from agentload.scheduler import PlanError, WorkItem, select_tasks
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
@@ -225,6 +227,27 @@ class EpisodesWorkload(Workload):
                     "judge": "judge" in self.cfg.endpoints,
                 }
         return meta
+
+    def first_call_tokens(self) -> dict[str, int]:
+        # The agent's first prompt is its domain's system prompt and tool schemas (the bulk:
+        # τ² airline's is ~5,400 tokens), estimated at ~4 characters a token.
+        from agentload.client.tokens import HeuristicCounter
+        from agentload.config import DEFAULT_AGENT_MAX_TOKENS
+        from agentload.domains import get_domain
+
+        count = HeuristicCounter().count
+        prompts = []
+        with contextlib.suppress(Exception):  # a domain that cannot load fails later, named
+            for name in sorted({t.partition("/")[0] for t in self.units()}):
+                d: Any = get_domain(name)
+                prompts.append(
+                    count(d.system_prompt()) + count(orjson.dumps(d.tool_schemas()).decode())
+                )
+        if not prompts:
+            return {}
+        ep = self.cfg.endpoints.get("agent")
+        cap = self.cfg.workload.agent_max_tokens or (ep.max_tokens if ep else None)
+        return {"agent": max(prompts) + (cap or DEFAULT_AGENT_MAX_TOKENS)}
 
     def tool_roles(self) -> tuple[str, ...]:
         # react / act describe the tools in the prompt; oracle / noop call no model. A
