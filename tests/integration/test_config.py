@@ -156,3 +156,18 @@ def test_documented_example_is_valid(tmp_path: Path) -> None:
     from agentload.config import EXAMPLE_CONFIG
 
     build_config(path=_write(tmp_path, yaml.safe_load(EXAMPLE_CONFIG)))
+
+
+def test_each_command_has_its_own_default_results_folder(tmp_path: Path) -> None:
+    from agentload.cli.options import RUN_OPTIONS, SWEEP_OPTIONS, SweepArgs
+    from agentload.cli.run import CommandLine, _configure
+
+    run = _configure(CommandLine.parse(RUN_OPTIONS, {}))
+    sweep = _configure(CommandLine.parse(SWEEP_OPTIONS, {}, SweepArgs, command="sweep"))
+    assert (run.out, sweep.out) == ("results/run", "results/sweep")
+    # A config file's `out`, and --out, still win.
+    path = _write(tmp_path, {"out": "mine"})
+    line = CommandLine.parse(SWEEP_OPTIONS, {"config": path}, SweepArgs, command="sweep")
+    assert _configure(line).out == "mine"
+    line = CommandLine.parse(SWEEP_OPTIONS, {"out": "flag"}, SweepArgs, command="sweep")
+    assert _configure(line).out == "flag"

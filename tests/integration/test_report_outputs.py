@@ -394,6 +394,9 @@ def test_mlflow_logs_params_metrics_and_artifacts(
     }
     (tmp_path / "sweep.json").write_bytes(orjson.dumps(doc))
     sid = ml.log_sweep(tmp_path, doc, uri=mlflow_server)
-    hist = client.get_metric_history(sid, "ttft_p90")
-    assert [(m.step, m.value) for m in sorted(hist, key=lambda m: m.step)] == [(0, 0.1), (1, 0.2)]
+    # A parent run with a nested run per point, its figures under a run's metric names.
+    exp = client.get_run(sid).info.experiment_id
+    kids = client.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{sid}'")
+    got = sorted((k.data.params["sweep.point"], k.data.metrics["ttft_p90_s"]) for k in kids)
+    assert got == [("1", 0.1), ("2", 0.2)]
     assert "sweep.json" in {a.path for a in client.list_artifacts(sid)}

@@ -7,7 +7,7 @@ import typer
 
 from agentload.cli.options import REPLAY_OPTIONS, command_options
 from agentload.cli.root import app
-from agentload.cli.run import CommandLine, cli_overrides, configure_resume, run_flow
+from agentload.cli.run import CommandLine, cli_overrides, configure_resume, default_out, run_flow
 from agentload.config import ConfigError, RunConfig, build_config, read_yaml
 
 HELP = """Replay recorded conversations (MLPerf agentic flat rows, agentload trajectories.jsonl
@@ -30,6 +30,7 @@ def configure(cl: CommandLine) -> RunConfig:
     path = cl.args.config
     base = read_yaml(path) if path is not None else {}
     ov, flags = cli_overrides(cl.config, base)
+    default_out(cl, base, ov)
     ov["kind"], flags["kind"] = "replay", "replay"
     if cl.dataset is not None:
         ov["replay.dataset"], flags["replay.dataset"] = str(cl.dataset), "DATASET"
@@ -45,7 +46,8 @@ def replay_command(
     ] = None,
     **kwargs: Any,
 ) -> None:
-    run_flow("replay", CommandLine.parse(REPLAY_OPTIONS, kwargs, dataset=dataset), configure)
+    line = CommandLine.parse(REPLAY_OPTIONS, kwargs, dataset=dataset, command="replay")
+    run_flow("replay", line, configure)
 
 
 app.command(

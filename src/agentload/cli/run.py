@@ -50,9 +50,18 @@ from agentload.util import run_async
 _EXIT_CODES = """\
 Exit codes: 0 episodes completed; 1 the run failed (0 episodes measured, every call failed,
 more than --max-infra-error-share of the episodes ended on infrastructure errors, the endpoint
-stayed down, a harness error, or the summary / report could not be written); 2 bad usage or
-configuration; 130 interrupted (Ctrl-C / SIGTERM: no new episodes, in-flight ones drain for
---drain-timeout, the summary is written and `agentload run --resume DIR` continues)."""
+stayed down, a harness error, the summary / report could not be written, or MLflow logging
+was asked for and failed); 2 bad usage or configuration; 130 interrupted (Ctrl-C / SIGTERM:
+no new episodes, in-flight ones drain for --drain-timeout, the summary is written and
+`agentload run --resume DIR` continues)."""
+
+_SWEEP_EXIT_CODES = """\
+Exit codes: 0 every point completed; 1 a point failed (the sweep stops there; sweep.json says
+which) or MLflow logging was asked for and failed; 2 bad usage or configuration; 130
+interrupted (`agentload sweep --resume DIR` continues at the point it was on)."""
+
+# Where each command writes when neither --out nor the config file's `out` says.
+DEFAULT_OUT = {"run": "results/run", "sweep": "results/sweep", "replay": "results/replay"}
 
 RUN_HELP = f"""Run agentic episodes against an endpoint (or the embedded simulator) and record
 every call, session and trajectory, then write summary.json and a report.
@@ -79,6 +88,7 @@ class CommandLine:
     resume_ok: frozenset[str]
     """Config paths --resume takes on top of the saved config."""
     dataset: Path | None = None
+    command: str = "run"
 
     @classmethod
     def parse(
@@ -87,6 +97,7 @@ class CommandLine:
         kwargs: dict[str, Any],
         model: type[RunArgs] = RunArgs,
         dataset: Path | None = None,
+        command: str = "run",
     ) -> CommandLine:
         try:
             args = parse_args(model, opts, kwargs)
@@ -94,7 +105,7 @@ class CommandLine:
             _err(str(e))
             raise typer.Exit(EXIT_USAGE) from None
         resume_ok = frozenset(o.path for o in opts if o.resume and o.path)
-        return cls(args, given(opts, kwargs), resume_ok, dataset)
+        return cls(args, given(opts, kwargs), resume_ok, dataset, command)
 
 
 def resume_overrides(cl: CommandLine) -> tuple[dict[str, Any], dict[str, str]]:
@@ -206,7 +217,14 @@ def _configure(cl: CommandLine) -> RunConfig:
     if path is not None:
         check_task_selection(path, base)
     ov, flags = cli_overrides(cl.config, base)
+    default_out(cl, base, ov)
     return build_config(path=path, overrides=ov, flags=flags)
+
+
+def default_out(cl: CommandLine, base: dict[str, Any], ov: dict[str, Any]) -> None:
+    """The command's own results folder when neither --out nor the config file names one."""
+    if "out" not in cl.config and "out" not in base:
+        ov["out"] = DEFAULT_OUT[cl.command]
 
 
 def configure_resume(cl: CommandLine) -> RunConfig:
@@ -288,7 +306,10 @@ def run_flow(
                 )
             )
             code = _finish_run(outcome, cl.args)
-            _mlflow(cl.args, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {}))
+            if not _mlflow(
+                cl.args, say, lambda m: m.log_run(outcome.out_dir, outcome.summary or {})
+            ):
+                code = code or EXIT_FAILED
     except ConfigError as e:
         _err(str(e))
         raise typer.Exit(EXIT_USAGE) from None
@@ -317,7 +338,8 @@ def _sweep(cfg: RunConfig, args: SweepArgs, say: Callable[[str], None]) -> int:
             resume=args.resume is not None,
         )
     )
-    _mlflow(args, say, lambda m: m.log_sweep(cfg.out, doc))
+    if not _mlflow(args, say, lambda m: m.log_sweep(cfg.out, doc), "sweep run"):
+        code = code or EXIT_FAILED
     if args.json_out:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not args.quiet:
@@ -329,18 +351,21 @@ def _sweep(cfg: RunConfig, args: SweepArgs, say: Callable[[str], None]) -> int:
     return code
 
 
-def _mlflow(args: RunArgs, say: Any, log: Any) -> None:
-    """Log to MLflow when asked; a logging failure is reported, the results stay."""
+def _mlflow(args: RunArgs, say: Any, log: Any, what: str = "run") -> bool:
+    """Log to MLflow when asked (--mlflow or MLFLOW_TRACKING_URI); False when that failed.
+    The failure is one whole line and the results folder stays complete; the caller turns a
+    successful run's exit code into 1, so a job that asked for MLflow notices."""
     from agentload.integrations import mlflow as ml
 
     if not ml.enabled(args.mlflow):
-        return
+        return True
     try:
         run_id = log(ml)
     except Exception as e:  # MLflow raises many kinds (connection, REST, ImportError, ...)
-        _err(f"MLflow logging failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-        return
-    say(f"logged to MLflow: run {run_id}")
+        _err(f"MLflow logging failed (the results are written): {ml.one_line(e)}")
+        return False
+    say(f"logged to MLflow: {what} {run_id}")
+    return True
 
 
 def _finish_run(out: RunOutcome, args: RunArgs) -> int:
@@ -410,14 +435,15 @@ app.command(
 # The sweep takes the run's options, with the load points in place of --concurrency / --rate.
 @command_options(SWEEP_OPTIONS)
 def sweep_command(**kwargs: Any) -> None:
-    run_flow("sweep", CommandLine.parse(SWEEP_OPTIONS, kwargs, SweepArgs))
+    run_flow("sweep", CommandLine.parse(SWEEP_OPTIONS, kwargs, SweepArgs, command="sweep"))
 
 
 app.command(
     "sweep",
     help="Run the same configuration at several load points (one sub-folder each) and "
     "tabulate throughput, latency, success and SLO attainment per point; names the highest "
-    "load that meets the SLO (--slo). Writes sweep.json and sweep.md.\n\n" + _EXIT_CODES,
+    "load that meets the SLO (--slo). Writes sweep.json, sweep.md and sweep.html (each load "
+    "value links to its point's report).\n\n" + _SWEEP_EXIT_CODES,
     context_settings={"max_content_width": 100},
 )(sweep_command)
 
