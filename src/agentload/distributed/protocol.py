@@ -172,6 +172,7 @@ class CallBrief(NamedTuple):
     status: str
     completion_tokens: int | None
     ttft_s: float | None
+    role: str | None = None
 
 
 @dataclass(slots=True)

@@ -129,7 +129,7 @@ class Outbox:
         if self._clock is not None:
             rec = shift_call(rec, self._clock)
         self.calls.append(rec.to_json())
-        self.briefs.append(CallBrief(rec.status, rec.completion_tokens, rec.ttft_s))
+        self.briefs.append(CallBrief(rec.status, rec.completion_tokens, rec.ttft_s, rec.role))
         self.n_calls += 1
         if len(self.calls) >= self.spec.batch_max:
             self.flush()

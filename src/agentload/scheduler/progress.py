@@ -43,6 +43,9 @@ class CallFigures(Protocol):
     @property
     def ttft_s(self) -> float | None: ...
 
+    @property
+    def role(self) -> str | None: ...
+
 
 class ProgressTracker:
     """Running totals of a run, cheap to update."""
@@ -82,6 +85,11 @@ class ProgressTracker:
             self.call_errors += 1
         self.tokens += rec.completion_tokens or 0
         ttft = rec.ttft_s
+        # The agent's TTFT, as the final table's first row (a user simulator's shorter
+        # prompts would pull it down); every call's when calls carry no role.
+        role = rec.role
+        if role is not None and role != "agent":
+            return
         if ttft is not None and rec.status == "ok":
             self._ttft_seen += 1
             if len(self._ttft) < _RESERVOIR:
@@ -127,9 +135,14 @@ class ProgressTracker:
             left = self.total - self.episodes
             if self.episodes and left >= 0:
                 eta = elapsed / self.episodes * left
+        draining = False
         if self.duration_s is not None:
             d_left = self.duration_s - elapsed
             eta = d_left if eta is None else min(eta, d_left)
+        if eta is not None and eta <= 0:
+            # Nothing more is issued, sessions in flight finish (up to --drain-timeout): an
+            # ETA of 0 s would stand still for as long as they take.
+            draining, eta = self.active() > 0, None
         return {
             "elapsed_s": elapsed,
             "episodes": self.episodes,
@@ -138,6 +151,7 @@ class ProgressTracker:
             "warmup_episodes": self.warmup_episodes,
             "total": self.total,
             "eta_s": eta,
+            "draining": draining,
             "active": self.active(),
             "calls": self.calls,
             "calls_per_s": calls_s,
@@ -153,21 +167,36 @@ class ProgressTracker:
         }
 
 
-def progress_line(s: dict[str, Any]) -> str:
+def eta_text(s: dict[str, Any]) -> str:
+    return "draining" if s.get("draining") else eta(s["eta_s"])
+
+
+def progress_line(s: dict[str, Any], width: int | None = None) -> str:
+    """One plain line; at most `width` characters (a terminal's), dropping the least
+    important figures first."""
     total = s["total"]
     done = f"{s['episodes']}/{total}" if total else f"{s['episodes']}"
     pct = f" ({100 * s['episodes'] / total:.0f}%)" if total else ""
     warm = f" +{s['warmup_episodes']} warmup" if s["warmup_episodes"] else ""
     succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
-    success = f"success {succ} | " if s.get("graded", True) else ""
-    outage = f"{s['outage']} | " if s.get("outage") else ""
-    return outage + (
-        f"{s.get('noun', 'episodes')} {done}{pct}{warm} ETA {eta(s['eta_s'])} | "
-        f"active {s['active']} | calls/s {s['calls_per_s']:.1f} | "
-        f"tok/s {s['tokens_per_s']:.0f} | errors {100 * s['error_rate']:.1f}% | "
-        f"TTFT p50 {secs_c(s['ttft_p50'])} p90 {secs_c(s['ttft_p90'])} | "
-        f"{success}loop lag p99 {secs_c(s['lag_p99'])}"
-    )
+    # In the order they go when the line is too long: the last first.
+    parts = [
+        f"{s.get('noun', 'episodes')} {done}{pct}{warm} ETA {eta_text(s)}",
+        f"active {s['active']}",
+        f"agent TTFT p50 {secs_c(s['ttft_p50'])} p90 {secs_c(s['ttft_p90'])}",
+        *([f"success {succ}"] if s.get("graded", True) else []),
+        f"errors {100 * s['error_rate']:.1f}%",
+        f"calls/s {s['calls_per_s']:.1f}",
+        f"tok/s {s['tokens_per_s']:.0f}",
+        f"loop lag p99 {secs_c(s['lag_p99'])}",
+    ]
+    if s.get("outage"):
+        parts.insert(0, str(s["outage"]))
+    line = " | ".join(parts)
+    while width is not None and len(line) > width and len(parts) > 1:
+        parts.pop()
+        line = " | ".join(parts)
+    return line
 
 
 def progress_table(s: dict[str, Any], title: str = "") -> Table:
@@ -181,14 +210,14 @@ def progress_table(s: dict[str, Any], title: str = "") -> Table:
         fill = int(width * min(1.0, s["episodes"] / total))
         done = f"[green]{'━' * fill}[/][dim]{'━' * (width - fill)}[/] {done}"
     t.add_row(
-        s.get("noun", "episodes"), f"{done}   ETA {eta(s['eta_s'])}   elapsed {eta(s['elapsed_s'])}"
+        s.get("noun", "episodes"), f"{done}   ETA {eta_text(s)}   elapsed {eta(s['elapsed_s'])}"
     )
     if s["warmup_episodes"]:
         t.add_row("warmup", f"{s['warmup_episodes']} episodes (not in statistics)")
     t.add_row("active", str(s["active"]))
     t.add_row("throughput", f"{s['calls_per_s']:.1f} calls/s   {s['tokens_per_s']:.0f} tokens/s")
     t.add_row("errors", f"{100 * s['error_rate']:.1f}% of {s['calls']} calls")
-    t.add_row("TTFT", f"p50 {secs_c(s['ttft_p50'])}   p90 {secs_c(s['ttft_p90'])}")
+    t.add_row("agent TTFT", f"p50 {secs_c(s['ttft_p50'])}   p90 {secs_c(s['ttft_p90'])}")
     if s.get("graded", True):
         succ = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.1f}%"
         t.add_row("success", succ)
@@ -245,7 +274,9 @@ class ProgressDisplay:
         if self._live is not None:
             self._live.update(progress_table(snap, self.title))
         elif self.mode == "plain":
-            print(f"[agentload] {progress_line(snap)}", file=self.stream, flush=True)
+            # On a terminal, one line that does not wrap; in a log file, every figure.
+            width = self.console.width - len("[agentload] ") if self.console.is_terminal else None
+            print(f"[agentload] {progress_line(snap, width)}", file=self.stream, flush=True)
 
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
