@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,6 +163,34 @@ def _role_fields(g: Given, role: str) -> tuple[dict[str, Any], dict[str, str]]:
     )
 
 
+def only_model(fields: dict[str, Any]) -> str:
+    """--base-url without --model: the model the server serves, when it serves exactly one
+    (said on stderr); otherwise one line naming the ones it serves."""
+    import urllib.error
+    import urllib.request
+
+    from agentload.client.config import normalize_base_url
+    from agentload.redact import DEFAULT_KEY_ENV, redact_url
+
+    url = f"{normalize_base_url(str(fields['base_url']))}/models"
+    key = os.environ.get(str(fields.get("api_key_env") or DEFAULT_KEY_ENV))
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            data = orjson.loads(r.read(4 * 1024 * 1024)).get("data")
+        ids = [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError) as e:
+        raise ConfigError(
+            f"--model is needed: the models could not be listed at {redact_url(url)} ({e})"
+        ) from None
+    if len(ids) != 1:
+        served = ", ".join(ids) if ids else "none"
+        raise ConfigError(f"--model is needed: {redact_url(url)} serves {served}")
+    print(f"[agentload] --model not given: {ids[0]}, the one model the server serves",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return ids[0]
+
+
 def _endpoint_overrides(g: Given, base: dict[str, Any], ov: _Overrides) -> None:
     """Endpoint shorthand: --base-url / --model set the agent, and the user and judge unless
     they are given their own."""
@@ -175,6 +204,8 @@ def _endpoint_overrides(g: Given, base: dict[str, Any], ov: _Overrides) -> None:
         raise ConfigError(
             "the endpoint flags need --base-url (or an endpoints: section in the config)"
         )
+    if "base_url" in agent and "model" not in agent and not (agent_yaml or {}).get("model"):
+        agent["model"], agent_flags["model"] = only_model(agent), "--model"
     for k, v in agent.items():
         ov.put(f"endpoints.agent.{k}", v, agent_flags[k])
     for role, (own, own_flags) in roles.items():
