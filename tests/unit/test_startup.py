@@ -26,3 +26,14 @@ def test_the_app_still_has_every_command() -> None:
     names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     assert {"run", "sweep", "replay", "compare", "sim", "dataset"} <= names
     assert all(m in sys.modules for m in COMMAND_MODULES)
+
+
+def test_the_command_list_gives_each_command_one_sentence() -> None:
+    from agentload.cli import app
+
+    infos = [*app.registered_commands, *app.registered_groups]
+    assert len(infos) >= 14
+    for info in infos:
+        text = info.short_help or ""
+        # One sentence, no hard line break from the command's own --help text.
+        assert text and "\n" not in text and text.count(". ") == 0, (info.name, text)

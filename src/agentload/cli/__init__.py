@@ -32,8 +32,26 @@ def load_app() -> Any:
 
     for name in COMMAND_MODULES:
         importlib.import_module(name)
+    _short_helps(app)
     globals()["app"] = app  # later `from agentload.cli import app` finds it directly
     return app
+
+
+def _short_helps(app: Any) -> None:
+    """`agentload --help` lists each command by its first sentence on one line: the full
+    help, with its hard line breaks, is the command's own --help."""
+    import inspect
+    import re
+
+    for info in [*app.registered_commands, *app.registered_groups]:
+        if info.short_help:
+            continue
+        text = info.help or inspect.getdoc(info.callback) or ""
+        if not text and getattr(info, "typer_instance", None) is not None:
+            ti = info.typer_instance
+            text = ti.info.help or inspect.getdoc(ti.registered_callback.callback) or ""
+        first = re.split(r"(?<=\.)\s", " ".join(text.split("\n\n")[0].split()), maxsplit=1)[0]
+        info.short_help = first.strip() or None
 
 
 def __getattr__(name: str) -> Any:

@@ -67,7 +67,7 @@ def _print_human(res: CallResult, console: Console) -> None:
     t.add_row(
         "tokens" + est,
         f"prompt {rec.prompt_tokens}  cached {rec.cached_tokens}  "
-        f"completion {rec.completion_tokens}  reasoning {rec.reasoning_tokens}",
+        f"completion {rec.completion_tokens}  reasoning {rec.reasoning_tokens or 0}",
     )
     console.print(t)
 

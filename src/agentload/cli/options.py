@@ -67,7 +67,7 @@ class Opt:
     """The default shown in --help (the field's)."""
 
     def parameter(self) -> inspect.Parameter:
-        help_text = self.help
+        help_text = escape(self.help)  # "[default: …]" in a help text is not a rich tag
         if self.shown:
             help_text += escape(f" [default: {self.shown}]")  # not a rich markup tag
         is_flag = self.type is bool

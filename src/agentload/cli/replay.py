@@ -10,10 +10,12 @@ from agentload.cli.root import app
 from agentload.cli.run import CommandLine, cli_overrides, configure_resume, default_out, run_flow
 from agentload.config import ConfigError, RunConfig, build_config, read_yaml
 
-HELP = """Replay recorded conversations (MLPerf agentic flat rows, agentload trajectories.jsonl
-or OpenAI-messages JSONL) against an endpoint, or the embedded simulator when none is given,
-turn by turn; results as for `run` (calls, sessions = one line per conversation, summary,
-report). --concurrency is active conversations (one call in flight each), --rate
+HELP = """Replay recorded conversations (MLPerf agentic flat rows, agentload trajectories.jsonl,
+OpenAI-messages JSONL, ShareGPT JSON) turn by turn, or Mooncake traces at their timestamps,
+against an endpoint or the embedded simulator when none is given.
+
+Results as for `run` (calls, sessions = one line per conversation, summary, report).
+--concurrency is active conversations (one call in flight each), --rate
 conversation arrivals per second. Details: docs/replay.md.
 
 """ + (
