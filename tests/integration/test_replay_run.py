@@ -443,3 +443,44 @@ def _context_rows(summary: dict[str, Any]) -> list[list[str]]:
     from agentload.report.context import context_rows
 
     return context_rows(summary["context"], summary)
+
+
+async def test_a_second_replay_on_a_warm_cache_is_warned_about(tmp_path: Path) -> None:
+    """The prefix-cache trap: replaying a dataset the server already holds is faster than any
+    cold server; the summary, console and report say so."""
+    import orjson
+
+    from agentload.report.build import build_document
+    from agentload.report.document import to_markdown
+    from agentload.sim import SimConfig, SimServer
+
+    long_system = "You are a careful support agent. " * 120  # ~1k tokens, many cache blocks
+    rows = []
+    for i in range(4):
+        for r in conversation_rows(i):
+            rows.append({**r, "system": long_system} if "system" in r else r)
+    ds = tmp_path / "d.jsonl"
+    ds.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    async with SimServer(SimConfig(port=0, profile="instant")) as sim:
+        summaries = []
+        for n in ("first", "second"):
+            cfg = build_config(
+                data={
+                    "out": str(tmp_path / n),
+                    "kind": "replay",
+                    "replay": {"dataset": str(ds)},
+                    "endpoints": {"agent": {"base_url": sim.base_url, "model": "agentload-sim"}},
+                    "load": {"concurrency": 1},
+                    "metrics": {"enabled": False},
+                    "report": False,
+                }
+            )
+            res = await _run(cfg)
+            assert res.exit_code == 0
+            summaries.append(res.summary or {})
+    cold, warm = (s["replay"]["warm_cache"] for s in summaries)
+    assert cold is None
+    assert warm is not None and warm["cached_share"] > 0.5
+    text = to_markdown(build_document(summaries[1]))
+    assert "prefix cache already held this dataset" in text
+    assert "prefix cache already held" not in to_markdown(build_document(summaries[0]))

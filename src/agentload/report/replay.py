@@ -7,8 +7,24 @@ from agentload.report.document import Document
 from agentload.results.records import ReplayBlock, ReplayTurn, ReplayWindow
 
 
+def warm_cache_text(rp: ReplayBlock) -> str | None:
+    """The warning of a replay whose server already held the dataset's prompts."""
+    w = rp.warm_cache
+    if not w:
+        return None
+    return (
+        f"the server's prefix cache already held this dataset: the run's first call was "
+        f"{100 * float(w.get('cached_share') or 0):.0f}% cached, which nothing sent before it "
+        "in this run explains (a previous replay?), so every TTFT is lower than a cold server's; "
+        "restart the engine (or reset its prefix cache, e.g. vLLM's POST /reset_prefix_cache) "
+        "before measuring again"
+    )
+
+
 def replay_section(doc: Document, rp: ReplayBlock) -> None:
     doc.h("Replay")
+    if text := warm_cache_text(rp):
+        doc.p(f"**Warning:** {text}.")
     _overview(doc, rp)
     _windows(doc, rp.windows)
     _by_turn(doc, rp.by_turn)

@@ -12,6 +12,7 @@ from agentload.fmt import count, duration, num, pct, secs
 from agentload.report.columns import CALL_COLUMNS, THIN_NOTE, any_thin, console_columns
 from agentload.report.context import load_text, noun_of
 from agentload.report.health import client_warnings
+from agentload.report.replay import warm_cache_text
 from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
 from agentload.util import dig
 
@@ -73,6 +74,9 @@ def _replay_table(rp: ReplayBlock) -> Table:
     perf = rp.windows.get("performance")
     t.add_row("calls / s (performance window)", num(perf.calls_per_s if perf else None, 1))
     t.add_row("send lag p99", secs(rp.send_lag_s.stat("p99")))
+    if text := warm_cache_text(rp):
+        t.caption = f"warning: {text}"
+        t.caption_justify = "left"
     return t
 
 

@@ -511,6 +511,8 @@ class ReplayBlock(_Model):
     output_tokens: dict[str, int] = Field(default_factory=dict)
     windows: dict[str, ReplayWindow] = Field(default_factory=dict)
     by_turn: list[ReplayTurn] = Field(default_factory=list)
+    warm_cache: dict[str, Any] | None = None
+    """The run's first call mostly cached: the server held the dataset before the run."""
 
 
 class ClientBlock(_Model):
@@ -543,6 +545,7 @@ class Summary(Record):
     errors: Errors = Field(default_factory=Errors)
     scheduling: dict[str, Any] = Field(default_factory=dict)
     server: dict[str, Any] | None = None
+    gpu: dict[str, Any] | None = None
     integrity: IntegrityBlock = Field(default_factory=IntegrityBlock)
     client: ClientBlock | None = None
     replay: ReplayBlock | None = None

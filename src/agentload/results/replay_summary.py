@@ -205,4 +205,24 @@ def replay_summary(
             "complete": _window("complete", first, last_end, rcalls, clock, len(conv)),
         },
         "by_turn": turns,
+        "warm_cache": warm_cache(rcalls, clock),
     }
+
+
+# The first call of a replay can reuse nothing of this run: a cached share above this says the
+# server held the dataset's prompts before it started.
+WARM_CACHE_SHARE = 0.5
+
+
+def warm_cache(calls: Sequence[Mapping[str, Any]], clock: Any) -> dict[str, Any] | None:
+    """{call_id, cached_share} when the run's first call found most of its prompt in the
+    server's prefix cache (a replay of the same dataset before, unsalted or with the same
+    salts): every TTFT of the run is then faster than the dataset's own sharing explains."""
+    ok = [c for c in calls if c.get("status", "ok") == "ok" and c.get("prompt_tokens")]
+    if not ok:
+        return None
+    first = min(ok, key=lambda c: clock.call(c)[0])
+    share = int(first.get("cached_tokens") or 0) / int(first["prompt_tokens"])
+    if share <= WARM_CACHE_SHARE:
+        return None
+    return {"call_id": first.get("call_id"), "cached_share": share}
