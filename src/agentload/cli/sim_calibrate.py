@@ -19,7 +19,7 @@ from agentload.cli.options import ARGS, Opt, command_options, from_model, parse_
 from agentload.cli.sim import sim_app
 from agentload.config import ConfigError
 from agentload.flags import flag
-from agentload.redact import redact_argv
+from agentload.redact import DEFAULT_KEY_ENV, redact_argv
 
 _OUT = Path("profile.yaml")
 
@@ -47,6 +47,26 @@ PROBE = "Probe"
 OUT = "Output"
 
 
+_KEY_ENV_HELP = (
+    "Environment variable holding the server's bearer key, as for `agentload run` (default: "
+    "OPENAI_API_KEY when set, else AGENTLOAD_API_KEY, else no key)."
+)
+_KEY_HELP = "The key itself (visible in the process list: prefer --api-key-env)."
+
+
+def server_key(key: str | None, env: str | None) -> str | None:
+    """The bearer key: --api-key, else the variable --api-key-env names (which must be set),
+    else OPENAI_API_KEY or AGENTLOAD_API_KEY, as `agentload run` reads its key."""
+    if key:
+        return key
+    if env:
+        value = os.environ.get(env)
+        if not value:
+            raise typer.BadParameter(f"environment variable {env} is not set or empty")
+        return value
+    return os.environ.get(DEFAULT_KEY_ENV) or os.environ.get("AGENTLOAD_API_KEY") or None
+
+
 class CalibrateArgs(BaseModel):
     """The options of `agentload sim calibrate`."""
 
@@ -56,8 +76,11 @@ class CalibrateArgs(BaseModel):
     model: Annotated[str | None, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
         None, description="Model name to send (as /v1/models lists it)."
     )
+    api_key_env: Annotated[str | None, flag("--api-key-env", panel=SERVER, metavar="VAR")] = Field(
+        None, description=_KEY_ENV_HELP
+    )
     api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
-        None, description="Bearer key for the server (default: $AGENTLOAD_API_KEY)."
+        None, description=_KEY_HELP
     )
     from_dir: Annotated[Path | None, flag("--from", panel=SERVER, metavar="RESULTS_DIR")] = Field(
         None,
@@ -209,7 +232,7 @@ def _calibration(a: CalibrateArgs, name: str, out: Path, say: Any) -> Any:
     from agentload.sim.calibration.calibrate import calibrate, probe_path
     from agentload.sim.calibration.stream import Target
 
-    key = a.api_key or os.environ.get("AGENTLOAD_API_KEY")
+    key = server_key(a.api_key, a.api_key_env)
     return asyncio.run(
         calibrate(
             Target(a.base_url, a.model, api_key=key),
@@ -251,8 +274,11 @@ class FidelityArgs(BaseModel):
     model: Annotated[str | None, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
         None, description="Model name on the real server."
     )
+    api_key_env: Annotated[str | None, flag("--api-key-env", panel=SERVER, metavar="VAR")] = Field(
+        None, description=_KEY_ENV_HELP
+    )
     api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
-        None, description="Bearer key for the real server (default: $AGENTLOAD_API_KEY)."
+        None, description=_KEY_HELP
     )
     pool: Annotated[list[Path], flag("--pool", panel=SERVER, metavar="RESULT_JSON")] = Field(
         default_factory=list,
@@ -337,7 +363,7 @@ def fidelity_command(**kw: Any) -> None:
         raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
     if not prof.calibrated:
         say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
-    key = args.api_key or os.environ.get("AGENTLOAD_API_KEY")
+    key = server_key(args.api_key, args.api_key_env)
     try:
         result = asyncio.run(
             fidelity(
@@ -361,6 +387,7 @@ def _pooled(args: FidelityArgs) -> dict[str, Any]:
 
     measuring = [flag for flag, given in (
         ("--real", args.real), ("--model", args.model), ("--api-key", args.api_key),
+        ("--api-key-env", args.api_key_env),
         ("--profile", args.profile), ("--tokenizer", args.tokenizer),
         ("--workload", args.workload), ("--seed", args.seed is not None),
         ("--passes", args.passes != 1), ("--warmup", args.warmup != 0),
