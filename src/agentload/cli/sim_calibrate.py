@@ -54,20 +54,39 @@ _KEY_ENV_HELP = (
 _KEY_HELP = "The key itself (visible in the process list: prefer --api-key-env)."
 
 
-def server_key(key: str | None, env: str | None) -> str | None:
-    """The bearer key: --api-key, else the variable --api-key-env names (which must be set),
-    else OPENAI_API_KEY or AGENTLOAD_API_KEY, as `agentload run` reads its key."""
-    if key:
-        return key
-    if env:
-        value = os.environ.get(env)
-        if not value:
-            raise typer.BadParameter(f"environment variable {env} is not set or empty")
-        return value
-    return os.environ.get(DEFAULT_KEY_ENV) or os.environ.get("AGENTLOAD_API_KEY") or None
+class _ServerKey(BaseModel):
+    """The real server's key, as calibrate and fidelity both take it."""
+
+    api_key_env: Annotated[str | None, flag("--api-key-env", panel=SERVER, metavar="VAR")] = Field(
+        None, description=_KEY_ENV_HELP
+    )
+    api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
+        None, description=_KEY_HELP
+    )
+
+    def server_key(self) -> str | None:
+        """--api-key, else the variable --api-key-env names (which must be set), else
+        OPENAI_API_KEY or AGENTLOAD_API_KEY, as `agentload run` reads its key."""
+        if self.api_key:
+            return self.api_key
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise typer.BadParameter(
+                    f"environment variable {self.api_key_env} is not set or empty"
+                )
+            return value
+        return os.environ.get(DEFAULT_KEY_ENV) or os.environ.get("AGENTLOAD_API_KEY") or None
 
 
-class CalibrateArgs(BaseModel):
+def _in_order(model: type[BaseModel], first: tuple[str, ...]) -> list[str]:
+    """The model's fields for --help: `first`, then the key, then the rest as declared."""
+    keys = ("api_key_env", "api_key")
+    rest = [n for n in model.model_fields if n not in first and n not in keys]
+    return [*first, *keys, *rest]
+
+
+class CalibrateArgs(_ServerKey):
     """The options of `agentload sim calibrate`."""
 
     base_url: Annotated[str | None, flag("--base-url", panel=SERVER, metavar="URL")] = Field(
@@ -75,12 +94,6 @@ class CalibrateArgs(BaseModel):
     )
     model: Annotated[str | None, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
         None, description="Model name to send (as /v1/models lists it)."
-    )
-    api_key_env: Annotated[str | None, flag("--api-key-env", panel=SERVER, metavar="VAR")] = Field(
-        None, description=_KEY_ENV_HELP
-    )
-    api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
-        None, description=_KEY_HELP
     )
     from_dir: Annotated[Path | None, flag("--from", panel=SERVER, metavar="RESULTS_DIR")] = Field(
         None,
@@ -153,7 +166,9 @@ class CalibrateArgs(BaseModel):
     )
 
 
-CALIBRATE_OPTIONS = from_model(CalibrateArgs, *CalibrateArgs.model_fields, target=ARGS)
+CALIBRATE_OPTIONS = from_model(
+    CalibrateArgs, *_in_order(CalibrateArgs, ("base_url", "model")), target=ARGS
+)
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -232,7 +247,7 @@ def _calibration(a: CalibrateArgs, name: str, out: Path, say: Any) -> Any:
     from agentload.sim.calibration.calibrate import calibrate, probe_path
     from agentload.sim.calibration.stream import Target
 
-    key = server_key(a.api_key, a.api_key_env)
+    key = a.server_key()
     return asyncio.run(
         calibrate(
             Target(a.base_url, a.model, api_key=key),
@@ -265,7 +280,7 @@ def _probe_errors() -> tuple[type[Exception], ...]:
     return (ProbeError, OSError, RuntimeError)
 
 
-class FidelityArgs(BaseModel):
+class FidelityArgs(_ServerKey):
     """The options of `agentload sim fidelity`."""
 
     real: Annotated[str | None, flag("--real", panel=SERVER, metavar="URL")] = Field(
@@ -273,12 +288,6 @@ class FidelityArgs(BaseModel):
     )
     model: Annotated[str | None, flag("--model", panel=SERVER, metavar="MODEL")] = Field(
         None, description="Model name on the real server."
-    )
-    api_key_env: Annotated[str | None, flag("--api-key-env", panel=SERVER, metavar="VAR")] = Field(
-        None, description=_KEY_ENV_HELP
-    )
-    api_key: Annotated[str | None, flag("--api-key", panel=SERVER, metavar="KEY")] = Field(
-        None, description=_KEY_HELP
     )
     pool: Annotated[list[Path], flag("--pool", panel=SERVER, metavar="RESULT_JSON")] = Field(
         default_factory=list,
@@ -325,7 +334,9 @@ class FidelityArgs(BaseModel):
     )
 
 
-FIDELITY_OPTIONS = from_model(FidelityArgs, *FidelityArgs.model_fields, target=ARGS)
+FIDELITY_OPTIONS = from_model(
+    FidelityArgs, *_in_order(FidelityArgs, ("real", "model")), target=ARGS
+)
 
 
 @sim_app.command("fidelity")
@@ -363,7 +374,7 @@ def fidelity_command(**kw: Any) -> None:
         raise _fail("fidelity", f"--workload: unknown {unknown[0]!r} (known: {known})", 2)
     if not prof.calibrated:
         say(f"fidelity: profile {prof.name!r} is not calibrated (an estimate)")
-    key = server_key(args.api_key, args.api_key_env)
+    key = args.server_key()
     try:
         result = asyncio.run(
             fidelity(
