@@ -733,6 +733,174 @@ class ExternalConfig(BaseModel):
         return parse_duration(value)
 
 
+SYNTHETIC = "Synthetic (--workload synthetic)"
+"""Help panel of the synthetic kind's flags."""
+
+
+class TokenLengths(BaseModel):
+    """A token length, fixed or drawn per request: `512`, `uniform:256-768` (inclusive),
+    `normal:512,64` (mean, standard deviation; rounded, at least 1)."""
+
+    model_config = _STRICT
+
+    dist: Literal["fixed", "uniform", "normal"] = "fixed"
+    value: int = Field(512, ge=0, le=MAX_TOKENS, description="fixed: the length.")
+    low: int = Field(0, ge=0, le=MAX_TOKENS, description="uniform: the shortest.")
+    high: int = Field(0, ge=0, le=MAX_TOKENS, description="uniform: the longest.")
+    mean: float = Field(0.0, ge=0, le=MAX_TOKENS, description="normal: the mean.")
+    sd: float = Field(0.0, ge=0, le=MAX_TOKENS, description="normal: the standard deviation.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(_LENGTHS_SYNTAX)
+        if isinstance(value, int):
+            return {"dist": "fixed", "value": value}
+        if not isinstance(value, str):
+            return value
+        text = value.strip().lower()
+        dist, sep, args = text.partition(":")
+        try:
+            if not sep and dist.isdigit():
+                return {"dist": "fixed", "value": int(dist)}
+            if dist == "uniform":
+                low, high = (int(x) for x in args.split("-"))
+                return {"dist": "uniform", "low": low, "high": high}
+            if dist == "normal":
+                mean, sd = (float(x) for x in args.split(","))
+                return {"dist": "normal", "mean": mean, "sd": sd}
+        except ValueError:
+            pass
+        raise ValueError(f"{_LENGTHS_SYNTAX}, got {value!r}")
+
+    @model_validator(mode="after")
+    def _order(self) -> TokenLengths:
+        if self.dist == "uniform" and self.low > self.high:
+            raise ValueError(f"uniform:{self.low}-{self.high}: the low end is above the high end")
+        return self
+
+    def draw(self, rng: random.Random) -> int:
+        if self.dist == "uniform":
+            return rng.randint(self.low, self.high)
+        if self.dist == "normal":
+            return max(1, round(rng.gauss(self.mean, self.sd)))
+        return self.value
+
+    def describe(self) -> str:
+        if self.dist == "uniform":
+            return f"uniform:{self.low}-{self.high}"
+        if self.dist == "normal":
+            return f"normal:{self.mean:g},{self.sd:g}"
+        return str(self.value)
+
+
+_LENGTHS_SYNTAX = "expected a token length: 512, uniform:256-768 or normal:512,64"
+
+
+class SyntheticConfig(BaseModel):
+    """The `synthetic` kind: generated prompts of given token lengths, single requests or
+    multi-turn sessions (docs/synthetic.md)."""
+
+    model_config = _STRICT
+
+    input_tokens: Annotated[
+        TokenLengths,
+        flag("--input-tokens", panel=SYNTHETIC, metavar="LEN", type=str | None),
+    ] = Field(
+        default_factory=lambda: TokenLengths(value=512),
+        description="Tokens of each request's new user message: 512, uniform:256-768 or "
+        "normal:512,64 (default 512).",
+    )
+    output_tokens: Annotated[
+        TokenLengths,
+        flag("--output-tokens", panel=SYNTHETIC, metavar="LEN", type=str | None),
+    ] = Field(
+        default_factory=lambda: TokenLengths(value=128),
+        description="Tokens each answer is asked for (max_tokens, with --synthetic-ignore-eos "
+        "also the least): 128, uniform:64-256 or normal:128,32 (default 128).",
+    )
+    num_requests: Annotated[int | None, flag("--num-requests", panel=SYNTHETIC, metavar="N")] = (
+        Field(
+            None,
+            ge=1,
+            le=MAX_EPISODES,
+            description="Requests (multi-turn: sessions) to issue; default 100, or unbounded "
+            "with --duration alone; --num-episodes, when given, wins.",
+        )
+    )
+    tokenizer: Annotated[str | None, flag("--tokenizer", panel=SYNTHETIC, metavar="FILE")] = Field(
+        None,
+        description="The served model's tokenizer.json: exact prompt lengths (needs the "
+        "'tokenizers' package); without it lengths are estimated (~4 characters a token).",
+    )
+    ignore_eos: Annotated[
+        bool, flag("--synthetic-ignore-eos/--no-synthetic-ignore-eos", panel=SYNTHETIC)
+    ] = Field(
+        True,
+        description="Enforce the output length: send ignore_eos and min_tokens beside "
+        "max_tokens (vLLM, SGLang and the simulator accept them).",
+    )
+    turns: Annotated[
+        TokenLengths, flag("--turns", panel=SYNTHETIC, metavar="N", type=str | None)
+    ] = Field(
+        default_factory=lambda: TokenLengths(value=1),
+        description="Turns per session: 1 (single requests), 5 or uniform:2-8; each turn "
+        "sends the history so far plus a new message (default 1).",
+    )
+    shared_prefix_tokens: Annotated[
+        int, flag("--shared-prefix-tokens", panel=SYNTHETIC, metavar="N")
+    ] = Field(
+        0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="A system prompt of N tokens shared by every session (prefix-cache "
+        "hits by design); 0: none, and no two prompts share a start.",
+    )
+    think_time_s: Annotated[
+        float, flag("--think-time", panel=SYNTHETIC, metavar="TIME", type=str | None)
+    ] = Field(0.0, ge=0, le=DAY_S, description="Pause between a session's turns, e.g. 2s.")
+    tool_result_tokens: Annotated[
+        TokenLengths | None,
+        flag("--tool-result-tokens", panel=SYNTHETIC, metavar="LEN", type=str | None),
+    ] = Field(
+        None,
+        description="Multi-turn: every --tool-every-th turn sends a tool result of this "
+        "length (after a tool call added to the previous answer) in place of a user message.",
+    )
+    tool_every: Annotated[int, flag("--tool-every", panel=SYNTHETIC, metavar="K")] = Field(
+        2,
+        ge=1,
+        le=MAX_STEPS,
+        description="With --tool-result-tokens: turns K, 2K, 3K, … (the first is turn 0) "
+        "send a tool result.",
+    )
+
+    @field_validator("think_time_s", mode="before")
+    @classmethod
+    def _dur(cls, value: Any) -> Any:
+        return parse_duration(value)
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{value}: no such file (a tokenizer.json)")
+        return value
+
+    @field_validator("turns")
+    @classmethod
+    def _turns(cls, value: TokenLengths) -> TokenLengths:
+        lowest = {"fixed": value.value, "uniform": value.low, "normal": 1}[value.dist]
+        if lowest < 1 or max(value.value, value.high, round(value.mean)) > MAX_STEPS:
+            raise ValueError(f"turns per session run from 1 to {MAX_STEPS}")
+        return value
+
+    @property
+    def multi_turn(self) -> bool:
+        return not (self.turns.dist == "fixed" and self.turns.value == 1)
+
+
 class RayConfig(BaseModel):
     """Workers as Ray actors on an existing Ray cluster (docs/distributed.md)."""
 
@@ -774,7 +942,8 @@ class RunConfig(BaseModel):
     kind: Annotated[str, flag("--workload", panel=WORKLOAD, metavar="KIND")] = Field(
         "episodes",
         description="Workload kind: episodes (agentload's agents) | external (an outside "
-        "agent) | replay | … (a registered name).",
+        "agent) | replay | synthetic (generated prompts of given lengths) | … (a registered "
+        "name).",
     )
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
@@ -785,6 +954,7 @@ class RunConfig(BaseModel):
     load: LoadConfig = Field(default_factory=LoadConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     external: ExternalConfig = Field(default_factory=ExternalConfig)
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
     slo: Annotated[dict[str, float], flag("--slo", panel=LOAD, metavar="SPEC", type=str | None)] = (
         Field(
             default_factory=dict,

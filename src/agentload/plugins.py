@@ -75,6 +75,7 @@ WORKLOADS: Registry[Any] = Registry(
         "episodes": "agentload.workloads.episodes:EpisodesWorkload",
         "replay": "agentload.workloads.replay:ReplayWorkload",
         "external": "agentload.workloads.external:ExternalWorkload",
+        "synthetic": "agentload.workloads.synthetic:SyntheticWorkload",
     },
 )
 """Workload kinds (`agentload.workloads` group): a Workload subclass."""

@@ -374,13 +374,25 @@ _OUTPUTS = [
     *_args(RunArgs, "overwrite", "progress", "progress_interval", "quiet", "json_out", "mlflow"),
 ]
 
-RUN_OPTIONS = [*_FILES, *_ENDPOINTS, *_EPISODES, *_LOOP, *_LOAD, *SIMULATOR, *_OUTPUTS]
+_SYNTHETIC = _run_config("synthetic")
+
+RUN_OPTIONS = [
+    *_FILES,
+    *_ENDPOINTS,
+    *_EPISODES,
+    *_LOOP,
+    *_LOAD,
+    *_SYNTHETIC,
+    *SIMULATOR,
+    *_OUTPUTS,
+]
 SWEEP_OPTIONS = [
     *_FILES,
     *_ENDPOINTS,
     *_EPISODES,
     *_args(SweepArgs, "points", "rates", "stop_on_slo_fail"),
     *_LOAD,
+    *_SYNTHETIC,
     *SIMULATOR,
     *_OUTPUTS,
 ]

@@ -35,6 +35,7 @@ from agentload.config import (
     build_config,
     set_path,
 )
+from agentload.report.context import noun_of
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -410,8 +411,11 @@ def _finish_run(out: RunOutcome, args: RunArgs) -> int:
         except ImportError:
             pass
         client = (out.summary or {}).get("client") or {}
+        described = ((out.summary or {}).get("run") or {}).get("synthetic") or {}
+        if described.get("description"):
+            print(described["description"])
         lag = (client.get("event_loop_lag_s") or {}).get("p99")
-        noun = "conversations" if (out.summary or {}).get("replay") else "episodes"
+        noun = noun_of((out.summary or {}).get("context") or {})
         print(
             f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun} in "
             f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "

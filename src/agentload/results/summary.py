@@ -673,10 +673,14 @@ def _per_role(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
     }
 
 
+UNGRADED_KINDS = ("replay", "synthetic")
+"""Kinds whose sessions carry no reward: no `episodes` block (success, pass^k)."""
+
+
 def _graded(sessions: Sequence[SessionRecord]) -> bool:
-    """Whether the run's sessions are graded episodes (an `episodes` block): every kind but a
-    replay, whose conversations have no reward and get the `replay` block instead."""
-    return any(s.kind != "replay" for s in sessions)
+    """Whether the run's sessions are graded episodes (an `episodes` block): every kind but
+    a replay (its `replay` block instead) or synthetic requests (`run.synthetic`)."""
+    return any(s.kind not in UNGRADED_KINDS for s in sessions)
 
 
 def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
