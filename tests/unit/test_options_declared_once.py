@@ -132,6 +132,10 @@ def test_help_shows_every_default(path: tuple[str, ...]) -> None:
         info = _field_model(own, config, o)
         default = info.get_default(call_default_factory=True)
         scalar = isinstance(default, str | int | float) and not isinstance(default, bool)
+        if o.path == "out" and path in (("sweep",), ("replay",)):
+            # Each command writes to a folder of its own (cli.run.DEFAULT_OUT).
+            assert o.shown == f"results/{path[0]}"
+            continue
         if scalar and o.type is not bool:
             assert o.shown is not None, f"{o.decls[0]}: --help shows no default ({default!r})"
             assert (

@@ -333,7 +333,13 @@ def _panel(opts: list[Opt], panel: str) -> list[Opt]:
 
 
 # Options common to the run-like commands, in the order --help lists them.
-_FILES = [*_args(RunArgs, "config"), *_run_config("out", "run_id"), *_args(RunArgs, "resume")]
+def _files(out_default: str) -> list[Opt]:
+    """--config, --out (shown with the command's own default folder), --run-id, --resume."""
+    out = [replace(o, shown=out_default) for o in _run_config("out")]
+    return [*_args(RunArgs, "config"), *out, *_run_config("run_id"), *_args(RunArgs, "resume")]
+
+
+_FILES = _files("results/run")
 _ENDPOINTS = [*endpoint_options(), *_run_config("preflight")]
 _EPISODES = _run_config(
     "workload.domains",
@@ -387,7 +393,7 @@ RUN_OPTIONS = [
     *_OUTPUTS,
 ]
 SWEEP_OPTIONS = [
-    *_FILES,
+    *_files("results/sweep"),
     *_ENDPOINTS,
     *_EPISODES,
     *_args(SweepArgs, "points", "rates", "stop_on_slo_fail"),
@@ -397,7 +403,7 @@ SWEEP_OPTIONS = [
     *_OUTPUTS,
 ]
 REPLAY_OPTIONS = [
-    *_FILES,
+    *_files("results/replay"),
     *_ENDPOINTS,
     *_LOOP,
     *_LOAD,
