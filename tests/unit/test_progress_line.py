@@ -33,7 +33,8 @@ def test_a_run_past_its_duration_is_draining_not_at_eta_zero() -> None:
     assert s["eta_s"] is None and s["draining"]
     assert "ETA draining" in progress_line(s)
     t.active = lambda: 0
-    assert not t.snapshot()["draining"]
+    done = t.snapshot()
+    assert not done["draining"] and done["eta_s"] == 0.0 and "ETA 0s" in progress_line(done)
 
 
 def test_the_line_fits_the_terminal() -> None:

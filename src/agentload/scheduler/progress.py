@@ -142,7 +142,8 @@ class ProgressTracker:
         if eta is not None and eta <= 0:
             # Nothing more is issued, sessions in flight finish (up to --drain-timeout): an
             # ETA of 0 s would stand still for as long as they take.
-            draining, eta = self.active() > 0, None
+            draining = self.active() > 0
+            eta = None if draining else 0.0
         return {
             "elapsed_s": elapsed,
             "episodes": self.episodes,

@@ -119,8 +119,8 @@ class TurnProgress(ProgressTracker):
             eta = s["elapsed_s"] / self.calls * max(0, self.turns_left - self.calls)
         if self.duration_s is not None:
             eta = min(eta, self.duration_s - s["elapsed_s"])
-        s["eta_s"] = eta if eta > 0 else None
         s["draining"] = eta <= 0 and self.active() > 0
+        s["eta_s"] = None if s["draining"] else max(eta, 0.0)
         return s
 
 
