@@ -484,3 +484,23 @@ async def test_a_second_replay_on_a_warm_cache_is_warned_about(tmp_path: Path) -
     text = to_markdown(build_document(summaries[1]))
     assert "prefix cache already held this dataset" in text
     assert "prefix cache already held" not in to_markdown(build_document(summaries[0]))
+
+
+def test_compare_of_two_replays_speaks_of_conversations(tmp_path: Path) -> None:
+    """No success rate (a replay has no reward), and the rate is conversations a minute."""
+    from typer.testing import CliRunner
+
+    from agentload.cli import app
+    from agentload.report.compare import compare_dirs
+
+    ds = write_dataset(tmp_path / "d.jsonl", n=4)
+    for name in ("a", "b"):
+        res = CliRunner().invoke(
+            app,
+            ["replay", str(ds), "--sim-profile", "instant", "--out", str(tmp_path / name),
+             "--quiet", "--no-report"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+    metrics = compare_dirs(tmp_path / "a", tmp_path / "b")["metrics"]
+    assert "success_rate" not in metrics and "episodes_per_min" not in metrics
+    assert metrics["conversations_per_min"]["a"]["n"] == 4

@@ -292,7 +292,7 @@ def _print_compare(
         t.add_column(col, justify="right")
     for key, row in res["metrics"].items():
         rate = key == "success_rate"
-        per_min = key == "episodes_per_min"
+        per_min = key.endswith("_per_min")
         if per_min:
             a = f"{row['a']['value']:.2f}" if row["a"] and row["a"]["value"] else "–"
             b = f"{row['b']['value']:.2f}" if row["b"] and row["b"]["value"] else "–"

@@ -10,7 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from agentload.results.summary import SUCCESS_REWARD, MeasuredRun, load_measured
+from agentload.results.summary import (
+    SUCCESS_REWARD,
+    UNGRADED_KINDS,
+    MeasuredRun,
+    load_measured,
+)
 from agentload.results.window import rate_seconds, session_window
 
 CONFIDENCE = 0.95
@@ -168,11 +173,17 @@ def compare_metrics(run: MeasuredRun, role: str | None = "agent") -> dict[str, d
         "n": int(counts[np.isfinite(means)].sum()),
     }
     if run.sessions:
-        succ = np.array([float((s.reward or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
-        out["success_rate"] = _mean_metric(succ, seed=5)
+        kinds = {s.kind for s in run.sessions}
+        noun = "episodes"
+        if kinds <= set(UNGRADED_KINDS):
+            # A replay's conversations, synthetic requests: no reward to compare.
+            noun = "conversations" if kinds == {"replay"} else "sessions"
+        else:
+            succ = np.array([float((s.reward or 0.0) >= SUCCESS_REWARD) for s in run.sessions])
+            out["success_rate"] = _mean_metric(succ, seed=5)
         # the summary's window: monotonic clock, robust to wall-clock steps
         minutes = (rate_seconds(session_window(run.sessions)) or 0.0) / 60
-        out["episodes_per_min"] = {
+        out[f"{noun}_per_min"] = {
             "value": len(run.sessions) / minutes if minutes > 0 else None,
             "ci": None,
             "n": len(run.sessions),
@@ -209,6 +220,8 @@ def compare_dirs(dir_a: Path, dir_b: Path, role: str | None = "agent") -> dict[s
             "itl_mean",
             "success_rate",
             "episodes_per_min",
+            "conversations_per_min",
+            "sessions_per_min",
         )
         if k in rows
     ]

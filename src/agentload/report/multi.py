@@ -285,7 +285,7 @@ def compare_charts(series: Sequence[Series]) -> list[dict[str, Any]]:
 def _stat_cell(m: Mapping[str, Any] | None, key: str) -> str:
     if not m or m.get("value") is None:
         return DASH
-    if key == "episodes_per_min":
+    if key.endswith("_per_min"):
         return f"{m['value']:.2f}"
     f = pct if key == "success_rate" else secs
     ci = m.get("ci")
@@ -297,7 +297,7 @@ def _delta_cell(delta: float | None, key: str) -> str:
         return DASH
     if key == "success_rate":
         return f"{delta * 100:+.1f} pt"
-    if key == "episodes_per_min":
+    if key.endswith("_per_min"):
         return f"{delta:+.2f}"
     return ("+" if delta >= 0 else "−") + secs(abs(delta))
 
