@@ -586,21 +586,25 @@ def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
 async def _start_scrapers(
     run: RunState, endpoints: Mapping[str, EndpointConfig], stack: contextlib.AsyncExitStack
 ) -> None:
-    """One Prometheus scraper per distinct metrics URL, for the run's whole length."""
+    """One Prometheus scraper per distinct metrics URL list, for the run's whole length: the
+    engine's (several: replicas, one sample summed over them) and the GPUs' DCGM exporters
+    (several: hosts, one sample with all their GPUs), by the same scraper and parser."""
     if not run.cfg.metrics.enabled:
         return
     from agentload.servermetrics.scraper import MetricsScraper
 
     seen: set[str] = set()
     for ep in endpoints.values():
-        urls = ep.all_metrics_urls  # several: replicas, one sample summed over them
-        if urls and ",".join(urls) not in seen:
+        for urls, gpu in ((ep.all_metrics_urls, False), (ep.gpu_metrics_urls, True)):
+            if not urls or ",".join(urls) in seen:
+                continue
             seen.add(",".join(urls))
             scraper = MetricsScraper(
                 urls,
                 run.recorder,
                 interval_s=run.cfg.metrics.interval_s,
                 endpoint=ep.name,
+                gpu=gpu,
             )
             await stack.enter_async_context(scraper)
 

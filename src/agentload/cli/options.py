@@ -300,6 +300,7 @@ def endpoint_options() -> list[Opt]:
         EndpointConfig,
         "api_key_env",
         "metrics_url",
+        "gpu_metrics_urls",
         "max_tokens",
         "temperature",
         "extra_body",

@@ -191,6 +191,14 @@ class EndpointConfig(BaseModel):
         default_factory=list,
         description="Several Prometheus endpoints (replicas behind one address), summed.",
     )
+    gpu_metrics_urls: Annotated[
+        list[str], flag("--gpu-metrics", panel=ENDPOINT, metavar="URL", type=str | None)
+    ] = Field(
+        default_factory=list,
+        description="NVIDIA DCGM exporter /metrics of the server's GPUs, scraped beside the "
+        "engine's (comma-separated for several hosts): GPU use, memory, power and energy per "
+        "output token in the report and summary.",
+    )
     launch: LaunchConfig | None = Field(
         None, description="Start this engine for the run (see docs/engines.md)."
     )
@@ -238,12 +246,20 @@ class EndpointConfig(BaseModel):
             raise ValueError("expected a JSON object")
         return parsed
 
-    @field_validator("metrics_urls", mode="before")
+    @field_validator("metrics_urls", "gpu_metrics_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [p.strip() for p in value.split(",") if p.strip()]
         return value
+
+    @field_validator("gpu_metrics_urls")
+    @classmethod
+    def _gpu_urls(cls, value: list[str]) -> list[str]:
+        for u in value:
+            if not u.startswith(("http://", "https://")):
+                raise ValueError(f"{u!r} is not an http(s):// URL (a DCGM exporter's /metrics)")
+        return list(dict.fromkeys(value))
 
     @property
     def all_metrics_urls(self) -> list[str]:

@@ -312,9 +312,17 @@ def _client_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> No
 SHARED_MARK = "‡"
 
 
-def _server_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
+def _server_section(
+    doc: Document,
+    summary: Mapping[str, Any],
+    ser: Series | None,
+    pngs: Mapping[str, str] | None = None,
+) -> None:
     server = dig(summary, "server", "endpoints") or {}
     if not server:
+        if summary.get("gpu"):  # GPU telemetry without the engine's own metrics
+            doc.h("Server-side metrics")
+            _gpu_section(doc, summary["gpu"], ser, pngs or {})
         return
     doc.h("Server-side metrics")
     shared = dig(summary, "server", "shared")
@@ -363,6 +371,55 @@ def _server_section(doc: Document, summary: Mapping[str, Any], ser: Series | Non
             + ", over the measurement window."
         )
     doc.chart(plots.server_kv(ser))
+    if summary.get("gpu"):
+        _gpu_section(doc, summary["gpu"], ser, pngs or {})
+
+
+def _gib(mib: Any) -> str:
+    return DASH if mib is None else f"{float(mib) / 1024:.1f} GiB"
+
+
+def _gpu_section(
+    doc: Document, gpu: Mapping[str, Any], ser: Series | None, pngs: Mapping[str, str]
+) -> None:
+    """GPU telemetry from the DCGM exporters (--gpu-metrics) over the measurement window."""
+    doc.h("GPU telemetry", 3)
+    eps = gpu.get("endpoints") or {}
+    sources = {e.get("energy_source") for e in eps.values()} - {None}
+    doc.p(
+        f"NVIDIA DCGM exporter{'s' if len(eps) > 1 else ''} "
+        + ", ".join(f"`{e.get('url')}`" for e in eps.values())
+        + f", {count(gpu.get('gpus'))} GPUs, over the measurement window. Utilisation is a "
+        "mean over the GPUs (its max: the highest such mean in one scrape); memory, power and "
+        "energy are totals. Energy: "
+        + (" and ".join(sorted(sources)) if sources else "no samples")
+        + "; per output token: over the run's completion tokens."
+    )
+    doc.table(
+        ["figure", "value"],
+        [
+            ["GPU utilisation mean / max", f"{num(gpu.get('util_mean'), 1)} / "
+             f"{num(gpu.get('util_max'), 1)} %"],
+            ["memory used max", _gib(gpu.get("fb_used_max_mib"))],
+            ["power mean", f"{num(gpu.get('power_mean_w'), 1)} W"],
+            ["energy over the window", f"{num(gpu.get('energy_j'), 0)} J"],
+            ["output tokens", count(gpu.get("output_tokens"))],
+            ["energy per output token", f"{num(gpu.get('j_per_output_token'), 3)} J/token"],
+        ],
+    )  # fmt: skip
+    doc.table(
+        ["exporter", "GPU", "util mean / max %", "memory max", "power mean W", "SM clock MHz",
+         "energy J"],
+        [
+            [name, str(g.get("gpu")),
+             f"{num(g.get('util_mean'), 1)} / {num(g.get('util_max'), 1)}",
+             _gib(g.get("fb_used_max_mib")), num(g.get("power_mean_w"), 1),
+             num(g.get("sm_clock_mean_mhz"), 0), num(g.get("energy_j"), 0)]
+            for name, e in eps.items()
+            for g in e.get("per_gpu") or []
+        ],
+    )  # fmt: skip
+    doc.chart(plots.gpu_timeline(ser), pngs.get("gpu_timeline"))
 
 
 def build_document(
@@ -391,7 +448,7 @@ def build_document(
         _slo(doc, summary["slo"])
     _errors_section(doc, summary, series)
     _client_section(doc, summary, s)
-    _server_section(doc, summary, series)
+    _server_section(doc, summary, series, pngs)
     return doc
 
 

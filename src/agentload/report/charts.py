@@ -89,7 +89,8 @@ def server_timeline(samples: Sequence[Mapping[str, Any]], path: Path) -> Path | 
     """Running / waiting requests and KV-cache use over time, per scraped endpoint."""
     by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for s in samples:
-        if s.get("ok", True) and s.get("t") is not None:
+        # GPU telemetry (DCGM) has its own chart: gpu_timeline.
+        if s.get("ok", True) and s.get("t") is not None and s.get("engine") != "dcgm":
             by_ep[str(s.get("endpoint") or "default")].append(s)
     if not by_ep:
         return None
@@ -118,6 +119,46 @@ def server_timeline(samples: Sequence[Mapping[str, Any]], path: Path) -> Path | 
     return _save(fig, path)
 
 
+def gpu_timeline(samples: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """DCGM telemetry (--gpu-metrics): utilisation, memory used, power and SM clock over time,
+    one line per GPU, four panels sharing the time axis."""
+    by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("ok", True) and s.get("t") is not None and s.get("engine") == "dcgm":
+            by_ep[str(s.get("endpoint") or "default")].append(s)
+    if not by_ep:
+        return None
+    t0 = min(float(s["t"]) for v in by_ep.values() for s in v)
+    panels = (
+        ("util", "utilisation %", 1.0),
+        ("fb_used_mib", "memory used (GiB)", 1 / 1024),
+        ("power_w", "power (W)", 1.0),
+        ("sm_clock_mhz", "SM clock (MHz)", 1.0),
+    )
+    fig = Figure(figsize=(10, 7.5))
+    axes = [fig.add_subplot(len(panels), 1, i + 1) for i in range(len(panels))]
+    for ep, ss in sorted(by_ep.items()):
+        ss = sorted(ss, key=lambda s: float(s["t"]))
+        t = np.array([float(s["t"]) - t0 for s in ss])
+        n = max(int(s.get("gpus") or 0) for s in ss)
+        for i in range(n):
+            label = f"GPU {i}" if len(by_ep) == 1 else f"{ep} GPU {i}"
+            for ax, (key, _, scale) in zip(axes, panels, strict=True):
+                k = f"gpu{i}_{key}"
+                y = np.array([np.nan if s.get(k) is None else float(s[k]) * scale for s in ss])
+                if np.isfinite(y).any():
+                    ax.plot(t, y, lw=1.2, label=label)
+    for ax, (key, title, _) in zip(axes, panels, strict=True):
+        ax.set_ylabel(title, fontsize=9)
+        # From zero, with room above the highest line (utilisation: the whole 0-100 %).
+        ax.set_ylim(0, 105 if key == "util" else max(ax.get_ylim()[1], 1e-9) * 1.1)
+        ax.grid(alpha=0.3)
+    axes[0].set_title("GPU telemetry (DCGM exporter)")
+    axes[0].legend(loc="lower right", fontsize=8, ncols=4)
+    axes[-1].set_xlabel("seconds since first scrape")
+    return _save(fig, path)
+
+
 def write_charts(
     out_dir: Path, summary: Mapping[str, Any], server_samples: Sequence[Mapping[str, Any]]
 ) -> list[Path]:
@@ -126,5 +167,6 @@ def write_charts(
         latency_cdf(summary, charts / "latency_cdf.png"),
         by_turn(summary, charts / "by_turn.png"),
         server_timeline(server_samples, charts / "server_timeline.png"),
+        gpu_timeline(server_samples, charts / "gpu_timeline.png"),
     ]
     return [p for p in made if p is not None]

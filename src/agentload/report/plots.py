@@ -260,3 +260,72 @@ def server_kv(ser: Series | None) -> Fig | None:
             yaxis={"title": {"text": "%"}, "range": [0, 105]},
         ),
     }
+
+
+# GPU charts' panels, top to bottom: (sample key suffix, axis title, scale of the value).
+_GPU_PANELS = (
+    ("util", "utilisation %", 1.0),
+    ("fb_used_mib", "memory used (GiB)", 1 / 1024),
+    ("power_w", "power (W)", 1.0),
+    ("sm_clock_mhz", "SM clock (MHz)", 1.0),
+)
+
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+
+
+def gpu_timeline(ser: Series | None) -> Fig | None:
+    """DCGM telemetry over time: utilisation, memory used, power and SM clock, one line per
+    GPU, in four stacked panels sharing the time axis (a GPU's legend entry toggles all four)."""
+    if ser is None or not ser.gpu:
+        return None
+    data: list[dict[str, Any]] = []
+    n_panels = len(_GPU_PANELS)
+    line = 0
+    for ep, s in ser.gpu.items():
+        n = int((s.get("gpus") or [0])[0] or 0)
+        for i in range(n):
+            name = f"GPU {i}" if len(ser.gpu) == 1 else f"{ep} GPU {i}"
+            color = _PALETTE[line % len(_PALETTE)]  # one colour per GPU in every panel
+            line += 1
+            for p, (key, _, scale) in enumerate(_GPU_PANELS):
+                ys = s.get(f"gpu{i}_{key}") or []
+                if not any(v is not None for v in ys):
+                    continue
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "lines",
+                        "x": s["t"],
+                        "y": [None if v is None else round(v * scale, 3) for v in ys],
+                        "name": name,
+                        "legendgroup": name,
+                        "line": {"color": color},
+                        "showlegend": p == 0,
+                        "yaxis": "y" if p == 0 else f"y{p + 1}",
+                    }
+                )
+    if not data:
+        return None
+    gap = 0.06
+    h = (1 - gap * (n_panels - 1)) / n_panels
+    axes: dict[str, Any] = {}
+    for p, (_, title, _) in enumerate(_GPU_PANELS):
+        top = 1 - p * (h + gap)
+        axes["yaxis" if p == 0 else f"yaxis{p + 1}"] = {
+            "domain": [round(top - h, 3), round(top, 3)],
+            "title": {"text": title, "font": {"size": 11}},
+            "anchor": "x",
+            "rangemode": "tozero",
+            **({"range": [0, 105]} if p == 0 else {}),  # utilisation: the whole 0-100 %
+        }
+    return {
+        "data": data,
+        "layout": layout(
+            "GPU telemetry (DCGM exporter)",
+            height=620,
+            xaxis={"title": {"text": "seconds since the window's start"}, "anchor": f"y{n_panels}"},
+            **axes,
+        ),
+    }

@@ -16,6 +16,7 @@ import numpy as np
 
 from agentload.client import itlhist
 from agentload.results.records import SessionRecord
+from agentload.servermetrics.parse import GPU_ENGINE, GPU_FIELDS
 
 MAX_BINS = 600
 MAX_POINTS = 3000  # scatter points drawn per chart (an even sample of the calls)
@@ -32,6 +33,9 @@ class Series:
     calls_in_flight: list[int] = field(default_factory=list)
     errors: dict[str, list[int]] = field(default_factory=dict)
     server: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    # DCGM telemetry per scraped exporter: "t", "gpus" and each GPU_FIELDS key per GPU
+    # (`gpu0_util`, ...), as in the samples.
+    gpu: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     prompt_vs_latency: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     itl_hist: tuple[list[float], list[int]] = field(default_factory=lambda: ([], []))
 
@@ -93,6 +97,7 @@ def build_series(
     ser.errors = {k: v.tolist() for k, v in sorted(errs.items())}
 
     ser.server = _server_series(server_samples, float(t0))
+    ser.gpu = _gpu_series(server_samples, float(t0))
     ser.prompt_vs_latency = _prompt_points(calls)
     ks, ns = itlhist.merge(c.get("itl_hist") for c in calls if c.get("status", "ok") == "ok")
     ser.itl_hist = (itlhist.bucket_value(ks).tolist(), ns.tolist())
@@ -104,7 +109,7 @@ def _server_series(
 ) -> dict[str, dict[str, list[float | None]]]:
     by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for s in samples:
-        if s.get("ok", True) and s.get("t") is not None:
+        if s.get("ok", True) and s.get("t") is not None and s.get("engine") != GPU_ENGINE:
             by_ep[str(s.get("endpoint") or "default")].append(s)
     out: dict[str, dict[str, list[float | None]]] = {}
     for ep, ss in sorted(by_ep.items()):
@@ -115,6 +120,26 @@ def _server_series(
                 k: [None if s.get(k) is None else float(s[k]) for s in ss]
                 for k in ("running", "waiting", "kv_usage")
             },
+        }
+    return out
+
+
+def _gpu_series(
+    samples: Sequence[Mapping[str, Any]], t0: float
+) -> dict[str, dict[str, list[float | None]]]:
+    by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("ok", True) and s.get("t") is not None and s.get("engine") == GPU_ENGINE:
+            by_ep[str(s.get("endpoint") or "default")].append(s)
+    out: dict[str, dict[str, list[float | None]]] = {}
+    for ep, ss in sorted(by_ep.items()):
+        ss.sort(key=lambda s: float(s["t"]))
+        n = max(int(s.get("gpus") or 0) for s in ss)
+        keys = [f"gpu{i}_{f.removeprefix('gpu_')}" for i in range(n) for f in GPU_FIELDS]
+        out[ep] = {
+            "t": [float(s["t"]) - t0 for s in ss],
+            "gpus": [float(n)],
+            **{k: [None if s.get(k) is None else float(s[k]) for s in ss] for k in keys},
         }
     return out
 

@@ -726,6 +726,9 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         summary["errors"]["engine_stopped"] = stopped
     summary["scheduling"] = {"sched_delay_s": _desc(np.array(delays, dtype=float))}
     summary["server"] = _server(out_dir, window, run.integrity, run_calls=a.n)
+    gpu = _gpu(out_dir, window, summary["calls"]["all"]["tokens"].get("completion"))
+    if gpu is not None:
+        summary["gpu"] = gpu
     # What the readers skipped, flagged or counted once (agentload.results.validate).
     summary["integrity"] = run.integrity.to_dict()
     from agentload.results.replay_summary import replay_summary
@@ -765,6 +768,19 @@ def _server(
 
     span = (window.get("start"), window.get("end"))
     return summarize_server(samples, window=span, run_calls=run_calls)
+
+
+def _gpu(out_dir: Path, window: Mapping[str, Any], output_tokens: Any) -> dict[str, Any] | None:
+    """`gpu`: DCGM telemetry (`--gpu-metrics`) over the window, with J per output token."""
+    # The samples' problems are already counted in `integrity` by _server.
+    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
+    if not samples:
+        return None
+    from agentload.servermetrics.summary import summarize_gpu
+
+    span = (window.get("start"), window.get("end"))
+    tokens = float(output_tokens) if output_tokens is not None else None
+    return summarize_gpu(samples, window=span, output_tokens=tokens)
 
 
 def write_summary(out_dir: Path | str, summary: Summary | Mapping[str, Any]) -> Path:

@@ -12,7 +12,12 @@ from typing import Any, Protocol
 import aiohttp
 
 from agentload.client.safety import without_userinfo
-from agentload.servermetrics.parse import SAMPLE_SCHEMA, combine_samples, parse_metrics
+from agentload.servermetrics.parse import (
+    GPU_ENGINE,
+    SAMPLE_SCHEMA,
+    combine_samples,
+    parse_metrics,
+)
 
 log = logging.getLogger("agentload.servermetrics")
 
@@ -54,6 +59,9 @@ class MetricsScraper:
     Ticks are on a fixed schedule (a slow scrape does not shift later ones). A failed scrape
     is recorded as a sample with `ok: false` and the error, so gaps in the timeline are
     visible. `stop()` takes one last sample so that counter deltas cover the whole run.
+
+    `gpu=True`: the URLs are NVIDIA DCGM exporters (GPU telemetry); every sample, failed ones
+    included, has `engine: "dcgm"`, and a page without DCGM metrics is a failed scrape.
     """
 
     def __init__(
@@ -65,6 +73,7 @@ class MetricsScraper:
         endpoint: str = "default",
         timeout_s: float = 5.0,
         headers: Mapping[str, str] | None = None,
+        gpu: bool = False,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
@@ -76,6 +85,7 @@ class MetricsScraper:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})
+        self.gpu = gpu
         record = getattr(sink, "record_server_metrics", None)
         self._emit: Callable[[dict[str, Any]], None] = record if record else sink  # type: ignore[assignment]
         self._session: aiohttp.ClientSession | None = None
@@ -96,6 +106,8 @@ class MetricsScraper:
             "endpoint": self.endpoint,
             "url": self.url,
         }
+        if self.gpu:
+            sample["engine"] = GPU_ENGINE
         try:
             sess, hdrs = self._session, self.headers
             texts = await asyncio.gather(
@@ -104,7 +116,10 @@ class MetricsScraper:
                     for u in self.urls
                 )
             )
-            sample.update(combine_samples([parse_metrics(txt) for txt in texts]))
+            parts = [parse_metrics(txt) for txt in texts]
+            if self.gpu and any(p.get("engine") != GPU_ENGINE for p in parts):
+                raise ValueError("not a DCGM exporter's page (no DCGM_FI_DEV_* metrics)")
+            sample.update(combine_samples(parts))
             if len(self.urls) > 1:
                 sample["replicas"] = len(self.urls)
             sample["ok"] = True

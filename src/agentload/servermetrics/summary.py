@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from agentload.servermetrics.parse import COUNTERS
+from agentload.servermetrics.parse import COUNTERS, GPU_ENGINE
 
 
 def counter_delta(values: Sequence[float | None]) -> float | None:
@@ -127,7 +127,8 @@ def summarize_server(
     for s in samples:
         if s.get("t") is None or (isinstance(s["t"], float) and math.isnan(s["t"])):
             continue
-        by_ep[str(s.get("endpoint") or "default")].append(s)
+        if s.get("engine") != GPU_ENGINE:  # GPU telemetry has its own block (summarize_gpu)
+            by_ep[str(s.get("endpoint") or "default")].append(s)
     eps = {ep: summarize_endpoint(v, window) for ep, v in sorted(by_ep.items())}
     out: dict[str, Any] = {"endpoints": eps}
     if run_calls is not None:
@@ -150,3 +151,94 @@ def shared_traffic(eps: Mapping[str, Mapping[str, Any]], run_calls: int) -> dict
     if server <= run_calls + max(fixed, share * run_calls):
         return None
     return {"server_requests": server, "run_calls": run_calls}
+
+
+def _energy_j(
+    span: Sequence[Mapping[str, Any]], counter: str, power: str
+) -> tuple[float | None, str | None]:
+    """Joules over the samples of `span`: the delta of the DCGM energy counter (mJ) when every
+    sample has it, else the power gauge (W) integrated over the samples' times (trapezoids)."""
+    if len(span) < 2:
+        return None, None
+    if all(s.get(counter) is not None for s in span):
+        d = counter_delta([s[counter] for s in span])
+        return (None if d is None else d / 1000.0), "energy counter delta"
+    pts = [(float(s["t"]), float(s[power])) for s in span if s.get(power) is not None]
+    if len(pts) < 2:
+        return None, None
+    t, w = np.array(pts).T
+    return float(np.sum((w[1:] + w[:-1]) / 2 * np.diff(t))), "power integrated over the samples"
+
+
+def _gpu_figures(
+    span: Sequence[Mapping[str, Any]], inside: Sequence[Mapping[str, Any]], prefix: str
+) -> dict[str, Any]:
+    """One GPU's (prefix `gpu<i>_`) or all GPUs' (prefix `gpu_`) figures over the window."""
+    util = _gauge(inside, prefix + "util")
+    power = _gauge(inside, prefix + "power_w")
+    energy, source = _energy_j(span, prefix + "energy_mj", prefix + "power_w")
+    return {
+        "util_mean": util["mean"],
+        "util_max": util["max"],
+        "fb_used_max_mib": _gauge(inside, prefix + "fb_used_mib")["max"],
+        "power_mean_w": power["mean"],
+        "power_max_w": power["max"],
+        "sm_clock_mean_mhz": _gauge(inside, prefix + "sm_clock_mhz")["mean"],
+        "energy_j": energy,
+        "energy_source": source,
+    }
+
+
+def summarize_gpu(
+    samples: Sequence[Mapping[str, Any]],
+    window: tuple[float | None, float | None] = (None, None),
+    output_tokens: float | None = None,
+) -> dict[str, Any] | None:
+    """summary.json `gpu`: the DCGM samples' figures per scraped exporter (all its GPUs, and
+    each GPU under `per_gpu`) and over all of them, with energy per output token of the run
+    (`output_tokens`: completion tokens over the same window). None without GPU samples.
+
+    Utilisation and SM clock are means over GPUs; memory, power and energy are totals."""
+    by_ep: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("engine") == GPU_ENGINE and s.get("t") is not None:
+            by_ep[str(s.get("endpoint") or "default")].append(s)
+    if not by_ep:
+        return None
+    eps: dict[str, Any] = {}
+    for name, ss in sorted(by_ep.items()):
+        ok = sorted((s for s in ss if s.get("ok", True)), key=lambda s: float(s["t"]))
+        span, inside = _slice(ok, *window)
+        n = max((int(s.get("gpus") or 0) for s in ok), default=0)
+        span_t = [float(s["t"]) for s in span]
+        eps[name] = {
+            "url": next((s.get("url") for s in ss if s.get("url")), None),
+            "samples": len(ss),
+            "failed_scrapes": sum(1 for s in ss if not s.get("ok", True)),
+            "gpus": n,
+            **_gpu_figures(span, inside, "gpu_"),
+            "energy_span_s": span_t[-1] - span_t[0] if len(span_t) > 1 else None,
+            "per_gpu": [{"gpu": i, **_gpu_figures(span, inside, f"gpu{i}_")} for i in range(n)],
+        }
+    vals = list(eps.values())
+
+    def total(key: str) -> float | None:
+        vs = [e[key] for e in vals if e[key] is not None]
+        return float(sum(vs)) if vs else None
+
+    weights = [(e["util_mean"], e["gpus"] or 1) for e in vals if e["util_mean"] is not None]
+    util_max = [e["util_max"] for e in vals if e["util_max"] is not None]
+    energy = total("energy_j")
+    return {
+        "gpus": sum(e["gpus"] for e in vals),
+        "util_mean": (
+            sum(u * w for u, w in weights) / sum(w for _, w in weights) if weights else None
+        ),
+        "util_max": max(util_max) if util_max else None,
+        "fb_used_max_mib": total("fb_used_max_mib"),
+        "power_mean_w": total("power_mean_w"),
+        "energy_j": energy,
+        "output_tokens": output_tokens,
+        "j_per_output_token": _ratio(energy, output_tokens),
+        "endpoints": eps,
+    }
