@@ -96,6 +96,9 @@ def metrics_command(
 ) -> None:
     """Show the vLLM / SGLang metrics agentload keeps (running, waiting, KV use, cache, tokens)."""
     console = Console()
+    if not url.startswith(("http://", "https://")):
+        typer.echo(f"error: {url!r} is not an http(s):// URL", err=True)
+        raise typer.Exit(2)
     url = metrics_url(url)
     try:
         if watch is None:

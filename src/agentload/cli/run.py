@@ -429,6 +429,9 @@ def _finish_run(out: RunOutcome, args: RunArgs) -> int:
         html = [p for p in out.report_files if str(p).endswith(".html")]
         if html:
             print(f"report: {html[0]}")
+    if out.exit_code == EXIT_FAILED and args.quiet:
+        # --quiet silences progress, not why the run failed: scripts read it from stderr.
+        _err(f"the run {out.stop_reason}")
     if out.exit_code == EXIT_INTERRUPTED and not args.quiet:
         print(f"interrupted: continue with `agentload run --resume {out.out_dir}`", file=sys.stderr)
     return out.exit_code

@@ -261,6 +261,14 @@ class EndpointConfig(BaseModel):
                 raise ValueError(f"{u!r} is not an http(s):// URL (a DCGM exporter's /metrics)")
         return list(dict.fromkeys(value))
 
+    @field_validator("metrics_url", "metrics_urls")
+    @classmethod
+    def _metrics_urls(cls, value: Any) -> Any:
+        for u in [value] if isinstance(value, str) else (value or []):
+            if not u.startswith(("http://", "https://")):
+                raise ValueError(f"{u!r} is not an http(s):// URL (a Prometheus /metrics)")
+        return value
+
     @property
     def all_metrics_urls(self) -> list[str]:
         """metrics_url and metrics_urls together, without repeats, in order."""

@@ -122,14 +122,15 @@ class Recorder:
         self.scrubber = Scrubber()
         self.write_error: ResultsWriteError | None = None
         self.on_write_error: Callable[[ResultsWriteError], None] | None = None
+        # A writer killed inside atomic_write_bytes leaves its `.NAME.tmpPID`; the folder is
+        # this process's now (locked), so none of them is still being written, whether this
+        # run resumes it or starts it again (a kill before config.yaml was in place).
+        for stale in self.out_dir.glob(".*.tmp*"):
+            if stale.name.rpartition(".tmp")[2].isdigit():
+                with contextlib.suppress(OSError):
+                    stale.unlink()
         if resume:
             self._prepare_resume()
-            # A writer killed inside atomic_write_bytes leaves its `.NAME.tmpPID`; the folder
-            # is this process's now (locked), so none of them is still being written.
-            for stale in self.out_dir.glob(".*.tmp*"):
-                if stale.name.rpartition(".tmp")[2].isdigit():
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
         else:
             existing = [n for n in RECORD_FILES if self._nonempty(n)]
             if existing and not overwrite:
