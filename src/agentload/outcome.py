@@ -30,6 +30,7 @@ def say_stderr(msg: str) -> None:
     """The default `say` of a run: one line on stderr."""
     print(msg, file=sys.stderr, flush=True)
 
+
 INFRA = "infra_error"
 
 
