@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import orjson
 import typer
 from pydantic import BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
@@ -25,7 +24,6 @@ from rich.markup import escape
 from agentload.client.config import EndpointConfig
 from agentload.config import ConfigError, RunConfig, format_validation_error
 from agentload.flags import (
-    ENDPOINT,
     LOAD,
     OUTPUT,
     UNSET,
@@ -179,12 +177,6 @@ def command_options(*groups: Iterable[Opt]) -> Callable[[Callable[..., Any]], Ca
     return wrap
 
 
-def pick(group: Iterable[Opt], *names: str) -> list[Opt]:
-    """The options of `group` with these parameter names, in the order given."""
-    by_name = {o.name: o for o in group}
-    return [by_name[n] for n in names]
-
-
 @dataclass(frozen=True)
 class Given:
     """What a command line set: field path -> value, and path -> the flag that set it."""
@@ -194,9 +186,6 @@ class Given:
 
     def __contains__(self, path: str) -> bool:
         return path in self.values
-
-    def get(self, path: str, default: Any = None) -> Any:
-        return self.values.get(path, default)
 
 
 def given(opts: Iterable[Opt], kwargs: Mapping[str, Any], target: str = CONFIG) -> Given:
@@ -329,10 +318,6 @@ def _args(model: type[BaseModel], *paths: str) -> list[Opt]:
     return from_model(model, *paths, target=ARGS)
 
 
-def _panel(opts: list[Opt], panel: str) -> list[Opt]:
-    return [o for o in opts if o.panel == panel]
-
-
 # Options common to the run-like commands, in the order --help lists them.
 def _files(out_default: str) -> list[Opt]:
     """--config, --out (shown with the command's own default folder), --run-id, --resume."""
@@ -412,24 +397,9 @@ REPLAY_OPTIONS = [
     *SIMULATOR,
     *_OUTPUTS,
 ]
-ENDPOINTS = _panel(_ENDPOINTS, ENDPOINT)
-
-
-def parse_json_object(text: str, flag_name: str) -> dict[str, Any]:
-    """A flag's value that must be a JSON object; ValueError naming the flag otherwise."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise ValueError(f"flag {flag_name}: not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"flag {flag_name}: expected a JSON object")
-    return value
-
-
 __all__ = [
     "ARGS",
     "CONFIG",
-    "ENDPOINTS",
     "REPLAY_OPTIONS",
     "REQUIRED",
     "RUN_OPTIONS",
@@ -443,5 +413,4 @@ __all__ = [
     "from_model",
     "given",
     "parse_args",
-    "pick",
 ]
