@@ -19,7 +19,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentload.client.config import EndpointConfig
-from agentload.flags import ENDPOINT, EXTERNAL, LOAD, OUTPUT, REPLAY, SIM, WORKLOAD, flag
+from agentload.flags import (
+    ENDPOINT,
+    EXTERNAL,
+    LOAD,
+    OUTPUT,
+    REPLAY,
+    SIM,
+    WORKLOAD,
+    flag,
+    split_items,
+)
 from agentload.redact import REDACTED as _REDACTED
 from agentload.redact import redact as _redact
 from agentload.units import check_slo_key, parse_duration, parse_slo
@@ -541,14 +551,11 @@ class SimKnobs(BaseModel):
         if not isinstance(value, list):
             return value
         out: dict[str, Any] = {}
-        for item in value:
-            key, sep, raw = str(item).partition("=")
-            if not sep or not key.strip():
-                raise ValueError(f"{item!r}: expected KEY=VALUE")
+        for key, raw in split_items(value, "=", lambda item: f"{item!r}: expected KEY=VALUE"):
             try:
-                out[key.strip()] = yaml.safe_load(raw) if raw else ""
+                out[key] = yaml.safe_load(raw) if raw else ""
             except yaml.YAMLError:
-                out[key.strip()] = raw
+                out[key] = raw
         return out
 
     @field_validator("behaviour_options")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import keyword
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,18 @@ def flag(
 ) -> Flag:
     """A field's flag (``Annotated[T, flag("--name", panel=...)]``)."""
     return Flag(tuple(decls), panel, metavar, help, type, sets, resume)
+
+
+def split_items(
+    items: Iterable[Any], sep: str, error: Callable[[Any], str]
+) -> Iterator[tuple[str, str]]:
+    """(key, raw value) of each repeated flag item such as 'Name: value' or KEY=VALUE;
+    ValueError(error(item)) for an item without `sep` or without a key."""
+    for item in items:
+        key, found, raw = str(item).partition(sep)
+        if not found or not key.strip():
+            raise ValueError(error(item))
+        yield key.strip(), raw
 
 
 def help_of(info: FieldInfo, f: Flag) -> str:

@@ -11,7 +11,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentload.engine_launch import LaunchConfig
-from agentload.flags import ENDPOINT, flag
+from agentload.flags import ENDPOINT, flag, split_items
 from agentload.redact import DEFAULT_KEY_ENV
 
 # Error kinds worth another attempt: the request never reached a model, or the server said
@@ -224,13 +224,8 @@ class EndpointConfig(BaseModel):
         # The --header flag's 'Name: value' items.
         if not isinstance(value, list):
             return value
-        out: dict[str, str] = {}
-        for item in value:
-            k, sep, v = str(item).partition(":")
-            if not sep or not k.strip():
-                raise ValueError(f"expected 'Name: value', got {item!r}")
-            out[k.strip()] = v.strip()
-        return out
+        items = split_items(value, ":", lambda item: f"expected 'Name: value', got {item!r}")
+        return {name: raw.strip() for name, raw in items}
 
     @field_validator("extra_body", mode="before")
     @classmethod
