@@ -114,6 +114,15 @@ class ProgressTracker:
         if (session.get("reward") or 0.0) >= 1.0:
             self.successes += 1
 
+    def settle_eta(self, eta: float | None) -> tuple[float | None, bool]:
+        """(ETA, draining): once nothing more is issued and sessions in flight finish (up to
+        --drain-timeout), 'draining', not an ETA of 0 s that stands still for as long as
+        they take; 0 s when none is left."""
+        if eta is None or eta > 0:
+            return eta, False
+        draining = self.active() > 0
+        return (None if draining else 0.0), draining
+
     def snapshot(self) -> dict[str, Any]:
         now = time.perf_counter()
         elapsed = now - self.t0
@@ -135,15 +144,10 @@ class ProgressTracker:
             left = self.total - self.episodes
             if self.episodes and left >= 0:
                 eta = elapsed / self.episodes * left
-        draining = False
         if self.duration_s is not None:
             d_left = self.duration_s - elapsed
             eta = d_left if eta is None else min(eta, d_left)
-        if eta is not None and eta <= 0:
-            # Nothing more is issued, sessions in flight finish (up to --drain-timeout): an
-            # ETA of 0 s would stand still for as long as they take.
-            draining = self.active() > 0
-            eta = None if draining else 0.0
+        eta, draining = self.settle_eta(eta)
         return {
             "elapsed_s": elapsed,
             "episodes": self.episodes,

@@ -119,8 +119,7 @@ class TurnProgress(ProgressTracker):
             eta = s["elapsed_s"] / self.calls * max(0, self.turns_left - self.calls)
         if self.duration_s is not None:
             eta = min(eta, self.duration_s - s["elapsed_s"])
-        s["draining"] = eta <= 0 and self.active() > 0
-        s["eta_s"] = None if s["draining"] else max(eta, 0.0)
+        s["eta_s"], s["draining"] = self.settle_eta(eta)
         return s
 
 
