@@ -3,7 +3,9 @@ renders, draws every chart, logs no console error and fetches nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -112,9 +114,8 @@ def test_report_alone_renders_in_chromium(tmp_path: Path) -> None:
     assert "profile tiny-cpu" in text and "http://127.0.0.1:" in text
 
 
-def test_sweep_page_draws_every_curve(tmp_path: Path) -> None:
-    from agentload.report.sweep import write_sweep_report
-
+def _sweep_doc() -> dict:
+    """sweep.json of a concurrency sweep with SLO and graded episodes: all six charts."""
     pts = []
     for c, thr, succ in ((1, 100.0, 1.0), (2, 190.0, 0.9), (4, 300.0, 0.75), (8, 320.0, 0.5)):
         pts.append(
@@ -141,7 +142,7 @@ def test_sweep_page_draws_every_curve(tmp_path: Path) -> None:
                 "goodput_per_min": max(0.0, 6 - c),
             }
         )
-    doc = {
+    doc: dict = {
         "kind": "concurrency",
         "points_planned": [1, 2, 4, 8],
         "points": pts,
@@ -150,6 +151,13 @@ def test_sweep_page_draws_every_curve(tmp_path: Path) -> None:
         "knee": 4.0,
         "status": "completed",
     }
+    return doc
+
+
+def test_sweep_page_draws_every_curve(tmp_path: Path) -> None:
+    from agentload.report.sweep import write_sweep_report
+
+    doc = _sweep_doc()
     write_sweep_report(tmp_path, doc)
     alone = tmp_path / "alone"
     alone.mkdir()
@@ -159,3 +167,218 @@ def test_sweep_page_draws_every_curve(tmp_path: Path) -> None:
     assert page["state"] == "drawn"
     assert page["charts"] == 6 and page["drawn"] == 6  # TTFT, ITL, e2e, throughput, quality, SLO
     assert "knee at 4" in page["text"] and "Quality under load" in page["text"]
+
+
+# ---- chart layout at 1,400 px ---------------------------------------------------------------
+
+# Per chart: the svg's box and every text-bearing part plotly draws (axis titles, tick labels,
+# the chart title, the legend), each with its client rectangle. Tick labels are grouped by axis
+# (plotly names their <g> xtick / y2tick / ...), titles by axis (g-xtitle / g-y2title / ...).
+_BOXES_JS = """() => [...document.querySelectorAll('div.chart')].map((el, i) => {
+  const svg = el.querySelector('svg.main-svg');
+  const box = r => ({x0: r.left, y0: r.top, x1: r.right, y1: r.bottom});
+  const parts = [];
+  const add = (name, node) => {
+    const r = node.getBoundingClientRect();
+    if (r.width > 0 && r.height > 0 && (node.textContent || '').trim() !== '')
+      parts.push({name, ...box(r)});
+  };
+  for (const g of el.querySelectorAll('g[class^="g-"][class$="title"]'))
+    add(g.getAttribute('class'), g);  // g-xtitle, g-y2title, g-gtitle ...
+  for (const t of el.querySelectorAll('g[class$="tick"] > text'))
+    add(t.parentNode.getAttribute('class') + ' ' + t.textContent, t);
+  for (const g of el.querySelectorAll('g.legend')) add('legend', g);
+  const title = (el.querySelector('.gtitle') || {}).textContent || '';
+  return {i, title, svg: box(svg.getBoundingClientRect()), parts};
+})"""
+
+# Sub-pixel rounding and glyph side bearings: two boxes may share a pixel without a glyph of
+# one touching the other.
+_TOL = 1.0
+
+
+def _overlap(a: dict, b: dict) -> float:
+    w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
+    h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
+    return min(w, h)
+
+
+def layout_faults(charts: list[dict]) -> list[str]:
+    """Every pair of a chart's labelled parts that overlap, and every part outside its svg."""
+    faults = []
+    for c in charts:
+        where = f"chart {c['i']} ({c['title']!r})"
+        s, parts = c["svg"], c["parts"]
+        for p in parts:
+            out = max(s["x0"] - p["x0"], s["y0"] - p["y0"], p["x1"] - s["x1"], p["y1"] - s["y1"])
+            if out > _TOL:
+                faults.append(f"{where}: {p['name']} lies {out:.0f} px outside the chart")
+        for j, a in enumerate(parts):
+            for b in parts[j + 1 :]:
+                if _overlap(a, b) > _TOL:
+                    faults.append(f"{where}: {a['name']} overlaps {b['name']}")
+    return faults
+
+
+def chart_layout(pages: dict[str, Path], tmp: Path, shots: Path) -> dict[str, list[dict]]:
+    """Open each page at 1,400 px in one browser; screenshot each chart into `shots` (as
+    NAME-NN.png); returns each page's charts with their boxes (see _BOXES_JS)."""
+    from playwright.sync_api import sync_playwright
+
+    shots.mkdir(parents=True, exist_ok=True)
+    found = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(tmp / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            page = browser.new_page()
+            for name, html_file in pages.items():
+                page.goto(html_file.as_uri())
+                page.wait_for_function("document.body.dataset.charts !== undefined", timeout=60_000)
+                assert page.evaluate("document.body.dataset.charts") == "drawn", name
+                charts = page.evaluate(_BOXES_JS)
+                for c, el in zip(charts, page.query_selector_all("div.chart"), strict=True):
+                    el.screenshot(path=str(shots / f"{name}-{c['i']:02d}.png"))
+                found[name] = charts
+        finally:
+            browser.close()
+    return found
+
+
+PAGE = (Path(__file__).parents[1] / "data" / "dcgm_exporter_2gpu.prom").read_text()
+
+
+class Served:
+    """The simulator (injecting faults, so the report has its failed-calls chart) and beside
+    it a DCGM exporter stand-in serving a recorded page, on one event loop thread."""
+
+    def __init__(self) -> None:
+        from agentload.sim import SimConfig, SimServer
+
+        self.sim = SimServer(
+            SimConfig(port=0, profile="tiny-cpu", speedup=25, fault_rate=0.03,
+                      fault_kinds=["http_500", "reset"])
+        )  # fmt: skip
+        self.gpu_url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        from aiohttp import web
+
+        async def metrics(_req: web.Request) -> web.Response:
+            return web.Response(text=PAGE, content_type="text/plain", charset="utf-8")
+
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        self.gpu_url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+        self._loop.run_until_complete(self.sim.start())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.sim.stop())
+        self._loop.run_until_complete(runner.cleanup())
+
+    def __enter__(self) -> Served:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def _full_run(out: Path) -> None:
+    """A run whose report has every chart: GPU telemetry and failed calls included."""
+    with Served() as srv:
+        cfg = build_config(
+            data={
+                "out": str(out),
+                "endpoints": {
+                    "agent": {
+                        "base_url": srv.sim.base_url,
+                        "model": "agentload-sim",
+                        "gpu_metrics_urls": [srv.gpu_url],
+                    }
+                },
+                "metrics": {"interval_s": 0.2},
+                "workload": {"tasks": ["airline/000-003"], "trials": 2},
+                # A failed run's report leaves out the throughput chart.
+                "load": {"concurrency": 4, "max_infra_error_share": 1.0},
+                "slo": {"ttft_p90": 2.0},
+            }
+        )
+        res = run_async(
+            execute_run(cfg, progress="off", say=lambda _m: None, install_signals=False)
+        )
+    assert res.exit_code == 0
+
+
+def test_no_chart_label_overlaps_or_is_clipped_at_1400_px(tmp_path: Path) -> None:
+    """Run report, sweep page and N-run compare page: in every chart, axis titles, tick
+    labels, the chart title and the legend neither overlap each other nor leave the chart."""
+    from agentload.report.multi import Series, load_series, write_compare
+    from agentload.report.sweep import write_sweep_report
+
+    run = tmp_path / "run"
+    _full_run(run)
+    doc = _sweep_doc()
+    write_sweep_report(tmp_path, doc)
+    rate = {
+        **doc,
+        "kind": "rate",
+        "points": [{**r, "rate": r["concurrency"] / 4} for r in doc["points"]],
+    }
+    series = [
+        load_series(run, "single run"),
+        Series("sweep A", tmp_path / "a", True, "concurrency", _rows(doc, "concurrency"), {}),
+        Series("sweep B", tmp_path / "b", True, "concurrency", _rows(doc, "concurrency", 1.7), {}),
+        Series("rate sweep", tmp_path / "c", True, "rate", _rows(rate, "rate"), {}),
+        # Long names: the legend wraps to more rows.
+        *(
+            Series(
+                f"vLLM 0.11 TP{tp} prefix caching off",
+                tmp_path / f"tp{tp}",
+                True,
+                "concurrency",
+                _rows(doc, "concurrency", 1 + tp / 3),
+                {},
+            )
+            for tp in (1, 2, 4)
+        ),
+    ]
+    write_compare(series, tmp_path / "compare")
+    shots = tmp_path / "shots"
+    pages = {
+        "report": run / "report.html",
+        "sweep": tmp_path / "sweep.html",
+        "compare": tmp_path / "compare" / "compare.html",
+    }
+    found = chart_layout(pages, tmp_path, shots)
+    faults = [f"{name}: {f}" for name, charts in found.items() for f in layout_faults(charts)]
+    # Every chart kind is on the pages: the run report's 8 (timeline, CDF, ITL, prompt,
+    # by turn, failed calls, KV cache, GPU), sweep's 6 and compare's 4 per load kind.
+    counts = {name: len(charts) for name, charts in found.items()}
+    assert counts == {"report": 8, "sweep": 6, "compare": 8}, counts
+    assert faults == [], f"screenshots in {shots}:\n" + "\n".join(faults)
+
+
+def _rows(doc: dict, kind: str, scale: float = 1.0) -> list[dict]:
+    """A sweep's point rows as compare reads them, latency scaled by `scale`."""
+    out = []
+    for r in doc["points"]:
+        row = {**r, "dir": f"{kind}-{r[kind]:g}"}
+        for k in ("ttft_p50", "ttft_p90", "e2e_p50", "e2e_p90"):
+            row[k] = r[k] * scale
+        out.append(row)
+    return out

@@ -19,15 +19,63 @@ _BASE_LAYOUT: dict[str, Any] = {
     "margin": {"l": 60, "r": 20, "t": 40, "b": 45},
     "height": 340,
     "hovermode": "x unified",
-    "legend": {"orientation": "h", "y": -0.2},
+    # At the figure's bottom edge, not at a share of the plot's height below it: a negative
+    # paper y lands on the x axis title at some widths and heights.
+    "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"},
     "template": "plotly_white",
 }
+
+# Every axis: tick labels and titles of any length widen the margin instead of being clipped
+# or drawn over each other (plotly's fixed margins do not grow on their own).
+_AXIS = {"automargin": True}
+# Every y axis: every value the report draws (latency, rates, counts, shares) is >= 0, so an
+# axis starts at 0, never at a negative tick; the standoff keeps its "0" clear of the x
+# axis's "0" where both axes start at the same corner.
+_Y_AXIS = {**_AXIS, "rangemode": "tozero", "ticklabelstandoff": 4}
+# A second y axis on the right: round ticks of its own (plotly would place them at the first
+# axis's grid lines, at values such as 0.389) and no second grid.
+_OVERLAY_AXIS = {"tickmode": "auto", "showgrid": False}
 
 
 def layout(title: str, **kw: Any) -> dict[str, Any]:
     """A figure's layout: the report's common look, `kw` added or replacing (the sweep page
-    uses it too)."""
-    return {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
+    and compare use it too). Axes get the common axis settings unless `kw` sets them."""
+    out = {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
+    for key in list(out):
+        if key.startswith("xaxis"):
+            out[key] = {**_AXIS, **out[key]}
+        elif key.startswith("yaxis"):
+            extra = _OVERLAY_AXIS if "overlaying" in out[key] else {}
+            out[key] = {**_Y_AXIS, **extra, **out[key]}
+    out.setdefault("xaxis", dict(_AXIS))
+    out.setdefault("yaxis", dict(_Y_AXIS))
+    return out
+
+
+# A horizontal legend's entry: the line sample and gaps (px) plus its text (px per character
+# at plotly's 12 px font, a generous average), packed into rows of a chart about 1,000 px wide.
+_LEGEND_ITEM_PX, _LEGEND_CHAR_PX, _LEGEND_ROW_PX, _LEGEND_WIDTH_PX = 50, 7, 20, 1000
+
+
+def fit_legend(fig: Fig) -> Fig:
+    """`fig` made taller by the legend's rows past the first, so that a legend of many or
+    long names wraps without squeezing the plot."""
+    # plotly stacks a legend group's entries in one column: a group is one block of them.
+    groups: dict[str, list[str]] = {}
+    for i, d in enumerate(fig["data"]):
+        if d.get("showlegend", True):
+            groups.setdefault(d.get("legendgroup") or f"#{i}", []).append(d.get("name") or "")
+    rows, line_rows, used = 0, 0, 0
+    for names in groups.values():
+        w = _LEGEND_ITEM_PX + _LEGEND_CHAR_PX * max(len(n) for n in names)
+        if used and used + w > _LEGEND_WIDTH_PX:
+            rows, line_rows, used = rows + line_rows, 0, 0
+        used += w
+        line_rows = max(line_rows, len(names))
+    rows += line_rows
+    lay = fig["layout"]
+    lay["height"] = lay.get("height", _BASE_LAYOUT["height"]) + _LEGEND_ROW_PX * max(0, rows - 1)
+    return fig
 
 
 def latency_cdf(summary: Mapping[str, Any]) -> Fig | None:
@@ -68,20 +116,29 @@ def timeline(ser: Series | None) -> Fig | None:
     one time axis (two stacked panels sharing x)."""
     if ser is None or not ser.t:
         return None
+    # A step ("hv") holds each bin's value from its start to the next bin's start, so the
+    # steps start at the bins' starts (ser.t holds their middles) and the last one is held
+    # to its bin's end: in line with the server's samples, drawn at their own times.
+    half = ser.bin_s / 2
+    steps = [t - half for t in ser.t] + [ser.t[-1] + half]
+
+    def held(ys: list[Any]) -> list[Any]:
+        return [*ys, ys[-1]]
+
     data: list[dict[str, Any]] = [
         {
             "type": "scatter",
             "mode": "lines",
-            "x": ser.t,
-            "y": ser.output_tokens_per_s,
+            "x": steps,
+            "y": held(ser.output_tokens_per_s),
             "name": "output tok/s",
             "line": {"shape": "hv"},
         },
         {
             "type": "scatter",
             "mode": "lines",
-            "x": ser.t,
-            "y": ser.calls_per_s,
+            "x": steps,
+            "y": held(ser.calls_per_s),
             "name": "calls/s",
             "yaxis": "y3",
             "line": {"shape": "hv", "dash": "dot"},
@@ -89,8 +146,8 @@ def timeline(ser: Series | None) -> Fig | None:
         {
             "type": "scatter",
             "mode": "lines",
-            "x": ser.t,
-            "y": ser.active_sessions,
+            "x": steps,
+            "y": held(ser.active_sessions),
             "name": "client: active sessions",
             "yaxis": "y2",
             "line": {"shape": "hv"},
@@ -98,8 +155,8 @@ def timeline(ser: Series | None) -> Fig | None:
         {
             "type": "scatter",
             "mode": "lines",
-            "x": ser.t,
-            "y": ser.calls_in_flight,
+            "x": steps,
+            "y": held(ser.calls_in_flight),
             "name": "client: calls in flight",
             "yaxis": "y2",
             "line": {"shape": "hv", "dash": "dot"},

@@ -1,7 +1,9 @@
 """Time series and per-call points for the serving charts, read from a results folder's records.
 
 All times are seconds since the measurement window's start. Bins are 1 s, widened so that a
-long run has at most MAX_BINS of them.
+long run has at most MAX_BINS of them. Output tokens per second spreads each call's tokens
+evenly from its first token to its end (counted at the end, a bin would get all of a long
+call's tokens at once and the line would spike).
 """
 
 from __future__ import annotations
@@ -44,6 +46,46 @@ def _end(c: Mapping[str, Any]) -> float:
     return float(c.get("started_at") or 0.0) + float(c.get("total_s") or c.get("e2e_s") or 0.0)
 
 
+def _first_token(c: Mapping[str, Any], end: float) -> float:
+    """When the call's first token came, or its end when it streamed at most one token or has
+    no timing. Taken back from the end, as ttft_s and e2e_s are those of the last attempt
+    (total_s also holds earlier attempts and retry waits)."""
+    ttft, e2e = c.get("ttft_s"), c.get("e2e_s")
+    if ttft is None or e2e is None or float(c.get("completion_tokens") or 0) <= 1:
+        return end
+    return end - max(0.0, float(e2e) - float(ttft))
+
+
+def _ramp(starts: np.ndarray, rates: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """At each edge e: sum of rate * (e - start) over the spans started before e."""
+    order = np.argsort(starts)
+    s, r = starts[order], rates[order]
+    cum_r = np.concatenate(([0.0], np.cumsum(r)))
+    cum_rs = np.concatenate(([0.0], np.cumsum(r * s)))
+    k = np.searchsorted(s, edges, side="left")
+    return edges * cum_r[k] - cum_rs[k]
+
+
+def _spread(
+    a: np.ndarray, b: np.ndarray, tokens: np.ndarray, edges: np.ndarray, end_idx: np.ndarray
+) -> np.ndarray:
+    """Tokens per bin, each call's spread evenly over [a, b] (first token to end); a call with
+    a = b lands whole in its end's bin `end_idx`. Tokens delivered at a constant rate over
+    [a, b] make a ramp from a, cut off by a ramp of opposite sign from b; the tokens in a bin
+    are the difference of that sum at its two edges: O((calls + bins) log calls), not per token.
+    """
+    n = len(edges) - 1
+    point = b <= a
+    out = np.bincount(end_idx[point], weights=tokens[point], minlength=n).astype(float)
+    spread = ~point & (tokens > 0)
+    if spread.any():
+        a, b, tok = a[spread], b[spread], tokens[spread]
+        rate = tok / (b - a)
+        cum = _ramp(a, rate, edges) - _ramp(b, rate, edges)
+        out += np.diff(cum)
+    return np.maximum(out, 0.0)  # rounding of the differences, never a real negative
+
+
 def _session_span(s: SessionRecord) -> tuple[float, float]:
     start = s.started_at or 0.0
     return start, start + (s.duration("total_s") or 0.0)
@@ -83,7 +125,10 @@ def build_series(
     ok = np.array([c.get("status", "ok") == "ok" for c in calls])
     out_tok = np.array([float(c.get("completion_tokens") or 0) for c in calls])
     idx = np.clip(((ends - t0) // bin_s).astype(int), 0, n - 1)
-    ser.output_tokens_per_s = (np.bincount(idx, weights=out_tok * ok, minlength=n) / bin_s).tolist()
+    first = np.array([_first_token(c, e) for c, e in zip(calls, ends, strict=True)])
+    # Times relative to the window's start: epoch seconds would lose precision in the ramps.
+    per_bin = _spread(first - t0, ends - t0, out_tok * ok, edges - t0, idx)
+    ser.output_tokens_per_s = (per_bin / bin_s).tolist()
     ser.calls_per_s = (np.bincount(idx, weights=ok.astype(float), minlength=n) / bin_s).tolist()
     spans = [(float(c["started_at"]), e) for c, e in zip(calls, ends, strict=True)]
     ser.calls_in_flight = _occupancy(spans, edges)

@@ -53,10 +53,8 @@ def _line(x: list[float], rows: Sequence[Mapping[str, Any]], key: str, name: str
 
 
 def _layout(title: str, kind: str, ytitle: str, **kw: Any) -> dict[str, Any]:
-    """plots.layout with load on x; a wider right margin for the charts' second y axis."""
+    """plots.layout with load on x (its margins grow to fit a second y axis)."""
     axes = {
-        "margin": {"l": 60, "r": 60, "t": 40, "b": 45},
-        "legend": {"orientation": "h", "y": -0.25},
         "xaxis": {"title": {"text": kind}},
         "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"},
     }
