@@ -12,6 +12,7 @@ generated from the models (`agentload.cli.options`), and `--help` shows the fiel
 from __future__ import annotations
 
 import keyword
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +33,22 @@ OUTPUT = "Output"
 
 UNSET: Any = object()
 """`Flag.sets` of a flag that takes a value."""
+
+# The two ways --help writes a duration, the same in every command.
+SECONDS = "SECONDS"
+"""Metavar of a duration given as a number of seconds (2.5)."""
+DURATION = "DURATION"
+"""Metavar of a duration that also takes a unit: 90, 30s, 5m, 500ms (`units.parse_duration`)."""
+
+_DURATION_NAME = re.compile(r"(^|-)(s|timeout|interval|duration|delay|time|wait|period)$")
+_SECONDS_HELP = re.compile(r"\bseconds\b", re.IGNORECASE)
+
+
+def looks_like_duration(name: str, help: str = "") -> bool:
+    """Whether a flag (``--drain-timeout``, ``--fault-stall-s``) or its help ("Seconds
+    between …") says that it takes a duration, so --help must write SECONDS or DURATION."""
+    bare = name.split("/")[0].lstrip("-")
+    return bool(_DURATION_NAME.search(bare) or _SECONDS_HELP.search(help))
 
 
 @dataclass(frozen=True)
@@ -76,8 +93,28 @@ def flag(
     sets: Any = UNSET,
     resume: bool = False,
 ) -> Flag:
-    """A field's flag (``Annotated[T, flag("--name", panel=...)]``)."""
+    """A field's flag (``Annotated[T, flag("--name", panel=...)]``). A duration flag without
+    a metavar gets SECONDS, or DURATION when its value is text that the field parses."""
+    if (
+        metavar is None
+        and sets is UNSET
+        and looks_like_duration(decls[0], help if isinstance(help, str) else "")
+    ):
+        metavar = DURATION if type is not None else SECONDS
     return Flag(tuple(decls), panel, metavar, help, type, sets, resume)
+
+
+def seconds(*decls: str, panel: str, help: str | None = None, resume: bool = False) -> Flag:
+    """The flag of a float field in seconds: --help writes its value SECONDS."""
+    return flag(*decls, panel=panel, metavar=SECONDS, help=help, resume=resume)
+
+
+def duration(
+    *decls: str, panel: str, help: str | None = None, resume: bool = False, metavar: str = DURATION
+) -> Flag:
+    """The flag of a duration field whose validator reads `units.parse_duration` text (30s,
+    5m): the flag passes the text through, and --help writes its value DURATION."""
+    return flag(*decls, panel=panel, metavar=metavar, type=str | None, help=help, resume=resume)
 
 
 def split_items(

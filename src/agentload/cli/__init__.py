@@ -28,6 +28,7 @@ COMMAND_MODULES = (
 def load_app() -> Any:
     """The typer app with every command registered (importing the commands imports the
     client, numpy and aiohttp: about a second on a small machine)."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.cli.root import app
 
     for name in COMMAND_MODULES:
@@ -43,13 +44,24 @@ def _short_helps(app: Any) -> None:
     import inspect
     import re
 
+    def given(value: Any) -> Any:
+        # typer stands a DefaultPlaceholder in for what a command did not set; its docstring
+        # is not the command's.
+        return (
+            getattr(value, "value", None) if type(value).__name__ == "DefaultPlaceholder" else value
+        )
+
+    def doc(callback: Any) -> str:
+        return (inspect.getdoc(callback) or "") if callable(callback) else ""
+
     for info in [*app.registered_commands, *app.registered_groups]:
-        if info.short_help:
+        if given(info.short_help):
             continue
-        text = info.help or inspect.getdoc(info.callback) or ""
+        text = given(info.help) or doc(given(info.callback))
         if not text and getattr(info, "typer_instance", None) is not None:
             ti = info.typer_instance
-            text = ti.info.help or inspect.getdoc(ti.registered_callback.callback) or ""
+            cb = ti.registered_callback
+            text = given(ti.info.help) or doc(given(cb.callback) if cb else None)
         first = re.split(r"(?<=\.)\s", " ".join(text.split("\n\n")[0].split()), maxsplit=1)[0]
         info.short_help = first.strip() or None
 
@@ -63,7 +75,8 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     if sys.argv[1:] == ["--version"]:
-        from agentload import __version__
+        # lazy: start-up: a command's machinery loads when it runs, not for --help
+        from agentload.version import __version__
 
         print(f"agentload {__version__}")
         return

@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.options import REQUIRED, Opt, command_options, from_model
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.client.client import CallResult, ChatClient
-from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
+from agentload.client.endpoint import EndpointConfig, RetryPolicy, Timeouts
 from agentload.config import format_validation_error
-from agentload.flags import OUTPUT
+from agentload.flags import OUTPUT, SECONDS
 from agentload.fmt import secs
 from agentload.util import run_async
 
@@ -123,10 +123,10 @@ CALL_OPTIONS = [
         "timeout",
         ("--timeout",),
         float,
-        "Total time limit per attempt (s).",
+        "Total time limit per attempt, in seconds.",
         REQUEST,
         300.0,
-        metavar="S",
+        metavar=SECONDS,
         min=0.001,
     ),
     Opt(
@@ -151,7 +151,16 @@ CALL_OPTIONS = [
 ]
 
 
-@app.command("call")
+@app.command(
+    "call",
+    epilog=examples(
+        "# one request to `agentload sim` (serving agentload-sim on port 8000)",
+        "agentload call --base-url http://127.0.0.1:8000 --model agentload-sim \\",
+        "  --prompt 'Say hi' --max-tokens 32",
+        "agentload call --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B \\",
+        "  --prompt Hi --no-stream --json",
+    ),
+)
 @command_options(CALL_OPTIONS)
 def call(**a: Any) -> None:
     """Send one chat completion and print the reply with its timing and token figures.

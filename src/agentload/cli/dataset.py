@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.workloads.dataset import FORMATS, DatasetError, detect_format, index_dataset
 from agentload.workloads.dataset_tools import CONVERT_FROM, convert, dataset_stats, verify
 from agentload.workloads.traces import BlockText
@@ -19,6 +19,11 @@ dataset_app = typer.Typer(
     "trajectories.jsonl, OpenAI-messages JSONL, ShareGPT JSON, Mooncake traces). Exit codes: "
     "0 ok; 1 the dataset is invalid (one line naming file:line and field) or a verification "
     "failed; 2 bad usage.",
+    epilog=examples(
+        "agentload dataset validate conversations.jsonl",
+        "agentload dataset stats sharegpt.json --tokenizer tokenizer.json",
+        "agentload dataset convert trace.jsonl rows.jsonl --from mooncake",
+    ),
     no_args_is_help=True,
 )
 app.add_typer(dataset_app, name="dataset")
@@ -54,7 +59,13 @@ def _print_json(doc: Any) -> None:
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-@dataset_app.command("validate")
+@dataset_app.command(
+    "validate",
+    epilog=examples(
+        "agentload dataset validate conversations.jsonl",
+        "agentload dataset validate mooncake_trace.jsonl --format mooncake --json",
+    ),
+)
 def validate_command(
     dataset: Dataset,
     format: Format = "auto",
@@ -102,7 +113,14 @@ def validate_command(
             print(f"skipped or adjusted: {what}")
 
 
-@dataset_app.command("stats")
+@dataset_app.command(
+    "stats",
+    epilog=examples(
+        "agentload dataset stats sharegpt.json",
+        "agentload dataset stats results/demo/trajectories.jsonl --json",
+        "agentload dataset stats rows.jsonl --tokenizer tokenizer.json",
+    ),
+)
 def stats_command(
     dataset: Dataset,
     format: Format = "auto",
@@ -172,7 +190,14 @@ def stats_command(
         )
 
 
-@dataset_app.command("convert")
+@dataset_app.command(
+    "convert",
+    epilog=examples(
+        "agentload dataset convert sharegpt.json rows.jsonl --verify",
+        "agentload dataset convert trace.jsonl rows.jsonl --from mooncake \\",
+        "  --tokenizer tokenizer.json",
+    ),
+)
 def convert_command(
     source: Annotated[Path, typer.Argument(help="Input file.", show_default=False)],
     out: Annotated[

@@ -9,13 +9,20 @@ from typing import Annotated
 import orjson
 import typer
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.results.jsonl import ResultsError
 
 FORMATS = ("csv", "parquet", "tau2")
 
 
-@app.command("export")
+@app.command(
+    "export",
+    epilog=examples(
+        "agentload export results/demo --format parquet --out tables",
+        "agentload export results/sweep --format csv",
+        "agentload export results/tau2 --format tau2 --tau2-data tau2-bench",
+    ),
+)
 def export_command(
     out_dir: Annotated[
         Path,
@@ -58,6 +65,7 @@ def export_command(
     """Write calls, sessions and per-turn statistics as CSV or Parquet tables, or the run's
     τ² episodes as τ²-bench results files (`tau2 view` opens them; τ²'s evaluator re-grades
     them)."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.results.dirs import check_results_dir, is_sweep
     from agentload.results.export import ExportError, export
     from agentload.results.tau2_export import Tau2ExportError, export_tau2

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
+from agentload.flags import SECONDS
 from agentload.redact import Scrubber, redact_url, url_secrets
 from agentload.servermetrics.derived import metrics_url, rate_rows, snapshot_rows
 from agentload.servermetrics.parse import COUNTERS, GAUGES, parse_metrics
@@ -75,7 +76,14 @@ async def _watch(
         )
 
 
-@app.command("metrics")
+@app.command(
+    "metrics",
+    epilog=examples(
+        "agentload metrics http://127.0.0.1:8000",
+        "# what changes every 2 s, ten times",
+        "agentload metrics http://127.0.0.1:8000/metrics --watch 2 --count 10",
+    ),
+)
 def metrics_command(
     url: Annotated[
         str,
@@ -85,12 +93,16 @@ def metrics_command(
     ],
     watch: Annotated[
         float | None,
-        typer.Option("--watch", "-w", help="Scrape every SECONDS and print what changed."),
+        typer.Option(
+            "--watch", "-w", help="Scrape every SECONDS and print what changed.", metavar=SECONDS
+        ),
     ] = None,
     count: Annotated[
         int, typer.Option("--count", help="With --watch: stop after N scrapes (0 = until Ctrl-C).")
     ] = 0,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds per scrape.")] = 5.0,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", help="Seconds per scrape.", metavar=SECONDS)
+    ] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON sample per line.")] = False,
     raw: Annotated[bool, typer.Option("--raw", help="Also list the raw values kept.")] = False,
 ) -> None:

@@ -16,22 +16,24 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import typer
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from agentload.client.config import EndpointConfig
+from agentload.client.endpoint import EndpointConfig
 from agentload.config import ConfigError, RunConfig, format_validation_error
 from agentload.flags import (
     LOAD,
     OUTPUT,
     UNSET,
     Flag,
+    duration,
     flag,
     flagged_fields,
     help_of,
 )
+from agentload.units import parse_duration
 
 REQUIRED: Any = inspect.Parameter.empty
 """The default of an option that must be given."""
@@ -241,8 +243,8 @@ class RunArgs(BaseModel):
     ] = Field("auto", description="auto | live | plain | off.")
     # A tiny period costs the client CPU that shows up in its own measurements.
     progress_interval: Annotated[
-        float, flag("--progress-interval", panel=OUTPUT, metavar="S", resume=True)
-    ] = Field(10.0, ge=0.1, le=86_400, description="Seconds between plain progress lines.")
+        float, duration("--progress-interval", panel=OUTPUT, resume=True)
+    ] = Field(10.0, ge=0.1, le=86_400, description="Time between plain progress lines, e.g. 30s.")
     quiet: Annotated[bool, flag("--quiet", "-q", panel=OUTPUT, sets=True, resume=True)] = Field(
         False, description="No progress or messages."
     )
@@ -254,6 +256,11 @@ class RunArgs(BaseModel):
         description="Log parameters, metrics and artifacts to MLflow (at MLFLOW_TRACKING_URI, "
         "which alone also turns this on).",
     )
+
+    @field_validator("progress_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> float:
+        return parse_duration(value)
 
     @property
     def progress_mode(self) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.cli.tools import (
     BodyTimeoutOpt,
     HeaderTimeoutOpt,
@@ -17,12 +17,22 @@ from agentload.cli.tools import (
     MaxBodyOpt,
     MaxConnectionsOpt,
 )
+from agentload.flags import DURATION
+from agentload.units import parse_duration
 
 if TYPE_CHECKING:
-    from agentload.proxy.server import ProxyConfig
+    from agentload.proxy.service import ProxyConfig
 
 
-@app.command("proxy")
+@app.command(
+    "proxy",
+    epilog=examples(
+        "# then point the agent at http://127.0.0.1:8100/v1",
+        "agentload proxy --upstream http://127.0.0.1:8000 --out results/agent",
+        "agentload proxy --upstream http://127.0.0.1:8000 --out results/agent \\",
+        "  --port 9000 --duration 10m --json",
+    ),
+)
 def proxy_command(
     upstream: Annotated[
         str,
@@ -42,7 +52,10 @@ def proxy_command(
     duration: Annotated[
         float | None,
         typer.Option(
-            "--duration", help="Stop after this many seconds (default: Ctrl-C).", metavar="S", min=0
+            "--duration",
+            help="Stop after this long, e.g. 90s or 10m (default: Ctrl-C).",
+            metavar=DURATION,
+            parser=parse_duration,
         ),
     ] = None,
     overwrite: Annotated[
@@ -83,8 +96,9 @@ def _proxy_config(
     limit_flags: tuple[float, float, float, float, int],
 ) -> ProxyConfig:
     """The proxy's settings from its flags; exit 2 on a bad port, limit or upstream."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.http_limits import check_port, limits_from_flags
-    from agentload.proxy.server import ProxyConfig, _upstream_root
+    from agentload.proxy.service import ProxyConfig, upstream_root
 
     try:
         if (bad := check_port(port)) is not None:
@@ -94,7 +108,7 @@ def _proxy_config(
         typer.echo(f"agentload proxy: {e}", err=True)
         raise typer.Exit(2) from None
     try:
-        _upstream_root(upstream)
+        upstream_root(upstream)
     except ValueError as e:
         typer.echo(f"agentload proxy: {e}", err=True)
         raise typer.Exit(2) from None
@@ -115,7 +129,8 @@ def _proxy_config(
 def _serve(cfg: ProxyConfig, duration: float | None) -> dict[str, Any]:
     """Run the proxy until it stops; its summary. Exit 2 on results already in --out,
     1 when it cannot listen."""
-    from agentload.proxy.server import serve
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.proxy.service import serve
     from agentload.util import run_async
 
     out, host, port = cfg.out, cfg.host, cfg.port  # as given, whatever serving changes

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from agentload.cli.options import REPLAY_OPTIONS, command_options
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.cli.run import CommandLine, cli_overrides, configure_resume, default_out, run_flow
 from agentload.config import ConfigError, RunConfig, build_config, read_yaml
 
@@ -55,6 +55,13 @@ def replay_command(
 app.command(
     "replay",
     help=HELP,
-    epilog="Annotated options: docs/replay.md.",
+    epilog=examples(
+        "# a run's own conversations again, on the embedded simulator",
+        "agentload replay results/demo/trajectories.jsonl --concurrency 8",
+        "agentload replay sharegpt.json --base-url http://127.0.0.1:8000 \\",
+        "  --model Qwen/Qwen3-8B --rate 2 --num-episodes 200",
+        "agentload replay mooncake_trace.jsonl --format mooncake --salt",
+    )
+    + "\n\nAnnotated options: docs/replay.md.",
     context_settings={"max_content_width": 100},
 )(replay_command)

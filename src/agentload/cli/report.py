@@ -11,12 +11,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.fmt import pct, secs
 from agentload.results.jsonl import ResultsError
 
 
-@app.command("report")
+@app.command(
+    "report",
+    epilog=examples(
+        "agentload report results/demo",
+        "agentload report results/demo --slo ttft_p90=1s,e2e_p99=20s",
+        "# a sweep folder: every point, then sweep.md and sweep.html",
+        "agentload report results/sweep --quiet",
+    ),
+)
 def report_command(
     out_dir: Annotated[Path, typer.Argument(help="Results directory of a run, or of a sweep.")],
     slo: Annotated[
@@ -30,6 +38,7 @@ def report_command(
 ) -> None:
     """Re-summarize a results directory (summary.json, report.md, report.html, charts/*.png),
     or a sweep directory (every point, then sweep.json, sweep.md and sweep.html)."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report import summary_table
     from agentload.report.redo import rereport, rereport_sweep
     from agentload.results.dirs import check_results_dir, is_sweep
@@ -56,6 +65,7 @@ def report_command(
     console = Console()
     if not quiet:
         if sweep:
+            # lazy: start-up: a command's machinery loads when it runs, not for --help
             from agentload.sweep import sweep_table
 
             console.print(sweep_table(doc))
@@ -73,7 +83,15 @@ def _cell(m: dict[str, Any] | None, rate: bool) -> str:
     return f"{f(m['value'])} [{f(ci[0])}, {f(ci[1])}]" if ci else f(m["value"])
 
 
-@app.command("compare")
+@app.command(
+    "compare",
+    epilog=examples(
+        "agentload compare results/c8 results/c16",
+        "agentload compare results/vllm results/sglang results/trtllm \\",
+        "  --labels vllm,sglang,trtllm --out results/engines",
+        "agentload compare results/direct results/gateway --max-added 5%",
+    ),
+)
 def compare_command(
     dirs: Annotated[
         list[Path],
@@ -129,6 +147,7 @@ def compare_command(
 ) -> None:
     """Compare runs side by side: two runs with 95% bootstrap confidence intervals; N runs
     or sweeps as one table and overlaid curves (TTFT, e2e, success, throughput against load)."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.results.dirs import is_sweep
 
     if len(dirs) < 2:
@@ -138,6 +157,7 @@ def compare_command(
         raise typer.BadParameter(
             "--gateway / --max-added compare two folders: direct, then through the gateway"
         )
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.multi import DEFAULT_OUT, parse_labels
 
     try:
@@ -159,6 +179,7 @@ def _compare_two(
     json_out: bool,
 ) -> None:
     """Two runs side by side with 95% CIs (and, with --gateway, the latency B adds)."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.compare import compare_dirs
     from agentload.results.dirs import check_results_dir, is_sweep
 
@@ -171,6 +192,7 @@ def _compare_two(
         check_results_dir(dir_b)
         res = compare_dirs(dir_a, dir_b, role)
         if gated is not None:
+            # lazy: start-up: a command's machinery loads when it runs, not for --help
             from agentload.report.added import added_latency
 
             added = added_latency(dir_a, dir_b, max_added=gated[0], gate=gated[1])
@@ -188,6 +210,7 @@ def _compare_two(
         for p in written:
             typer.echo(f"wrote {p}")
     if added is not None:
+        # lazy: start-up: a command's machinery loads when it runs, not for --help
         from agentload.report.added import exit_code
 
         raise typer.Exit(exit_code(added))
@@ -195,6 +218,7 @@ def _compare_two(
 
 def _load_many(dirs: list[Path], names: list[str] | None) -> list[Any]:
     """The folders as report.multi.Series; exit 2 on one that is not a run or a sweep."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.multi import load_all
 
     try:
@@ -208,6 +232,7 @@ def _write_many(
     series: list[Any], out: Path, statistics: dict[str, Any] | None = None, role: str = "agent"
 ) -> list[Path]:
     """compare.md / .html / .json in `out`; exit 1 when it cannot be written."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.multi import write_compare
 
     try:
@@ -219,6 +244,7 @@ def _write_many(
 
 def _compare_many(dirs: list[Path], out: Path, names: list[str] | None, json_out: bool) -> None:
     """N runs or sweeps: the table on the console (or compare.json on stdout), the files."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.multi import compare_table
 
     series = _load_many(dirs, names)
@@ -236,6 +262,7 @@ def _compare_sweeps(
     dir_a: Path, dir_b: Path, gated: tuple[Any, tuple[str, ...]] | None, json_out: bool
 ) -> None:
     """Two sweeps (direct, then through the gateway): the added latency point by point."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.cli.added import print_added
     from agentload.report.added import added_latency_sweep, exit_code
     from agentload.results.dirs import is_sweep
@@ -265,6 +292,7 @@ def _compare_sweeps(
 
 def _gate_args(max_added: str | None, gate: str) -> tuple[Any, tuple[str, ...]]:
     """(--max-added as a Threshold or None, --gate's figures); a usage error if malformed."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.added import NAMES, parse_threshold
 
     gates = tuple(g.strip() for g in gate.split(",") if g.strip())
@@ -316,6 +344,7 @@ def _print_compare(
     for line in res["context_differences"]:
         console.print(f"[yellow]warning:[/] the runs differ in {escape(line)}", highlight=False)
     if added is not None:
+        # lazy: start-up: a command's machinery loads when it runs, not for --help
         from agentload.cli.added import print_added
 
         print_added(console, added)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from agentload import __version__
+from agentload.version import __version__
 
 
 class _OneLineErrors(TyperGroup):
@@ -27,6 +29,7 @@ class _OneLineErrors(TyperGroup):
         # Click's own signature, so no argument can reach it twice.
         call = (args, prog_name, complete_var, False, windows_expand_args)
         _plain_metavars(self)
+        _one_line_paragraphs(self)
         if not standalone_mode:
             return super().main(*call, **extra)
         try:
@@ -64,6 +67,56 @@ def _plain_metavars(command: Any) -> None:
             param.metavar = str(param.name or "value").upper()
     for sub in getattr(command, "commands", {}).values():
         _plain_metavars(sub)
+
+
+EXAMPLES = "\b\nExamples:\n"
+
+
+def examples(*lines: str) -> str:
+    """A command's examples for its --help (``epilog=examples(...)``): command lines that work
+    as shown, a ``# …`` line above one says what it does, a line ending in `` \\`` goes on.
+    Each line fits an 80-column terminal; tests/unit/test_help_examples.py checks that every
+    flag an example names exists on its command."""
+    return EXAMPLES + "\n".join("  " + line for line in lines)
+
+
+def _examples_into_help(command: Any) -> None:
+    """Show the examples of a command's epilog at the end of its help text: every supported
+    typer keeps the lines of a \\b paragraph there, while typer 0.16 joins an epilog's."""
+    epilog = getattr(command, "epilog", None) or ""
+    before, found, after = epilog.partition(EXAMPLES)
+    if not found:
+        return
+    block, _, rest = after.partition("\n\n")
+    command.help = (command.help or "").rstrip() + "\n\n" + EXAMPLES + block
+    command.epilog = "\n\n".join(p for p in (before.strip(), rest.strip()) if p) or None
+
+
+_PARAGRAPH = re.compile(r"\n[ \t]*\n")
+
+
+def _one_line(text: str) -> str:
+    """Each paragraph of a help text on one line, for the terminal to wrap at its width (a
+    line break kept from the source mangles the text at 80 columns); a paragraph that starts
+    with \\b keeps its lines, as Click renders it. Text after \\f (hidden) is left alone."""
+    shown, mark, hidden = inspect.cleandoc(text).partition("\f")
+    paragraphs = _PARAGRAPH.split(shown)
+    kept = [p if p.lstrip(" ").startswith("\b") else " ".join(p.split()) for p in paragraphs]
+    return "\n\n".join(kept) + mark + hidden
+
+
+def _one_line_paragraphs(command: Any) -> None:
+    """Rewrap the help of `command`, its options and its sub-commands (`_one_line`)."""
+    _examples_into_help(command)
+    for attr in ("help", "epilog"):
+        text = getattr(command, attr, None)
+        if isinstance(text, str) and text:
+            setattr(command, attr, _one_line(text))
+    for param in getattr(command, "params", ()):
+        if isinstance(getattr(param, "help", None), str) and "\n" in param.help:
+            param.help = _one_line(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _one_line_paragraphs(sub)
 
 
 app = typer.Typer(

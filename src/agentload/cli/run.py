@@ -26,7 +26,7 @@ from agentload.cli.options import (
     given,
     parse_args,
 )
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.config import (
     EXAMPLE_CONFIG,
     MAX_CONCURRENCY,
@@ -73,9 +73,7 @@ on a free loopback port for the run and stops afterwards.
 
 \b
 Example config (YAML; every flag overrides it; annotated in docs/run.md):
-\b
 {escape(EXAMPLE_CONFIG)}
-\b
 {_EXIT_CODES}
 """
 
@@ -170,7 +168,8 @@ def only_model(fields: dict[str, Any]) -> str:
     import urllib.error
     import urllib.request
 
-    from agentload.client.config import normalize_base_url
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.client.endpoint import normalize_base_url
     from agentload.redact import DEFAULT_KEY_ENV, redact_url
 
     url = f"{normalize_base_url(str(fields['base_url']))}/models"
@@ -242,6 +241,7 @@ def _err(msg: str) -> None:
 def _configure(cl: CommandLine) -> RunConfig:
     if cl.args.resume is not None:
         return configure_resume(cl)
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.config import check_task_selection, read_yaml
 
     path = cl.args.config
@@ -271,6 +271,7 @@ def configure_resume(cl: CommandLine) -> RunConfig:
         )
     if cl.args.overwrite:
         raise ConfigError("--resume keeps the results in DIR; drop --overwrite")
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.results.jsonl import ResultsError
     from agentload.results.resume import check_resumable
 
@@ -291,6 +292,7 @@ def configure_resume(cl: CommandLine) -> RunConfig:
 def _check_places(cfg: RunConfig) -> None:
     """Bad input, not a failed run (exit 2): an --out that is a file (or below one), a --ray
     host that does not resolve."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.results.dirs import check_out_dir
     from agentload.results.jsonl import ResultsError
 
@@ -387,6 +389,7 @@ def _mlflow(args: RunArgs, say: Any, log: Any, what: str = "run") -> bool:
     """Log to MLflow when asked (--mlflow or MLFLOW_TRACKING_URI); False when that failed.
     The failure is one whole line and the results folder stays complete; the caller turns a
     successful run's exit code into 1, so a job that asked for MLflow notices."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.integrations import mlflow as ml
 
     if not ml.enabled(args.mlflow):
@@ -405,6 +408,7 @@ def _finish_run(out: RunOutcome, args: RunArgs) -> int:
         sys.stdout.write(orjson.dumps(out.summary, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not args.quiet:
         try:
+            # lazy: start-up: a command's machinery loads when it runs, not for --help
             from agentload.report import summary_table
 
             _console().print(summary_table(out.summary or {}))
@@ -422,6 +426,7 @@ def _finish_run(out: RunOutcome, args: RunArgs) -> int:
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
         if client.get("workers"):  # a run over workers (the driver is imported only then)
+            # lazy: start-up: a command's machinery loads when it runs, not for --help
             from agentload.distributed.driver import describe_workers
 
             if line := describe_workers(client):
@@ -465,7 +470,16 @@ def _sweep_points(args: SweepArgs) -> tuple[str, list[float]]:
 app.command(
     "run",
     help=RUN_HELP,
-    epilog="Annotated options: docs/run.md.",
+    epilog=examples(
+        "# 20 airline episodes on the embedded simulator (no server needed)",
+        "agentload run --tasks airline --num-episodes 20 --out results/demo",
+        "agentload run --base-url http://127.0.0.1:8000 --model Qwen/Qwen3-8B \\",
+        "  --tasks airline,retail --trials 4 --concurrency 16 --warmup 10s",
+        "# fixed lengths: 512 tokens in, 128 out, 8 at a time for 5 minutes",
+        "agentload run --workload synthetic --input-tokens 512 \\",
+        "  --output-tokens 128 --concurrency 8 --duration 5m",
+    )
+    + "\n\nAnnotated options: docs/run.md.",
     context_settings={"max_content_width": 100},
 )(run_command)
 
@@ -482,6 +496,15 @@ app.command(
     "tabulate throughput, latency, success and SLO attainment per point; names the highest "
     "load that meets the SLO (--slo). Writes sweep.json, sweep.md and sweep.html (each load "
     "value links to its point's report).\n\n" + _SWEEP_EXIT_CODES,
+    epilog=examples(
+        "# three load points on the embedded simulator, in about a minute",
+        "agentload sweep --tasks airline --concurrency 1,4,16 --num-episodes 16 \\",
+        "  --sim-speedup 8",
+        "agentload sweep --base-url http://127.0.0.1:8000 --model Qwen/Qwen3-8B \\",
+        "  --concurrency 1,2,4,8,16,32 --slo ttft_p90=2s,e2e_p99=10s \\",
+        "  --stop-on-slo-fail",
+        "agentload sweep --workload synthetic --rates 0.5,1,2,4 --duration 2m",
+    ),
     context_settings={"max_content_width": 100},
 )(sweep_command)
 

@@ -18,7 +18,7 @@ import orjson
 import typer
 from pydantic import ValidationError
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.engine_launch import ENGINES, LaunchConfig
 from agentload.engines.launch import (
     EngineError,
@@ -28,6 +28,7 @@ from agentload.engines.launch import (
     redact_args,
     tail_lines,
 )
+from agentload.flags import SECONDS
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 
@@ -100,9 +101,12 @@ _CacheDir = Annotated[
     Path | None,
     typer.Option(help="Cache folder of this instance (default: <out>/engine-<name>-cache)."),
 ]
-_Startup = Annotated[float, typer.Option(min=1, help="Seconds to wait for /health and /v1/models.")]
+_Startup = Annotated[
+    float, typer.Option(min=1, help="Seconds to wait for /health and /v1/models.", metavar=SECONDS)
+]
 _StopT = Annotated[
-    float, typer.Option(min=0, help="Seconds between SIGTERM and SIGKILL when stopping.")
+    float,
+    typer.Option(min=0, help="Seconds between SIGTERM and SIGKILL when stopping.", metavar=SECONDS),
 ]
 _Json = Annotated[
     bool, typer.Option("--json", help="Print one JSON line when ready (and one when stopped).")
@@ -114,6 +118,12 @@ _DryRun = Annotated[
 
 @app.command(
     "serve",
+    epilog=examples(
+        "agentload serve vllm --model Qwen/Qwen3-8B -- --max-model-len 32768",
+        "agentload serve sglang --model Qwen/Qwen3-8B --docker lmsysorg/sglang",
+        "# print the command line it would run, and stop",
+        "agentload serve vllm --model Qwen/Qwen3-8B --port 8001 --dry-run",
+    ),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 def serve_command(

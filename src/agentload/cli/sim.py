@@ -11,10 +11,10 @@ import typer
 from pydantic import BaseModel, Field, ValidationError
 
 from agentload.cli.options import ARGS, CONFIG, command_options, from_model, given, parse_args
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
 from agentload.config import ConfigError
 from agentload.flags import flag
-from agentload.sim.config import (
+from agentload.sim.settings import (
     BEHAVIOUR,
     ENGINE,
     FAULTS,
@@ -144,6 +144,7 @@ def sim_command(**a: Any) -> None:
         level=a["log_level"].upper() if a.get("log_level") else "INFO",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.sim.api import run_blocking
 
     run_blocking(config)
@@ -151,6 +152,12 @@ def sim_command(**a: Any) -> None:
 
 sim_app = typer.Typer(
     name="sim",
+    epilog=examples(
+        "agentload sim --port 8000",
+        "# a calibrated profile, 4x faster, 5% injected faults",
+        "agentload sim --profile vllm-cpu-tiny --speedup 4 --fault-rate 0.05",
+        "agentload sim calibrate --from results/demo -o fitted.yaml",
+    ),
     invoke_without_command=True,
     no_args_is_help=False,
     add_completion=False,

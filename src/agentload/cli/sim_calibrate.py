@@ -16,9 +16,10 @@ import typer
 from pydantic import BaseModel, Field
 
 from agentload.cli.options import ARGS, Opt, command_options, from_model, parse_args
+from agentload.cli.root import examples
 from agentload.cli.sim import sim_app
 from agentload.config import ConfigError
-from agentload.flags import flag
+from agentload.flags import SECONDS, flag
 from agentload.redact import DEFAULT_KEY_ENV, redact_argv
 
 _OUT = Path("profile.yaml")
@@ -133,7 +134,7 @@ class CalibrateArgs(_ServerKey):
         description="Rounds of the probe (each pattern once per round); with two or more, each "
         "round's pace against the others shows whether the server held still.",
     )
-    warmup: Annotated[float | None, flag("--warmup", panel=PROBE, metavar="S")] = Field(
+    warmup: Annotated[float | None, flag("--warmup", panel=PROBE, metavar=SECONDS)] = Field(
         None,
         ge=0,
         description="Seconds of probe load before measuring, recorded nothing: a freshly "
@@ -179,7 +180,15 @@ def _args(cmd: str, model: type[M], opts: list[Opt], a: dict[str, Any]) -> M:
         raise _fail(cmd, str(e).removeprefix("invalid configuration: "), 2) from None
 
 
-@sim_app.command("calibrate")
+@sim_app.command(
+    "calibrate",
+    epilog=examples(
+        "agentload sim calibrate --base-url http://127.0.0.1:8000/v1 \\",
+        "  --model Qwen/Qwen3-8B --tokenizer tokenizer.json -o qwen3-8b.yaml",
+        "# fit from a finished run instead of probing",
+        "agentload sim calibrate --from results/demo -o fitted.yaml",
+    ),
+)
 @command_options(CALIBRATE_OPTIONS)
 def calibrate_command(**a: Any) -> None:
     """Fit a simulator timing profile to a real server: probe it (prefill across prompt lengths,
@@ -189,7 +198,8 @@ def calibrate_command(**a: Any) -> None:
     engine it came from, keeping the probe's measurements beside it (NAME.probe.json).
     --pool fits one profile to kept probes of several server starts, replicas or days.
     Use it with `agentload sim --profile FILE` or a run's `--sim-profile FILE`."""
-    from agentload.sim.calibration.calibrate import profile_yaml, summary_lines
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.calibrate import profile_yaml, summary_lines
 
     args = _args("calibrate", CalibrateArgs, CALIBRATE_OPTIONS, a)
     say = _say(args.quiet)
@@ -220,13 +230,15 @@ def _calibration(a: CalibrateArgs, name: str, out: Path, say: Any) -> Any:
     if len(sources) > 1:
         raise ValueError(f"give one of {', '.join(sources)}: each is a way to calibrate")
     if a.from_dir is not None:
-        from agentload.sim.calibration.fromrun import calibrate_from_run
+        # lazy: start-up: a command's machinery loads when it runs, not for --help
+        from agentload.calibration.fromrun import calibrate_from_run
 
         return calibrate_from_run(
             a.from_dir, name=name, base=a.base, budget=a.max_num_batched_tokens, say=say
         )
     if a.pool:
-        from agentload.sim.calibration.calibrate import pool
+        # lazy: start-up: a command's machinery loads when it runs, not for --help
+        from agentload.calibration.calibrate import pool
 
         if a.max_num_batched_tokens is not None:
             raise ValueError("--max-num-batched-tokens: the pooled probes carry their own")
@@ -244,8 +256,9 @@ def _calibration(a: CalibrateArgs, name: str, out: Path, say: Any) -> Any:
         raise ValueError(
             "give --base-url and --model (or --from RESULTS_DIR, or --pool PROBE_JSON)"
         )
-    from agentload.sim.calibration.calibrate import calibrate, probe_path
-    from agentload.sim.calibration.stream import Target
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.calibrate import calibrate, probe_path
+    from agentload.calibration.stream import Target
 
     key = a.server_key()
     return asyncio.run(
@@ -265,7 +278,8 @@ def _calibration(a: CalibrateArgs, name: str, out: Path, say: Any) -> Any:
 
 
 def _plan(a: CalibrateArgs) -> Any:
-    from agentload.sim.calibration.probe import ProbePlan
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.probe import ProbePlan
 
     plan = ProbePlan.quick() if a.quick else ProbePlan(repeats=a.repeats)
     if a.warmup is not None:
@@ -275,7 +289,8 @@ def _plan(a: CalibrateArgs) -> Any:
 
 def _probe_errors() -> tuple[type[Exception], ...]:
     """A server that failed (not the user's input): exit code 1."""
-    from agentload.sim.calibration.stream import ProbeError
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.stream import ProbeError
 
     return (ProbeError, OSError, RuntimeError)
 
@@ -317,7 +332,7 @@ class FidelityArgs(_ServerKey):
         description="Run every workload N times on both sides and compare medians; the table "
         "then shows how far the real server moved between passes.",
     )
-    warmup: Annotated[float, flag("--warmup", panel=PROBE, metavar="S")] = Field(
+    warmup: Annotated[float, flag("--warmup", panel=PROBE, metavar=SECONDS)] = Field(
         0.0,
         ge=0,
         description="Seconds of the workloads on the real server first, recorded nothing: a "
@@ -339,7 +354,15 @@ FIDELITY_OPTIONS = from_model(
 )
 
 
-@sim_app.command("fidelity")
+@sim_app.command(
+    "fidelity",
+    epilog=examples(
+        "agentload sim fidelity --real http://127.0.0.1:8000/v1 \\",
+        "  --model Qwen/Qwen3-8B --profile qwen3-8b.yaml",
+        "agentload sim fidelity --real http://127.0.0.1:8000/v1 \\",
+        "  --profile qwen3-8b.yaml --passes 3 --out fidelity.json",
+    ),
+)
 @command_options(FIDELITY_OPTIONS)
 def fidelity_command(**kw: Any) -> None:
     """Run fixed workloads (prefill-heavy, decode-heavy, shared-prefix, concurrent) against the
@@ -348,8 +371,9 @@ def fidelity_command(**kw: Any) -> None:
     percentile that lies between bands of TTFTs a prefill apart. --pool combines results of
     several server starts or replicas. Exit code 0 when TTFT and TPOT are within 10 % on every
     workload, 3 when not."""
-    from agentload.sim.calibration.fidelity import WORKLOADS, fidelity, table
-    from agentload.sim.calibration.stream import Target
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.fidelity import WORKLOADS, fidelity, table
+    from agentload.calibration.stream import Target
     from agentload.sim.profiles import load_profile
 
     args = _args("fidelity", FidelityArgs, FIDELITY_OPTIONS, kw)
@@ -394,7 +418,8 @@ def fidelity_command(**kw: Any) -> None:
 
 
 def _pooled(args: FidelityArgs) -> dict[str, Any]:
-    from agentload.sim.calibration.fidelity import pool
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.fidelity import pool
 
     measuring = [flag for flag, given in (
         ("--real", args.real), ("--model", args.model), ("--api-key", args.api_key),
@@ -424,8 +449,9 @@ def _pooled(args: FidelityArgs) -> dict[str, Any]:
 
 
 def _show_fidelity(result: dict[str, Any], out: Path | None, as_json: bool, table: Any) -> None:
-    from agentload.sim.calibration.calibrate import first_pass_hint, pace_text
-    from agentload.sim.calibration.fidelity import GOAL
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
+    from agentload.calibration.calibrate import first_pass_hint, pace_text
+    from agentload.calibration.fidelity import GOAL
 
     pooled = result.get("pooled")
     between, unit = ("between the results", "result") if pooled else ("between passes", "pass")

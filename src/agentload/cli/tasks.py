@@ -13,19 +13,23 @@ from rich.console import Console
 from rich.table import Table
 
 from agentload.cli.options import Opt, command_options
-from agentload.cli.root import app
-from agentload.domains import domain_names, get_domain, get_task
+from agentload.cli.root import app, examples
+from agentload.domains import domain_names, get_domain, get_task, grade_trajectory
 from agentload.domains.base import (
     GRADER_VERSION,
     TASK_CATEGORIES,
     Domain,
     Environment,
     check_tasks,
-    grade_trajectory,
 )
 
 tasks_app = typer.Typer(
     help="List, show and check the built-in domains' tasks.",
+    epilog=examples(
+        "agentload tasks --domain airline",
+        "agentload tasks show airline/007",
+        "agentload tasks grade results/demo/trajectories.jsonl",
+    ),
     no_args_is_help=False,
     invoke_without_command=True,
 )
@@ -113,7 +117,14 @@ def tasks_list(ctx: typer.Context, **kw: Any) -> None:
     _list(kw["domain"], kw["category"], kw["as_json"])
 
 
-@tasks_app.command("list")
+@tasks_app.command(
+    "list",
+    epilog=examples(
+        "agentload tasks list --domain retail --category refusal",
+        "agentload tasks list -d tau2-airline --tau2-data tau2-bench --split test",
+        "agentload tasks list --json",
+    ),
+)
 @command_options(_LIST_OPTIONS)
 def tasks_list_command(**kw: Any) -> None:
     """List tasks: id, category, gold actions, writes, required outputs, the customer's goal
@@ -124,6 +135,7 @@ def tasks_list_command(**kw: Any) -> None:
 
 def _tau2(kw: dict[str, Any]) -> None:
     """Point the τ² family at --tau2-data / --split; a bad folder or split is one line."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.domains.tau2 import configure
     from agentload.domains.tau2.data import Tau2DataError, data_dir, splits
 
@@ -181,7 +193,13 @@ def _list(domain: list[str] | None, category: str | None, as_json: bool) -> None
     console.print(f"{sum(counts.values())} tasks ({summary})")
 
 
-@tasks_app.command("show")
+@tasks_app.command(
+    "show",
+    epilog=examples(
+        "agentload tasks show airline/007",
+        "agentload tasks show tau2-airline/3 --tau2-data tau2-bench",
+    ),
+)
 def tasks_show(
     task_id: str = typer.Argument(..., help='Task id, e.g. "airline/007" or "tau2-airline/3".'),
     tau2_data: str | None = typer.Option(
@@ -189,6 +207,7 @@ def tasks_show(
     ),
 ) -> None:
     """Print one task as JSON: scenario, gold actions, required outputs (τ²'s: its record)."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.domains.tau2 import configure
     from agentload.domains.tau2.data import Tau2DataError
 
@@ -204,7 +223,10 @@ def tasks_show(
     sys.stdout.buffer.write(orjson.dumps(task.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
 
 
-@tasks_app.command("check")
+@tasks_app.command(
+    "check",
+    epilog=examples("agentload tasks check", "agentload tasks check --domain retail"),
+)
 def tasks_check(
     domain: list[str] | None = typer.Option(None, "--domain", "-d", help="Domain(s) to check."),
 ) -> None:
@@ -213,6 +235,7 @@ def tasks_check(
     Fails (exit 1) when a gold action errors, a task fails its own grading, a write task
     leaves the database unchanged, or a read-only / refusal task changes it.
     """
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.domains.tau2 import Tau2Domain
     from agentload.domains.tau2.grading import GRADER_VERSION as TAU2_GRADER
     from agentload.domains.tau2.grading import check_tasks as check_tau2_tasks
@@ -234,7 +257,13 @@ def tasks_check(
         raise typer.Exit(1)
 
 
-@tasks_app.command("grade")
+@tasks_app.command(
+    "grade",
+    epilog=examples(
+        "agentload tasks grade results/demo",
+        "agentload tasks grade results/demo/trajectories.jsonl --json",
+    ),
+)
 def tasks_grade(
     path: Path = typer.Argument(..., help="A trajectories.jsonl file (or a results folder)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per trajectory."),

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from agentload.cli.root import app
+from agentload.cli.root import app, examples
+from agentload.flags import DURATION, SECONDS
+from agentload.units import parse_duration
 
 if TYPE_CHECKING:
     from agentload.http_limits import ServiceLimits
@@ -24,6 +26,10 @@ if TYPE_CHECKING:
 
 tools_app = typer.Typer(
     help="Serve a domain's tools to outside agents: MCP (HTTP or stdio), HTTP/JSON, scripts.",
+    epilog=examples(
+        "agentload tools serve --domain airline --port 8765",
+        "agentload tools scripts --domain airline --out bin",
+    ),
     no_args_is_help=True,
 )
 app.add_typer(tools_app, name="tools")
@@ -45,6 +51,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _store(domain: str, seed: int) -> SessionStore:
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.domains import domain_names
     from agentload.tools import SessionStore
 
@@ -100,13 +107,13 @@ HeaderTimeoutOpt = Annotated[
     typer.Option(
         "--header-timeout",
         help="Seconds a connection has to send a request's headers, then it is closed.",
-        metavar="S",
+        metavar=SECONDS,
     ),
 ]
 BodyTimeoutOpt = Annotated[
     float,
     typer.Option(
-        "--body-timeout", help="Seconds a request's body may take to arrive.", metavar="S"
+        "--body-timeout", help="Seconds a request's body may take to arrive.", metavar=SECONDS
     ),
 ]
 KeepaliveTimeoutOpt = Annotated[
@@ -114,7 +121,7 @@ KeepaliveTimeoutOpt = Annotated[
     typer.Option(
         "--keepalive-timeout",
         help="Seconds an idle connection stays open between requests.",
-        metavar="S",
+        metavar=SECONDS,
     ),
 ]
 MaxBodyOpt = Annotated[
@@ -138,7 +145,10 @@ GradeToolOpt = Annotated[
 DurationOpt = Annotated[
     float | None,
     typer.Option(
-        "--duration", help="Stop after S seconds (http; default: Ctrl-C).", metavar="S", min=0
+        "--duration",
+        help="Stop after this long, e.g. 90s or 10m (http; default: Ctrl-C).",
+        metavar=DURATION,
+        parser=parse_duration,
     ),
 ]
 RecordOpt = Annotated[
@@ -160,7 +170,14 @@ RemoteOpt = Annotated[
 ]
 
 
-@tools_app.command("serve")
+@tools_app.command(
+    "serve",
+    epilog=examples(
+        "# MCP at http://127.0.0.1:8765/mcp, one fresh environment per session",
+        "agentload tools serve --domain airline --port 8765 --duration 1h",
+        "agentload tools serve --transport stdio --domain retail --task retail/005",
+    ),
+)
 def serve_command(
     domain: ServeDomainOpt = None,
     transport: TransportOpt = Transport.http,
@@ -184,6 +201,7 @@ def serve_command(
     /sessions/SID/mcp (a session created by POST /sessions), JSON at /sessions; see
     docs/external-agents.md. stdio: one environment for the process, for --task, or with
     --remote the session of a running tool server."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.http_limits import check_port, limits_from_flags
     from agentload.tools import ToolsError
 
@@ -222,6 +240,7 @@ def serve_command(
 
 
 def _serve_stdio(store: SessionStore, task: str | None, grade_tool: bool, rec: Path | None) -> None:
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.tools import serve_stdio
     from agentload.util import run_async
 
@@ -235,6 +254,7 @@ def _serve_stdio(store: SessionStore, task: str | None, grade_tool: bool, rec: P
 
 
 def _serve_remote(url: str) -> None:
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.tools import ToolsError
     from agentload.tools.bridge import serve_stdio_remote, split_session_url
     from agentload.util import run_async
@@ -261,6 +281,7 @@ def _serve_http(
     rec: Path | None,
     limits: ServiceLimits,
 ) -> None:
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.tools import ToolServer
     from agentload.util import run_async
 
@@ -322,7 +343,14 @@ async def _until_stopped(work: Coroutine[Any, Any, None] | None, duration: float
                 loop.remove_signal_handler(sig)
 
 
-@tools_app.command("scripts")
+@tools_app.command(
+    "scripts",
+    epilog=examples(
+        "agentload tools scripts --domain airline --out bin",
+        "agentload tools scripts --domain retail --out bin \\",
+        "  --url http://127.0.0.1:8765 --json",
+    ),
+)
 def scripts_command(
     domain: DomainOpt,
     out: Annotated[
@@ -351,6 +379,7 @@ def scripts_command(
     Each is stdlib Python (`NAME --arg value` or `NAME '{json}'`): it calls the HTTP/JSON
     endpoint of `agentload tools serve` and prints the result. Exit codes: 0 ok, 1 the tool
     refused, 2 bad arguments, 3 endpoint unreachable."""
+    # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.tools import write_scripts
 
     if not url.startswith(("http://", "https://")):
