@@ -1,5 +1,5 @@
-"""Limits for the long-lived HTTP services (`agentload proxy`, `agentload tools serve`; the
-simulator uses the connection cap).
+"""Limits for the long-lived HTTP services: `agentload proxy`, `agentload tools serve` and the
+simulator's front end (`agentload.http1server` drives them for the simulator and the proxy).
 
 Each connection gets a `ConnectionGuard` driven by its protocol at the request's boundaries:
 

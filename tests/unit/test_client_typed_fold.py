@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from agentload.client import stream
 from agentload.client.errors import CallError
-from agentload.client.stream import StreamReader, _Attempt, _NoDeadlines
+from agentload.client.stream import Attempt, StreamReader, _NoDeadlines
 
 _MISSING = object()
 _text = st.sampled_from(["hi", "", None, 7, ["x"], _MISSING])
@@ -76,7 +76,7 @@ def _strip(value: Any) -> Any:
 
 
 def _fold(reads: list[bytes]) -> tuple[Any, ...]:
-    acc = _Attempt(("secret",))
+    acc = Attempt(("secret",))
     reader = StreamReader(acc, _NoDeadlines())
     err = None
     try:

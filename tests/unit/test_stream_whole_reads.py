@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentload.client.errors import CallError
-from agentload.client.stream import StreamReader, _Attempt, _NoDeadlines
+from agentload.client.stream import Attempt, StreamReader, _NoDeadlines
 
 _BLOCKS = [
     b'data: {"choices":[{"delta":{"content":"a"}}]}',
@@ -28,7 +28,7 @@ _BLOCKS = [
 
 
 def _fold(reads: list[bytes]) -> tuple[Any, ...]:
-    acc = _Attempt(())
+    acc = Attempt(())
     reader = StreamReader(acc, _NoDeadlines())
     err = None
     try:

@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 
 from agentload.client import itlhist
-from agentload.client.config import EndpointConfig, RetryPolicy
+from agentload.client.endpoint import EndpointConfig, RetryPolicy
 from agentload.client.errors import SHAPE_ERRORS, CallError, classify_http_error, why
 from agentload.client.http1 import Http1Error, Http1Pool, Reply
 from agentload.client.record import CallRecord, ItlSummary
@@ -26,13 +26,14 @@ from agentload.client.safety import (
     redact,
     split_userinfo,
 )
-from agentload.client.stream import StreamReader, _Attempt, assemble, parse_full
+from agentload.client.stream import Attempt, StreamReader, assemble, parse_full
 from agentload.client.tokens import (
     HeuristicCounter,
     TokenCounter,
     count_prompt_tokens,
 )
 from agentload.client.watchdog import Ticker, Watchdog
+from agentload.http_sessions import open_session
 from agentload.redact import endpoint_secrets
 from agentload.stats import percentile_sorted
 from agentload.wire import SESSION_HEADER
@@ -192,15 +193,14 @@ class ChatClient:
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            t = self.endpoint.timeouts
-            connector = aiohttp.TCPConnector(
-                limit=self.endpoint.max_connections, ttl_dns_cache=300, enable_cleanup_closed=True
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect),
+            self._session = open_session(
+                total_s=None,
+                connect_s=self.endpoint.timeouts.connect,
+                limit=self.endpoint.max_connections,
+                dns_cache_s=300,
+                cleanup_closed=True,
                 read_bufsize=1 << 18,
-                skip_auto_headers=("User-Agent",),
+                skip_headers=("User-Agent",),
             )
         return self._session
 
@@ -386,7 +386,7 @@ class ChatClient:
 
     async def _attempts(
         self, rec: CallRecord, request: _Request, is_stream: bool
-    ) -> tuple[_Attempt, CallError | None, bool]:
+    ) -> tuple[Attempt, CallError | None, bool]:
         """Attempts with backoff until one succeeds, fails for good, or the caller cancels."""
         policy = self.endpoint.retry
         t_first = _now_ns()
@@ -396,7 +396,7 @@ class ChatClient:
         wire = request.wire
         while True:
             attempt += 1
-            acc = _Attempt(request.secrets)
+            acc = Attempt(request.secrets)
             dog = self._watchdog(is_stream, _now_ns())
             rec.start_ns = dog.t0
             try:
@@ -470,7 +470,7 @@ class ChatClient:
             self._session = None
 
     async def _attempt(
-        self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: _Attempt, dog: Watchdog
+        self, payload: bytes, hdrs: dict[str, str], is_stream: bool, acc: Attempt, dog: Watchdog
     ) -> None:
         """One attempt through aiohttp (HTTPS, or a caller's own session); `dog` is stopped
         here, and a cancellation it made reaches _attempts, which reports the timeout."""
@@ -509,9 +509,7 @@ class ChatClient:
         finally:
             dog.stop()
 
-    async def _read_stream(
-        self, resp: aiohttp.ClientResponse, acc: _Attempt, dog: Watchdog
-    ) -> None:
+    async def _read_stream(self, resp: aiohttp.ClientResponse, acc: Attempt, dog: Watchdog) -> None:
         """A streamed aiohttp response into `acc`, read by read."""
         reader = StreamReader(acc, dog)
         feed = reader.http_body
@@ -573,7 +571,7 @@ def _reset_error(closed: asyncio.Future[None] | None) -> str | None:
     return None if exc is None else str(exc.__cause__ or exc)
 
 
-def _http1_reply(reply: Reply, reader: StreamReader | None, acc: _Attempt) -> None:
+def _http1_reply(reply: Reply, reader: StreamReader | None, acc: Attempt) -> None:
     """An HTTP/1.1 reply into `acc`: an error status raises, a body is parsed or checked."""
     if reply.status != 200:
         raise _status_error(reply.status, reply.body, reply.header("Retry-After"), acc.secrets)
@@ -593,7 +591,7 @@ def _http1_reply(reply: Reply, reader: StreamReader | None, acc: _Attempt) -> No
 def finish_call(
     rec: CallRecord,
     result: CallResult,
-    acc: _Attempt,
+    acc: Attempt,
     err: CallError | None,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
@@ -651,7 +649,7 @@ def finish_call(
         rec.http_status = 200
 
 
-def _collect(rec: CallRecord, result: CallResult, acc: _Attempt) -> None:
+def _collect(rec: CallRecord, result: CallResult, acc: Attempt) -> None:
     """Assemble text, tool calls, finish reason and usage; raises on pieces of the wrong type."""
     result.content, result.reasoning, result.tool_calls = assemble(acc, rec.call_id)
     rec.num_tool_calls = len(result.tool_calls)

@@ -91,7 +91,7 @@ class Reply:
         return None
 
 
-class _Conn(asyncio.Protocol):
+class Http1Conn(asyncio.Protocol):
     """One keep-alive connection; handles one request at a time."""
 
     def __init__(self, pool: Http1Pool) -> None:
@@ -225,7 +225,7 @@ class Http1Pool:
     """Keep-alive connections to one host:port; at most `limit` open (0 = no limit).
     `tls`: a context for HTTPS (the client itself sends HTTPS through aiohttp)."""
 
-    conn_class: type[_Conn] = _Conn
+    conn_class: type[Http1Conn] = Http1Conn
 
     def __init__(
         self,
@@ -240,8 +240,8 @@ class Http1Pool:
         self.limit = limit
         self.connect_timeout = connect_timeout
         self.tls = tls
-        self._idle: list[_Conn] = []
-        self._open: set[_Conn] = set()
+        self._idle: list[Http1Conn] = []
+        self._open: set[Http1Conn] = set()
         self._connecting = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -273,7 +273,7 @@ class Http1Pool:
         return reply
 
     async def _exchange(
-        self, conn: _Conn, data: bytes, stamps: Stamps, sink: StreamSink | None
+        self, conn: Http1Conn, data: bytes, stamps: Stamps, sink: StreamSink | None
     ) -> None:
         waiter = conn.send(data, stamps, sink)
         try:
@@ -284,7 +284,7 @@ class Http1Pool:
         finally:
             conn.waiter = None
 
-    def _take_idle(self) -> _Conn | None:
+    def _take_idle(self) -> Http1Conn | None:
         idle = self._idle
         while idle:
             conn = idle.pop()
@@ -292,7 +292,7 @@ class Http1Pool:
                 return conn
         return None
 
-    async def _acquire(self, new: bool = False) -> tuple[_Conn, bool]:
+    async def _acquire(self, new: bool = False) -> tuple[Http1Conn, bool]:
         """A connection, and whether it served a request before. Callers have found no idle
         one (or want a `new` one); a wait for a free slot may leave one idle."""
         loop = asyncio.get_running_loop()
@@ -328,7 +328,7 @@ class Http1Pool:
         self._open.add(conn)
         return conn, False
 
-    def _release(self, conn: _Conn) -> None:
+    def _release(self, conn: Http1Conn) -> None:
         if conn.reusable and not conn.lost:
             self._idle.append(conn)
         else:
@@ -336,7 +336,7 @@ class Http1Pool:
             self._forget(conn)
         self._wake()
 
-    def _forget(self, conn: _Conn) -> None:
+    def _forget(self, conn: Http1Conn) -> None:
         if conn in self._open:
             self._open.discard(conn)
             self._wake()

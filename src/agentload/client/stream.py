@@ -65,7 +65,7 @@ class Deadlines(Protocol):
     def first_token(self, now: int) -> None: ...
 
 
-class _Attempt:
+class Attempt:
     """Accumulators of one HTTP attempt (reset between retries)."""
 
     __slots__ = (
@@ -97,11 +97,11 @@ class _Attempt:
 
 
 class StreamReader:
-    """Folds a streamed reply into an _Attempt, one read at a time (`http_body`)."""
+    """Folds a streamed reply into an Attempt, one read at a time (`http_body`)."""
 
     __slots__ = ("acc", "dog", "parser")
 
-    def __init__(self, acc: _Attempt, dog: Deadlines) -> None:
+    def __init__(self, acc: Attempt, dog: Deadlines) -> None:
         self.acc = acc
         self.dog = dog
         self.parser = SSEParser()
@@ -292,7 +292,7 @@ def _decode_all(events: list[bytes]) -> list[Any] | None:
     return objs if len(objs) == len(events) else None
 
 
-def _rest_of_delta(acc: _Attempt, delta: dict[str, Any], c: Any) -> bool:
+def _rest_of_delta(acc: Attempt, delta: dict[str, Any], c: Any) -> bool:
     """Reasoning and tool-call pieces of a delta; True if it carried a token."""
     if c is not None and c.__class__ is not str:
         raise BadShape("delta.content is not a string")
@@ -310,7 +310,7 @@ def _rest_of_delta(acc: _Attempt, delta: dict[str, Any], c: Any) -> bool:
     return tok
 
 
-def _rest_of_typed_delta(acc: _Attempt, delta: _Delta, c: str | None) -> int:
+def _rest_of_typed_delta(acc: Attempt, delta: _Delta, c: str | None) -> int:
     """Reasoning and tool-call pieces of a typed delta; 1 if it carried a token that its
     content did not already count."""
     r = delta.reasoning_content or delta.reasoning
@@ -322,7 +322,7 @@ def _rest_of_typed_delta(acc: _Attempt, delta: _Delta, c: str | None) -> int:
     return 0 if c else 1
 
 
-def parse_full(raw: bytes, acc: _Attempt) -> None:
+def parse_full(raw: bytes, acc: Attempt) -> None:
     """A non-streamed reply's body into the accumulators."""
     try:
         obj = _loads(raw)
@@ -421,10 +421,10 @@ class _NoDeadlines:
 
 def fold_stream(
     reads: Sequence[bytes], times: Sequence[int], secrets: Sequence[str] = ()
-) -> tuple[_Attempt, CallError | None]:
+) -> tuple[Attempt, CallError | None]:
     """Already-received SSE reads (`reads[i]` arrived at `times[i]`) folded exactly as the
     client folds a live stream; on failure, the accumulators hold what came before it."""
-    acc = _Attempt(tuple(secrets))
+    acc = Attempt(tuple(secrets))
     reader = StreamReader(acc, _NoDeadlines())
     try:
         for raw, now in zip(reads, times, strict=True):
@@ -435,9 +435,9 @@ def fold_stream(
     return acc, None
 
 
-def fold_body(raw: bytes, secrets: Sequence[str] = ()) -> tuple[_Attempt, CallError | None]:
+def fold_body(raw: bytes, secrets: Sequence[str] = ()) -> tuple[Attempt, CallError | None]:
     """A non-streamed reply's body folded as the client folds it (see parse_full)."""
-    acc = _Attempt(tuple(secrets))
+    acc = Attempt(tuple(secrets))
     try:
         parse_full(raw, acc)
     except CallError as e:
@@ -445,7 +445,7 @@ def fold_body(raw: bytes, secrets: Sequence[str] = ()) -> tuple[_Attempt, CallEr
     return acc, None
 
 
-def assemble(acc: _Attempt, call_id: str) -> tuple[str, str, list[dict[str, Any]]]:
+def assemble(acc: Attempt, call_id: str) -> tuple[str, str, list[dict[str, Any]]]:
     """Text, reasoning and tool calls of the accumulators; raises one of SHAPE_ERRORS when a
     piece has the wrong type (content 123), which the fold lets through to be caught here."""
     tool_calls = (

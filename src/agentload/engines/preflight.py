@@ -32,9 +32,10 @@ from typing import Any
 import aiohttp
 
 from agentload.client import ChatClient, EndpointConfig, RetryPolicy, Timeouts
-from agentload.client.config import server_root
+from agentload.client.endpoint import server_root
 from agentload.config import ConfigError
 from agentload.engines.detect import Fetched, detect_server, fetch, is_exposition
+from agentload.http_sessions import open_session
 from agentload.redact import Scrubber, endpoint_secrets, redact_url
 from agentload.results.errors import redact_message
 from agentload.wire import FAULT_HEADER
@@ -445,7 +446,7 @@ async def _probe_one(
         check.hints.append(f"export {ep.api_key_env}=<key>, or drop api_key_env if no key")
         return check
     get_t = min(5.0, timeout_s)
-    async with aiohttp.ClientSession() as session:
+    async with open_session() as session:
         owned_by = await _check_models(session, check, headers, get_t)
         if check.problem is not None:
             check.elapsed_s = time.perf_counter() - t0
@@ -515,7 +516,7 @@ async def derive_metrics_urls(
     answers; returns (endpoints, notes)."""
     out = dict(endpoints)
     notes: list[str] = []
-    async with aiohttp.ClientSession() as session:
+    async with open_session() as session:
         for roles, ep in _group(endpoints):
             if ep.all_metrics_urls:
                 continue

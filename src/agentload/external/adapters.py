@@ -243,6 +243,8 @@ class OpenAIAgentAdapter(AgentAdapter):
     async def turn(self, session: AgentSession, message: str) -> str:
         import aiohttp
 
+        # lazy: start-up: aiohttp's client loads only for an agent behind an endpoint.
+        from agentload.http_sessions import open_session
         from agentload.wire import SESSION_HEADER
 
         assert self.cfg.url is not None
@@ -259,10 +261,9 @@ class OpenAIAgentAdapter(AgentAdapter):
         }
         if self.cfg.api_key_env and (key := os.environ.get(self.cfg.api_key_env)):
             headers["Authorization"] = f"Bearer {key}"
-        timeout = aiohttp.ClientTimeout(total=self.cfg.turn_timeout_s)
         try:
             async with (
-                aiohttp.ClientSession(timeout=timeout) as http,
+                open_session(total_s=self.cfg.turn_timeout_s, connect_s=None) as http,
                 http.post(f"{url}/chat/completions", json=body, headers=headers) as r,
             ):
                 text = await r.text()

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import orjson
 
 from agentload.redact import redact_text
-from agentload.results.context import _flat
+from agentload.results.context import flatten
 from agentload.results.records import Describe, Summary, as_summary
 
 EXPERIMENT = "agentload"
@@ -119,7 +119,7 @@ def run_metrics(summary: Summary | Mapping[str, Any]) -> dict[str, float]:
 
 def _params(context: Mapping[str, Any]) -> dict[str, str]:
     # MLflow caps a parameter value at 6000 characters; keep them short and readable.
-    return {k: str(v)[:500] for k, v in _flat(context).items() if v is not None}
+    return {k: str(v)[:500] for k, v in flatten(context).items() if v is not None}
 
 
 def _start(mlflow: Any) -> None:

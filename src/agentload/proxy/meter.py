@@ -18,7 +18,7 @@ from typing import Any
 from agentload.client.client import CallResult, finish_call
 from agentload.client.errors import SHAPE_ERRORS, CallError
 from agentload.client.record import CallRecord
-from agentload.client.stream import _Attempt, assemble, fold_body, fold_stream
+from agentload.client.stream import Attempt, assemble, fold_body, fold_stream
 from agentload.client.tokens import HeuristicCounter
 
 _COUNTER = HeuristicCounter()
@@ -34,8 +34,8 @@ class Answer:
 
     __slots__ = ("acc", "result")
 
-    def __init__(self, acc: _Attempt | None = None) -> None:
-        self.acc = acc if acc is not None else _Attempt()
+    def __init__(self, acc: Attempt | None = None) -> None:
+        self.acc = acc if acc is not None else Attempt()
         self.result: CallResult | None = None  # set by finish_record
 
     def message(self, call_id: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from agentload.client.http1 import HOP_BY_HOP, Http1Error, Http1Pool, Stamps, _Conn
+from agentload.client.http1 import HOP_BY_HOP, Http1Conn, Http1Error, Http1Pool, Stamps
 
 # Never copied from the caller's request upstream: hop-by-hop, and what this hop sets itself.
 REQUEST_SKIP = frozenset(h.encode() for h in HOP_BY_HOP) | {b"host", b"content-length"}
@@ -32,7 +32,7 @@ class Relay(Stamps, Protocol):
         `conn.complete` (the reply ended with this read) are set. May raise to abort."""
 
 
-class UpstreamConn(_Conn):
+class UpstreamConn(Http1Conn):
     """A pooled connection whose every reply, of any status, goes to the relay read by read."""
 
     def on_headers_complete(self) -> None:

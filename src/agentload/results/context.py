@@ -171,11 +171,11 @@ def run_context(out_dir: Path | str) -> dict[str, Any]:
     return ctx
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(d, Mapping):
         out: dict[str, Any] = {}
         for k, v in d.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     return {prefix: d}
 
@@ -183,7 +183,7 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 def context_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """One line per field whose value differs between two contexts, e.g.
     `load.concurrency: 8 -> 16`."""
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = flatten(a), flatten(b)
     both_embedded = bool(a.get("simulator")) and bool(b.get("simulator"))
     lines = []
     for key in sorted(fa.keys() | fb.keys()):

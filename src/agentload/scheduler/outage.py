@@ -267,9 +267,11 @@ def http_probe(urls: Sequence[str], *, timeout_s: float = 2.0) -> Probe:
     """A probe that GETs every URL; True when all answer with a status below 500."""
     import aiohttp
 
+    # lazy: start-up: aiohttp's client loads only for a run that watches for outages.
+    from agentload.http_sessions import open_session
+
     async def probe() -> bool:
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        async with open_session(total_s=timeout_s, connect_s=None) as http:
             for url in urls:
                 try:
                     async with http.get(url) as resp:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from agentload.client.safety import without_userinfo
+from agentload.http_sessions import open_session
 from agentload.servermetrics.parse import (
     GPU_ENGINE,
     SAMPLE_SCHEMA,
@@ -35,7 +36,7 @@ async def fetch_metrics(
 ) -> str:
     """The text of one GET of a /metrics URL (raises on HTTP or network errors)."""
     own = session is None
-    sess = session or aiohttp.ClientSession()
+    sess = session or open_session()
     url, headers = without_userinfo(url, headers)
     try:
         async with sess.get(
@@ -97,7 +98,7 @@ class MetricsScraper:
     async def scrape_once(self) -> dict[str, Any]:
         """One scrape, emitted to the sink and returned."""
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = open_session()
         t = time.time()
         t0 = time.perf_counter()
         sample: dict[str, Any] = {

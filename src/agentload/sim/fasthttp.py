@@ -14,18 +14,18 @@ connection over, at that request, to aiohttp's protocol, which serves it and eve
 request on that connection exactly as before. Pipelined requests (a second request in the
 same read as the end of the first) are served in order when both are generation requests;
 one that must be handed over there gets a 400 and the connection closes.
+
+The parsing, the deadlines, the connection cap and the wire helpers are the shared HTTP/1.1
+server layer's (`agentload.http1server`, also under the proxy); what is the simulator's here is
+the choice of path, the hand-over, and the replies in the aiohttp application's shape.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import http
 import logging
-import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import httptools
 import orjson
@@ -33,12 +33,14 @@ from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict
 
-from agentload.http_limits import ConnectionCap
+from agentload.http1server import Http1Connection, date_header, status_line
+from agentload.http_limits import ConnectionCap, ConnectionGuard, ServiceLimits
+from agentload.sim.frames import END as _END
+from agentload.sim.frames import MAX_BODY, error_body
 from agentload.sim.guard import GuardedConnection
-from agentload.sim.server import _END, MAX_BODY, error_body
 
 if TYPE_CHECKING:
-    from agentload.sim.server import SimApp
+    from agentload.sim.app import SimApp
 
 log = logging.getLogger("agentload.sim")
 
@@ -46,25 +48,6 @@ _PATHS = {b"/v1/chat/completions": True, b"/v1/completions": False}
 _SERVER = b"Server: " + SERVER_SOFTWARE.encode() + b"\r\n"
 _SSE_TYPE = b"Content-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n"
 _JSON_TYPE = b"Content-Type: application/json\r\n"
-
-_date_cache: list[Any] = [0, b""]
-
-
-def _date_header() -> bytes:
-    """`Date: ...\\r\\n`, rebuilt once a second."""
-    now = int(time.time())
-    if now != _date_cache[0]:
-        _date_cache[0] = now
-        _date_cache[1] = b"Date: " + email.utils.formatdate(now, usegmt=True).encode() + b"\r\n"
-    return _date_cache[1]
-
-
-def _status_line(status: int) -> bytes:
-    try:
-        phrase = http.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = ""
-    return b"HTTP/1.1 %d %s\r\n" % (status, phrase.encode())
 
 
 class _Request:
@@ -81,7 +64,7 @@ class _Request:
 
 
 class FastFront:
-    """`server.Front` over a FastConnection's transport."""
+    """`front.Front` over a FastConnection's transport."""
 
     __slots__ = ("close", "headers", "path", "raw", "sent", "transport")
 
@@ -105,11 +88,11 @@ class FastFront:
         self.close = self.close or close
         extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in (headers or {}).items())
         self._write(
-            _status_line(status)
+            status_line(status)
             + _JSON_TYPE
             + extra
             + b"Content-Length: %d\r\n" % len(body)
-            + _date_header()
+            + date_header()
             + _SERVER
             + (b"Connection: close\r\n" if self.close else b"")
             + b"\r\n"
@@ -123,7 +106,7 @@ class FastFront:
         head = (
             b"HTTP/1.1 200 OK\r\n"
             + _SSE_TYPE
-            + _date_header()
+            + date_header()
             + _SERVER
             + (b"Connection: close\r\n" if self.close else b"")
             + b"\r\n"
@@ -144,170 +127,82 @@ class FastFront:
             transport.write(data)
 
 
-class FastConnection(GuardedConnection):
-    """One connection: generation requests served here, the rest by aiohttp's protocol."""
+class FastConnection(Http1Connection[_Request]):
+    """One connection: generation requests served here; at any other request, aiohttp's
+    protocol (behind the simulator's header guard) takes the connection over."""
 
     __slots__ = (
-        "_body",
-        "_body_size",
-        "_body_timer",
         "_cap",
         "_complete",
-        "_conn",
         "_fast",
-        "_handed",
         "_handover",
-        "_headers",
-        "_idle_timer",
         "_in_message",
-        "_last_done",
         "_make_inner",
-        "_parser",
         "_path",
         "_pending",
         "_pipelined",
-        "_queue",
         "_raw",
         "_reject",
-        "_serving",
         "_sim",
-        "_url",
     )
+
+    abort_at_cap = False  # a refused connection is closed, not reset
+    cancel_on_lost = False  # the generation notices the closed transport and ends its sequence
 
     def __init__(
         self,
         make_inner: Callable[[], asyncio.Protocol],
         sim: SimApp,
         loop: asyncio.AbstractEventLoop,
+        limits: ServiceLimits,
         cap: ConnectionCap | None = None,
     ) -> None:
-        super().__init__(_NoProtocol(), loop, sim.config.header_timeout_s)
+        super().__init__(loop, MAX_BODY, limits, cap)
         self._cap = cap
         self._make_inner = make_inner
         self._sim = sim
-        self._parser = httptools.HttpRequestParser(self)
-        self._handed = False  # aiohttp's protocol serves the connection from now on
         self._handover = False  # the request being parsed goes to aiohttp
         self._fast = False
         self._pipelined = False
         self._complete = False  # a request ended in the current read
         self._in_message = False
-        self._url = b""
         self._path = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._body: list[bytes] = []
-        self._raw: list[bytes] = []
-        self._queue: deque[_Request] = deque()
-        self._pending: list[bytes] = []
-        self._serving = False
+        self._raw: list[bytes] = []  # the current request's bytes, kept for a hand-over
+        self._pending: list[bytes] = []  # read while answering: parsed once the answer is out
         self._reject: str | None = None  # a 400 to answer once the queued requests are done
-        self._body_size = 0
-        self._body_timer: asyncio.TimerHandle | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
-        self._last_done = loop.time()
-        self._conn: asyncio.Transport | None = None
 
-    # -- asyncio.Protocol ------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
-        self._conn = cast(asyncio.Transport, transport)
-        if self._cap is not None and not self._cap.admit(self):
-            # Every connection at the cap is serving a request: refuse this one rather than
-            # run out of file descriptors, which would fail every accept.
-            transport.close()
-            return
-        self._arm()
-        self._arm_idle(self._sim.config.keepalive_timeout_s)
-
+    # -- reading -----------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        if self._handed:
-            super().data_received(data)
-        elif self._serving:
+        if self.task is not None:
             self._pending.append(data)
-        else:
-            self._feed(data)
-
-    def eof_received(self) -> bool | None:
-        if self._handed:
-            return super().eof_received()
-        return None  # close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timers()
-        if self._cap is not None:
-            self._cap.remove(self)
-        if self._handed:
-            super().connection_lost(exc)
-        else:
-            self._cancel()
-        self._conn = None
-        self._transport = None
-
-    def pause_writing(self) -> None:
-        if self._handed:
-            super().pause_writing()
-
-    def resume_writing(self) -> None:
-        if self._handed:
-            super().resume_writing()
-
-    # -- the connection cap (http_limits.Capped) -------------------------------------------
-    @property
-    def busy(self) -> bool:
-        return self._busy or self._serving or bool(self._queue)
-
-    def expire(self, kind: str) -> None:
-        """Closed by the cap for a new connection: it was the one idle (or sending its
-        headers) for longest."""
-        log.debug("closing a connection (%s) for a new one at the connection cap", kind)
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            transport.close()
-
-    def request_finished(self) -> None:
-        super().request_finished()
-        if self._cap is not None:
-            self._cap.touch(self)  # active again: the last to be evicted
-
-    # -- parsing ---------------------------------------------------------------------------
-    def _feed(self, data: bytes) -> None:
-        if not self._busy and self._handle is None:
-            self._arm()  # the header deadline starts with the request's first byte
+            return
         if not self._in_message:
             self._raw = [data]  # a request starts with this read (no pipelining)
         elif not self._fast:
             self._raw.append(data)
         self._complete = False
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._handover = True
-        except httptools.HttpParserError as exc:
-            if not self._handover and self._reject is None:
-                self._reject = f"Malformed HTTP request: {exc}"
+        self.feed(data)
         if self._handover:
             self._hand_over()
-            return
-        self._dispatch()
+        elif self._reject is not None and self.task is None:
+            self._bad_request(self._reject)
 
+    def parse_failed(self, exc: httptools.HttpParserError | None) -> None:
+        if exc is None:  # an upgrade: aiohttp's protocol answers it
+            self._handover = True
+        elif not self._handover and self._reject is None:
+            self._reject = f"Malformed HTTP request: {exc}"
+
+    # -- httptools callbacks -------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        super().on_message_begin()
         self._in_message = True
         self._pipelined = self._complete
-        self._url = b""
-        self._headers = []
-        self._body = []
-        self._body_size = 0
         self._fast = False
 
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
-
     def on_headers_complete(self) -> None:
-        parser = self._parser
-        path = self._url.partition(b"?")[0]
+        parser = self.parser
+        path = self.url.partition(b"?")[0]
         fast = (
             path in _PATHS
             and parser.get_method() == b"POST"
@@ -315,8 +210,8 @@ class FastConnection(GuardedConnection):
             and not parser.should_upgrade()
         )
         if fast:
-            limit = MAX_BODY
-            for name, value in self._headers:
+            limit = self.max_body
+            for name, value in self.headers:
                 lname = name.lower()
                 if lname == b"expect" or (
                     lname == b"content-length" and value.strip().isdigit() and int(value) > limit
@@ -335,61 +230,42 @@ class FastConnection(GuardedConnection):
         self._fast = True
         self._raw = []
         self._path = path
-        self.request_started()
-        self._body_timer = self._loop.call_later(
-            self._sim.config.body_timeout_s, self._body_expired, path.decode("latin-1")
-        )
+        self.headers_done()
 
     def on_body(self, body: bytes) -> None:
         if self._fast and self._reject is None:
-            # A chunked body has no length to check up front: count it as it comes.
-            self._body_size += len(body)
-            if self._body_size > MAX_BODY:
-                self._body = []
-                self._reject = f"Request body over {MAX_BODY} bytes."
-                return
-            self._body.append(body)
+            super().on_body(body)
+
+    def body_over_limit(self) -> None:
+        self._reject = f"Request body over {self.max_body} bytes."
 
     def on_message_complete(self) -> None:
         self._complete = True
         self._in_message = False
         if not self._fast or self._handover or self._reject is not None:
             return
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
+        self.message_done()
         self._fast = False
         path = self._path
         headers: CIMultiDict[str] = CIMultiDict(
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in self._headers
+            (k.decode("latin-1"), v.decode("latin-1")) for k, v in self.headers
         )
-        self._queue.append(
+        self.enqueue(
             _Request(
                 path.decode("latin-1"),
                 _PATHS[path],
                 headers,
-                b"".join(self._body),
-                self._parser.should_keep_alive(),
+                self.whole_body(),
+                self.parser.should_keep_alive(),
             )
         )
 
-    # -- serving ---------------------------------------------------------------------------
-    def _dispatch(self) -> None:
-        if self._serving:
-            return
-        if not self._queue:
-            if self._reject is not None:
-                self._bad_request(self._reject)
-            return
-        transport = self._conn
+    # -- serving -----------------------------------------------------------------------------
+    async def handle(self, req: _Request) -> bool:
+        transport = self.transport
         if transport is None or transport.is_closing():
-            self._queue.clear()
-            return
-        req = self._queue.popleft()
-        self._serving = True
-        self._loop.create_task(self._serve(req, transport))
-
-    async def _serve(self, req: _Request, transport: asyncio.Transport) -> None:
+            self.queue.clear()
+            return False
         sim = self._sim
         front = FastFront(req, transport)
         try:
@@ -403,82 +279,101 @@ class FastConnection(GuardedConnection):
                 error = error_body("Internal server error.", 500, "InternalServerError")
                 front.reply(500, orjson.dumps(error))
             front.close = True
-        finally:
-            self._serving = False
-            self.request_finished()
-            self._last_done = self._loop.time()
-        if front.close:
-            transport.close()
+        return not front.close
+
+    def served(self) -> None:
+        super().served()
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        if self._queue or self._reject is not None:
-            self._dispatch()
+        if self._reject is not None:
+            self._bad_request(self._reject)
         elif self._pending:
             pending, self._pending = self._pending, []
             for data in pending:
                 self.data_received(data)
 
     def _reply_and_close(self, status: int, body: bytes) -> None:
-        transport = self._conn
+        transport = self.transport
         if transport is not None and not transport.is_closing():
             front = FastFront(_Request("", True, CIMultiDict(), b"", False), transport)
             front.reply(status, body, close=True)
             transport.close()
 
     def _bad_request(self, message: str) -> None:
-        status = 413 if self._body_size > MAX_BODY else 400
+        status = 413 if self.body_size > self.max_body else 400
         self._reply_and_close(status, orjson.dumps(error_body(message, status)))
-        self._queue.clear()
+        self.queue.clear()
 
     def _hand_over(self) -> None:
-        """aiohttp's protocol takes the connection, starting with the current request."""
-        transport = self._conn
+        """aiohttp's protocol, behind the header guard, takes the connection, starting with
+        the current request; the connection keeps its place under the cap."""
+        transport = self.transport
         raw, self._raw = b"".join(self._raw), []
-        self._handed = True
-        self._cancel_timers()
+        if self.guard is not None:
+            self.guard.message_done()  # no deadline of ours from now on: the guard's own
         if transport is None or transport.is_closing():
             return
-        inner = self._make_inner()
-        self._inner = inner
-        inner.connection_made(transport)
+        handed = _Handed(
+            self._make_inner(), self.loop, self._sim.config.header_timeout_s, self.guard, self._cap
+        )
+        transport.set_protocol(handed)
+        handed.connection_made(transport)
         if raw:
-            inner.data_received(raw)
+            handed.data_received(raw)
 
-    def _body_expired(self, path: str) -> None:
-        self._body_timer = None
-        if not self._fast:
+    def expired(self, kind: str) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        self._fast = False
-        sim = self._sim
-        sim.metrics.count_http(path, 408)
-        message = f"The request body did not arrive within {sim.config.body_timeout_s:g} s."
-        self._reply_and_close(408, orjson.dumps(error_body(message, 408)))
-
-    # -- idle connections ------------------------------------------------------------------
-    def _arm_idle(self, after: float) -> None:
-        self._idle_timer = self._loop.call_later(after, self._idle_check)
-
-    def _idle_check(self) -> None:
-        """Close a connection idle for the keep-alive timeout, as aiohttp does; one timer per
-        connection, re-armed for the rest of the period, rather than one per request."""
-        self._idle_timer = None
-        if self._handed or self._conn is None:
+        if kind == "body":
+            self._fast = False
+            sim = self._sim
+            sim.metrics.count_http(self._path.decode("latin-1"), 408)
+            message = f"The request body did not arrive within {sim.config.body_timeout_s:g} s."
+            self._reply_and_close(408, orjson.dumps(error_body(message, 408)))
             return
-        timeout = self._sim.config.keepalive_timeout_s
-        idle = self._loop.time() - self._last_done
-        if self._serving or self._busy or self._queue or idle < timeout:
-            self._arm_idle(max(timeout - idle, 0.05) if not self._serving else timeout)
-            return
-        self._conn.close()
-
-    def _cancel_timers(self) -> None:
-        for timer in (self._body_timer, self._idle_timer):
-            if timer is not None:
-                timer.cancel()
-        self._body_timer = self._idle_timer = None
+        if kind == "evicted":
+            log.debug("closing a connection (idle) for a new one at the connection cap")
+        elif kind == "header":
+            log.debug("closing a connection whose request headers took over the deadline")
+        transport.close()  # an idle keep-alive, as aiohttp closes it, or a slow sender
 
 
-class _NoProtocol(asyncio.Protocol):
-    """The inner protocol before a hand-over (nothing is forwarded to it)."""
+class _Handed(GuardedConnection):
+    """aiohttp's protocol for the rest of a handed-over connection, behind the header guard;
+    it keeps the connection's slot under the cap (busy while aiohttp serves a request)."""
+
+    __slots__ = ("_cap", "_slot")
+
+    def __init__(
+        self,
+        inner: asyncio.Protocol,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float,
+        slot: ConnectionGuard | None,
+        cap: ConnectionCap | None,
+    ) -> None:
+        super().__init__(inner, loop, timeout)
+        self._slot = slot
+        self._cap = cap
+
+    def request_started(self) -> None:
+        super().request_started()
+        if self._slot is not None:
+            self._slot.busy = True
+
+    def request_finished(self) -> None:
+        super().request_finished()
+        if self._slot is not None:
+            self._slot.busy = False
+            if self._cap is not None:
+                self._cap.touch(self._slot)  # active again: the last to be evicted
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._slot is not None and self._cap is not None:
+            self._cap.remove(self._slot)
+        super().connection_lost(exc)
 
 
 def fast_factory(
@@ -487,8 +382,15 @@ def fast_factory(
     """A protocol factory for `loop.create_server`: the fast path, aiohttp's for the rest;
     `cap` bounds the open connections (see `http_limits.ConnectionCap`)."""
     loop = asyncio.get_running_loop()
+    cfg = sim.config
+    limits = ServiceLimits(
+        header_timeout_s=cfg.header_timeout_s,
+        body_timeout_s=cfg.body_timeout_s,
+        keepalive_timeout_s=cfg.keepalive_timeout_s,
+        max_body_bytes=MAX_BODY,
+    )
 
     def factory() -> asyncio.Protocol:
-        return FastConnection(server, sim, loop, cap)
+        return FastConnection(server, sim, loop, limits, cap)
 
     return factory

@@ -2,11 +2,13 @@
 
 aiohttp's server has no deadline for a request's headers: a client that opens a connection
 and sends half a request line holds it (and its file descriptor) for the keep-alive timeout,
-an hour by default. Each connection here gets a thin protocol in front of aiohttp's own: from
-a connection's first byte (or from its opening) the request's headers must be complete within
-`header_timeout` seconds, or the connection is closed. A middleware marks when a request has
+an hour by default. A connection the fast front end (`sim/fasthttp.py`) hands over to aiohttp
+gets a thin protocol in front of aiohttp's own (the fast path's own connections have the
+deadlines of `agentload.http1server`): from a connection's first byte (or from its opening)
+the request's headers must be complete within `header_timeout` seconds, or the connection is
+closed. A middleware marks when a request has
 reached a handler (headers complete) and when the handler is done; the body has its own
-deadline in the handler (`SimApp._parse`). Idle keep-alive connections are aiohttp's
+deadline in the handler (`front.AiohttpFront.body`). Idle keep-alive connections are aiohttp's
 keep-alive timeout's business.
 """
 

@@ -16,8 +16,9 @@ import mcp.types as mt
 import orjson
 from mcp.server.lowlevel import Server
 
-from agentload import __version__
+from agentload.http_sessions import open_session
 from agentload.tools.sessions import ToolsError
+from agentload.version import __version__
 
 _SESSION_URL = re.compile(r"^(https?://[^/]+(?:/.*?)?)/sessions/([^/]+)/?$")
 
@@ -97,7 +98,7 @@ async def serve_stdio_remote(url: str) -> None:
     ToolsError before serving when that session cannot be reached."""
     from mcp.server.stdio import stdio_server
 
-    async with aiohttp.ClientSession() as http:
+    async with open_session() as http:
         remote = RemoteSession(url, http)
         listed = await remote.tools()
         instructions = await remote.policy()
