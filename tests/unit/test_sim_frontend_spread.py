@@ -9,12 +9,12 @@ import statistics
 
 import pytest
 
-from agentload.sim.calibration.calibrate import ServerInfo, build_profile, spread_without
-from agentload.sim.calibration.fit import PARAMS, Fit, fit_busy_lognormal, fit_busy_overhead
-from agentload.sim.calibration.probe import ProbeResult
+from agentload.calibration.calibrate import ServerInfo, build_profile, spread_without
+from agentload.calibration.fit import PARAMS, Fit, fit_busy_lognormal, fit_busy_overhead
+from agentload.calibration.probe import ProbeResult
 from agentload.sim.coalesce import van_der_corput
+from agentload.sim.plan import request_overhead
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile
-from agentload.sim.server import request_overhead
 
 
 def _bounds(

@@ -17,10 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from agentload.http_limits import ConnectionCap, connection_budget
+from agentload.sim.app import SimApp
 from agentload.sim.behaviour import BehaviourOptionError
-from agentload.sim.config import SimConfig
 from agentload.sim.fasthttp import fast_factory
-from agentload.sim.server import SimApp
+from agentload.sim.settings import SimConfig
 from agentload.util import ServedAt, die_with_parent, free_port, gc_tuned
 
 MAX_CONNECTIONS = 1 << 16

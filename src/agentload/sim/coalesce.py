@@ -19,13 +19,12 @@ not a lucky draw).
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agentload.sim.engine import Engine, Output, Seq
 
 if TYPE_CHECKING:
     from agentload.sim.profiles import Profile
-    from agentload.sim.server import StreamOut
 
 COALESCE_MAX = 0.95
 
@@ -46,12 +45,21 @@ def van_der_corput(n: int, base: int = 2) -> float:
     return x
 
 
+class HoldingOutput(Output, Protocol):
+    """A stream that can hold its events back (`outputs.StreamOut`): while `held` is a list,
+    its events go there; `release_held` writes them as one chunk."""
+
+    held: list[bytes] | None
+
+    def release_held(self, seq: Seq) -> None: ...
+
+
 class CoalescingOutput:
     """Wraps a stream's output: holds some tokens' events and writes them with the next."""
 
     __slots__ = ("engine", "holding_first", "inner", "profile", "rng")
 
-    def __init__(self, inner: StreamOut, engine: Engine, profile: Profile, seed: int):
+    def __init__(self, inner: HoldingOutput, engine: Engine, profile: Profile, seed: int):
         self.inner = inner
         self.engine = engine
         self.profile = profile  # coalesce_p, coalesce_per_seq, coalesce_first_p and _run
@@ -84,13 +92,10 @@ class CoalescingOutput:
         self.inner.aborted(seq)
 
 
-def coalescing(out: Output, engine: Engine, profile: Profile, seed: int) -> Output:
-    """`out` itself when the profile does not coalesce or `out` is not a plain stream."""
+def coalescing(out: HoldingOutput, engine: Engine, profile: Profile, seed: int) -> Output:
+    """`out` itself when the profile does not coalesce. The caller passes plain streams only
+    (not one with a fault, whose cut must come where the fault says)."""
     p = profile
     if p.coalesce_p <= 0 and p.coalesce_per_seq <= 0 and p.coalesce_first_p <= 0:
-        return out
-    from agentload.sim.server import StreamOut
-
-    if not isinstance(out, StreamOut) or out.fault is not None:
         return out
     return CoalescingOutput(out, engine, profile, seed)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import logging
 import random
@@ -37,10 +36,12 @@ from agentload.sim.behaviour import (
     ResponsePlan,
     ToolCallPlan,
 )
+from agentload.sim.seeding import stable_rng
+from agentload.sim.tau2_roles import agent_response, user_response
 
 if TYPE_CHECKING:
     from agentload.domains.base import Action, Domain, Task
-    from agentload.sim.config import SimConfig
+    from agentload.sim.settings import SimConfig
 
 log = logging.getLogger("agentload.sim")
 
@@ -53,18 +54,6 @@ MISTAKES = ("wrong_argument", "skipped_write", "omitted_output")
 MAX_ASKS = 3
 MAX_USER_TURNS = 30
 PREFACE_RATE = 0.2
-
-# --- seeding -----------------------------------------------------------------------------------
-
-
-def stable_int(*parts: object) -> int:
-    """A 64-bit integer from the parts (hashlib: the same in every process)."""
-    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def stable_rng(*parts: object) -> random.Random:
-    return random.Random(stable_int(*parts))
 
 
 def agent_skill(options: Mapping[str, Any]) -> float:
@@ -86,6 +75,7 @@ _warned: set[str] = set()
 def _lookup(task_id: str | None) -> tuple[Domain, Task] | None:
     if not task_id:
         return None
+    # lazy: start-up time (the domains load with the first request that needs them)
     from agentload.domains import get_domain, get_task
 
     try:
@@ -634,8 +624,6 @@ class SkilledAgent:
 
     def respond(self, request: RequestView) -> ResponsePlan:
         if (request.task or "").startswith("tau2-"):
-            from agentload.sim.tau2_roles import agent_response
-
             tau2 = agent_response(request, self.config.seed, agent_skill(request.options))
             return tau2 if tau2 is not None else self.generic.respond(request)
         try:
@@ -701,6 +689,7 @@ class SkilledAgent:
         self, step: Step, plan: EpisodePlan, rng: random.Random, mode: str, out: ResponsePlan
     ) -> ResponsePlan:
         """One action in the react / act text format (no parallel calls there)."""
+        # lazy: start-up time (the domains load with the first request that needs them)
         from agentload.domains.text_actions import RESPOND, format_action
 
         if step.calls:
@@ -732,6 +721,7 @@ def text_mode(request: RequestView) -> str | None:
 def from_text_actions(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """A text-action conversation in the native tool-calling shape: actions become tool
     calls, ``Observation:`` messages tool results, ``respond`` actions plain replies."""
+    # lazy: start-up time (the domains load with the first request that needs them)
     from agentload.domains.text_actions import ActionParseError, parse_action
 
     out: list[Mapping[str, Any]] = []
@@ -861,8 +851,6 @@ class CooperativeUser:
 
     def respond(self, request: RequestView) -> ResponsePlan:
         if (request.task or "").startswith("tau2-"):
-            from agentload.sim.tau2_roles import user_response
-
             tau2 = user_response(request)
             return tau2 if tau2 is not None else self.generic.respond(request)
         found = _lookup(request.task)

@@ -14,12 +14,14 @@ import logging
 from typing import Any
 
 from agentload.sim.behaviour import RequestView, ResponsePlan, ToolCallPlan
+from agentload.sim.seeding import stable_rng
 
 log = logging.getLogger("agentload.sim")
 _warned: set[str] = set()
 
 
 def _task(task_id: str) -> Any:
+    # lazy: start-up time (the domains load with the first request that needs them)
     from agentload.domains import get_domain
 
     try:
@@ -38,8 +40,8 @@ def _names(request: RequestView) -> list[str]:
 
 def agent_response(request: RequestView, seed: int, skill: float) -> ResponsePlan | None:
     """The agent's answer, or None when the task is not a τ² task this process can load."""
+    # lazy: start-up time (the domains load with the first request that needs them)
     from agentload.domains.tau2 import oracle
-    from agentload.sim.roles import stable_rng
 
     found = _task(request.task or "")
     if found is None:
@@ -62,6 +64,7 @@ def agent_response(request: RequestView, seed: int, skill: float) -> ResponsePla
 
 
 def user_response(request: RequestView) -> ResponsePlan | None:
+    # lazy: start-up time (the domains load with the first request that needs them)
     from agentload.domains.tau2 import oracle
 
     found = _task(request.task or "")
