@@ -8,6 +8,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from aiohttp import web
@@ -106,8 +107,9 @@ def check_contract(res: EpisodeResult) -> None:
             ids.add(tc["id"])
         if m["role"] == "tool":
             assert m["tool_call_id"] in ids
-    orjson.dumps(s)
-    orjson.dumps(t)
+    # The lines as written decode as their writer's records, every field there and typed.
+    for rec in (s, t):
+        msgspec.json.decode(orjson.dumps(rec.line()), type=type(rec), strict=True)
 
 
 # --- the simulator ------------------------------------------------------------------------

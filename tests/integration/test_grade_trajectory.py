@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from agentload.cli import app
 from agentload.client import ChatClient, EndpointConfig
-from agentload.domains import get_task
-from agentload.domains.base import grade_trajectory, trajectory_actions
+from agentload.domains import get_task, grade_trajectory, trajectory_actions
 from agentload.sim import SimConfig, SimServer
 from agentload.workloads.episode import EpisodeOptions, EpisodeSpec, run_episode
 
@@ -42,7 +41,7 @@ def test_regrade_matches_live_grade(agent: str, skill: float) -> None:
     rewards = []
     for t in trajectories:
         # Through JSON, as read back from trajectories.jsonl.
-        stored = orjson.loads(orjson.dumps(t))
+        stored = orjson.loads(orjson.dumps(t.line()))
         g = grade_trajectory(stored)
         assert g.to_dict() == t["grade"], t["task_id"]
         rewards.append(g.reward)

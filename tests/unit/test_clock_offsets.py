@@ -4,6 +4,7 @@ is right within its bound, and records are moved onto the driver's clocks field 
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import orjson
 import pytest
@@ -100,18 +101,20 @@ def test_shift_record_moves_a_session_line() -> None:
         "counts": {"agent_calls": 3},
         "warmup": False,
     }
-    shift_record(session, ClockOffset(SKEW_NS, WALL_SKEW_NS, 1, 1))
-    assert session["start_ns"] == 1_000 + SKEW_NS
-    assert session["end_ns"] == 5_000 + SKEW_NS
-    assert session["intended_start_ns"] == 900 + SKEW_NS
-    assert session["started_at"] == pytest.approx(1_699_999_999.75)
-    assert session["durations"] == {"total_s": 4e-6}
-    assert session["counts"] == {"agent_calls": 3} and session["warmup"] is False
+    written = copy.deepcopy(session)
+    moved = shift_record(session, ClockOffset(SKEW_NS, WALL_SKEW_NS, 1, 1))
+    assert moved["start_ns"] == 1_000 + SKEW_NS
+    assert moved["end_ns"] == 5_000 + SKEW_NS
+    assert moved["intended_start_ns"] == 900 + SKEW_NS
+    assert moved["started_at"] == pytest.approx(1_699_999_999.75)
+    assert moved["durations"] == {"total_s": 4e-6}
+    assert moved["counts"] == {"agent_calls": 3} and moved["warmup"] is False
+    assert session == written  # the line as written is left alone
 
 
 def test_a_zero_offset_changes_nothing() -> None:
     rec = CallRecord(call_id="c", start_ns=1, end_ns=2, started_at=3.0)
     session = {"start_ns": 1, "started_at": 3.0}
     assert shift_call(rec, ClockOffset.zero()) is rec
-    shift_record(session, ClockOffset.zero())
+    assert shift_record(session, ClockOffset.zero()) is session
     assert session == {"start_ns": 1, "started_at": 3.0}

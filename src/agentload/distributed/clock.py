@@ -28,10 +28,9 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agentload.client.record import CallRecord
+from agentload.client.record import CallRecord
 
 ClockReading = tuple[int, int]
 """(perf_counter_ns, time_ns) read in one process."""
@@ -120,16 +119,19 @@ def _shift_ns_fields(d: dict[str, Any], mono_ns: int) -> None:
             _shift_ns_fields(v, mono_ns)
 
 
-def shift_record(record: dict[str, Any], off: ClockOffset) -> None:
-    """Move a call or session record onto the driver's clocks (in place): every `*_ns`
-    field, nested ones too (a replayed call's `replay.intended_send_ns`), and `started_at`.
-    Durations (`*_s`) are differences on one clock and stay as they are."""
+def shift_record(record: dict[str, Any], off: ClockOffset) -> dict[str, Any]:
+    """A call or session line moved onto the driver's clocks: every `*_ns` field, nested
+    ones too (a replayed call's `replay.intended_send_ns`), and `started_at`. Durations
+    (`*_s`) are differences on one clock and stay as they are. A copy: the line as written
+    is never edited (the record itself when the offset is zero)."""
     if off.is_zero:
-        return
-    _shift_ns_fields(record, off.mono_ns)
-    started = record.get("started_at")
+        return record
+    moved = copy.deepcopy(record)
+    _shift_ns_fields(moved, off.mono_ns)
+    started = moved.get("started_at")
     if isinstance(started, int | float) and not isinstance(started, bool):
-        record["started_at"] = started + off.wall_ns / 1e9
+        moved["started_at"] = started + off.wall_ns / 1e9
+    return moved
 
 
 def shift_call(rec: CallRecord, off: ClockOffset) -> CallRecord:
@@ -151,6 +153,5 @@ def shift_call(rec: CallRecord, off: ClockOffset) -> CallRecord:
 
 @functools.cache
 def _call_fields() -> tuple[str, ...]:
-    from agentload.client.record import CallRecord
 
     return tuple(f.name for f in dataclasses.fields(CallRecord))

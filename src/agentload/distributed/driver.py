@@ -17,8 +17,9 @@ from array import array
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentload.client import EndpointConfig
 from agentload.distributed.protocol import (
     Abort,
     Assignment,
@@ -37,12 +38,9 @@ from agentload.distributed.protocol import (
     WorkerStats,
 )
 from agentload.distributed.shares import arrival_seed, split_evenly, split_rate
+from agentload.execute.base import RunView
+from agentload.scheduler import SchedulerReport, WorkItem
 from agentload.stats import describe
-
-if TYPE_CHECKING:
-    from agentload.client import EndpointConfig
-    from agentload.execute.base import RunView
-    from agentload.scheduler import SchedulerReport, WorkItem
 
 CPU_SATURATED = 0.80
 """A worker using this share of a core (or more) over a stats window is close to its limit
@@ -475,7 +473,6 @@ class Coordinator:
     # -- the report ------------------------------------------------------------------------
 
     def _report(self) -> SchedulerReport:
-        from agentload.scheduler import SchedulerReport
 
         reports = [w.report for w in self.workers.values() if w.report]
         mode = self.cfg.load.mode

@@ -74,11 +74,12 @@ class SocketChannel:
 def _process_main(spec: WorkerSpec, sock: socket.socket) -> None:
     """A worker process's entry point."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # lazy: start-up: what a worker runs loads in the worker process, not in the driver's.
     from agentload.util import die_with_parent
 
     die_with_parent()  # a driver killed while this one is stuck in C code leaves nothing behind
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    from agentload.distributed.worker import run_worker
+    from agentload.distributed.worker import run_worker  # lazy: start-up (as above)
     from agentload.util import run_async
 
     async def main() -> None:

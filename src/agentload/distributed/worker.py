@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import resource
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentload.client import CallRecord
 from agentload.distributed.clock import ClockOffset, shift_call, shift_record
 from agentload.distributed.protocol import (
     Abort,
@@ -35,12 +37,10 @@ from agentload.distributed.protocol import (
     WorkerStats,
 )
 from agentload.outcome import say_stderr
+from agentload.scheduler import Scheduler, WorkItem
 from agentload.session.host import SessionHost, load_spec, session_id_for
 from agentload.util import gc_tuned
-
-if TYPE_CHECKING:
-    from agentload.client import CallRecord
-    from agentload.scheduler import Scheduler, WorkItem
+from agentload.workloads.base import make_workload
 
 log = logging.getLogger("agentload.worker")
 
@@ -136,7 +136,7 @@ class Outbox:
 
     def session(self, done: SessionDone) -> None:
         if self._clock is not None:
-            shift_record(done.session, self._clock)
+            done = dataclasses.replace(done, session=shift_record(done.session, self._clock))
         self.sessions.append(done)
         self.n_sessions += 1
         if self._soon is None:
@@ -212,7 +212,6 @@ async def run_worker(spec: WorkerSpec, channel: WorkerChannel) -> None:
 
 
 async def _setup(spec: WorkerSpec, out: Outbox, stack: contextlib.AsyncExitStack) -> SessionHost:
-    from agentload.workloads.base import make_workload
 
     cfg = spec.cfg
     return await SessionHost.open(

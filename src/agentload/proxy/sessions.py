@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentload.client.record import CallRecord
+from agentload.results.records import Line, ProxySessionLine, ProxyTrajectoryLine
 from agentload.wire import SESSION_HEADER
 
-SESSION_SCHEMA = "agentload.session/1"
-TRAJECTORY_SCHEMA = "agentload.trajectory/1"
 SESSION_PREFIX = "/s/"
 ANONYMOUS = "anonymous"
 
@@ -92,41 +91,40 @@ class ProxySession:
         self.messages, self.tools = messages, tools
         self.answer = answer if rec.status == "ok" else None
 
-    def records(self, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def records(self, run_id: str) -> tuple[Line, Line]:
         """(session line, trajectory line) in the results contract."""
-        session = {
-            "schema": SESSION_SCHEMA,
-            "kind": "proxy",
-            "run_id": run_id,
-            "session_id": self.session_id,
-            "task_id": self.session_id,
-            "trial": 0,
-            "warmup": False,
-            "termination": "error" if self.answer is None else "agent_stop",
-            "error": self.last_error if self.answer is None else None,
-            "models": sorted(self.models),
-            "counts": {
+        termination = "error" if self.answer is None else "agent_stop"
+        session = ProxySessionLine(
+            kind="proxy",
+            run_id=run_id,
+            session_id=self.session_id,
+            task_id=self.session_id,
+            trial=0,
+            warmup=False,
+            termination=termination,
+            error=self.last_error if self.answer is None else None,
+            models=sorted(self.models),
+            counts={
                 "agent_calls": self.calls,
                 "failed_calls": self.failed,
                 "tool_calls": self.tool_calls,
             },
-            "durations": {"total_s": (self.end_ns - self.start_ns) / 1e9, "llm_s": self.llm_s},
-            "started_at": self.started_at,
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-        }
+            durations={"total_s": (self.end_ns - self.start_ns) / 1e9, "llm_s": self.llm_s},
+            started_at=self.started_at,
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+        )
         messages = list(self.messages)
         if self.answer is not None:
             messages.append(self.answer)
-        trajectory = {
-            "schema": TRAJECTORY_SCHEMA,
-            "kind": "proxy",
-            "run_id": run_id,
-            "session_id": self.session_id,
-            "task_id": self.session_id,
-            "trial": 0,
-            "messages": messages,
-            "tools": self.tools,
-            "termination": session["termination"],
-        }
+        trajectory = ProxyTrajectoryLine(
+            kind="proxy",
+            run_id=run_id,
+            session_id=self.session_id,
+            task_id=self.session_id,
+            trial=0,
+            messages=messages,
+            tools=self.tools,
+            termination=termination,
+        )
         return session, trajectory

@@ -54,8 +54,15 @@ from agentload.results.files import (
     TRAJECTORIES,
 )
 from agentload.results.jsonl import ResultsError, atomic_write_bytes, dumps_line, log
-from agentload.results.records import SessionRecord, TrajectoryRecord, session_line, trajectory_line
+from agentload.results.records import (
+    Line,
+    SessionRecord,
+    TrajectoryRecord,
+    session_line,
+    trajectory_line,
+)
 from agentload.results.resume import prepare_resume, session_key
+from agentload.version import __version__
 
 RUN_SCHEMA = "agentload.run/1"
 
@@ -211,13 +218,13 @@ class Recorder:
 
     def record_episode(
         self,
-        session: Mapping[str, Any] | SessionRecord,
-        trajectory: Mapping[str, Any] | TrajectoryRecord | None = None,
+        session: Mapping[str, Any] | SessionRecord | Line,
+        trajectory: Mapping[str, Any] | TrajectoryRecord | Line | None = None,
     ) -> None:
         """Trajectory first, then the session line: the session line commits the episode.
 
-        Each line is stamped with its schema and `schema_version` and written as given (no
-        validation here; readers validate, agentload.results.records)."""
+        Each line is stamped with its schema and `schema_version` and encoded once, as given
+        (no validation here; readers validate, agentload.results.records)."""
         if trajectory is not None:
             self._append(TRAJECTORIES, dumps_line(trajectory_line(trajectory)))
         line = session_line(session)
@@ -245,7 +252,6 @@ class Recorder:
 
     def write_meta(self, meta: Mapping[str, Any]) -> None:
         """run.json, merged over what a resumed run had written; atomic replace."""
-        from agentload import __version__
 
         out: dict[str, Any] = {
             "schema": RUN_SCHEMA,

@@ -2,7 +2,28 @@
 
 `CallRecord` (agentload.client.record) is the call line; the models here are the other three.
 They type today's JSON as it is -- the same field names, the same shape -- plus a
-`schema_version` integer per record type:
+`schema_version` integer per record type.
+
+One declaration per field. Each field of a session or trajectory line is declared once, on
+the reader's model (`SessionRecord`, `TrajectoryRecord`: its type, bounds and meaning).
+Reading stays lenient there: every field has a default, so old folders and other kinds'
+lines read. Each writer has its own record class *derived* from that declaration
+(`writer_record`): a frozen msgspec Struct whose fields are the ones that writer always writes
+-- required, with the reader's type less its `None` -- in the order the line is written,
+plus the fields it writes only sometimes (τ²'s, the run's stamp) that are left out of the
+line when not set:
+
+- `EpisodeSessionLine` / `EpisodeTrajectoryLine`: a built-in, τ² or external agent's episode;
+- `ReplaySessionLine` / `ReplayTrajectoryLine`: a replayed conversation;
+- `ProxySessionLine` / `ProxyTrajectoryLine`: a session the recording proxy saw.
+
+A writer builds its record once; a missing or unknown field fails there (TypeError), not in
+a reader. Nothing edits a record after it is built: the run's stamp (run_id, warmup,
+attempt, intended_start_ns, sched_delay_s) makes a new one (`msgspec.structs.replace`,
+agentload.session.host). `Line.line()` is the JSON object written, encoded once by the
+recorder (orjson). Structs, not pydantic models, because of the hot path: an episode's two
+lines cost about 5 % more to build and encode than the dict literals they replace, where
+`model_construct` costs nine times as much (benchmarks/record_encode.py).
 
 - writers stamp `schema` and `schema_version` (`session_line`, `trajectory_line`) and write
   with orjson: no validation on the recording path, which runs once per finished episode
@@ -18,10 +39,14 @@ loses nothing, and a workload kind can carry its own fields (`kind: "external"`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+import types
+import typing
+from collections.abc import KeysView, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+import msgspec
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -153,8 +178,13 @@ class SessionRecord(Record):
     intended_start_ns: int | None = None
     sched_delay_s: float | None = None
     num_messages: int | None = None
+    category: Any = None  # the task's category (episodes)
+    db_seed: int | None = None  # the database the task is written against (episodes)
+    tau2_termination: str | None = None  # τ²'s own name of the ending
+    models: list[str] | None = None  # proxy: the models the session's calls named
     history: Any = None  # replay: how the conversation's history was built
     replay: ReplaySession | None = None
+    synthetic: dict[str, Any] | None = None  # synthetic: its lengths and turns as sent
 
     @model_validator(mode="after")
     def _trial_sign(self) -> SessionRecord:
@@ -223,28 +253,186 @@ class TrajectoryRecord(Record):
     reward: float | None = None
     termination: str | None = None
     grade: dict[str, Any] | None = None
+    tau2: dict[str, Any] | None = None  # τ²'s own trajectory, reward info and user side
+
+
+# ---- the writers' records ------------------------------------------------------------------
+
+
+class Line(msgspec.Struct, frozen=True, kw_only=True):
+    """A record as its writer builds it (see the module docs); read like a mapping."""
+
+    SOMETIMES: ClassVar[tuple[str, ...]] = ()
+    """The fields written only when set (the others are required)."""
+
+    def line(self) -> dict[str, Any]:
+        """The JSON object written: every field in order, less those not set."""
+        d = msgspec.structs.asdict(self)
+        for f in self.SOMETIMES:  # a few; asdict is C, a filter of every field is not
+            if d[f] is msgspec.UNSET:
+                del d[f]
+        return d
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = getattr(self, key, msgspec.UNSET) if key in self.__struct_fields__ else msgspec.UNSET
+        return default if v is msgspec.UNSET else v
+
+    def __getitem__(self, key: str) -> Any:
+        v = self.get(key, msgspec.UNSET)
+        if v is msgspec.UNSET:
+            raise KeyError(key)
+        return v
+
+    def keys(self) -> KeysView[str]:
+        return self.line().keys()
+
+
+STAMP = ("run_id", "warmup", "attempt", "intended_start_ns", "sched_delay_s")
+"""The run's fields of a session line (agentload.session.host.stamp_session)."""
+
+_NULLABLE = frozenset({"error"})  # always written, null when there is none
+
+
+def _wire_type(tp: Any, nullable: bool) -> Any:
+    """The writer's type of a reader's field: its `None` dropped (unless `nullable`), and a
+    nested reader model (`Durations`, `Message`) a plain JSON object, as writers pass them."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [_wire_type(a, True) for a in typing.get_args(tp)]
+        if not nullable:
+            args = [a for a in args if a is not type(None)]
+        return args[0] if len(args) == 1 else typing.Union[tuple(args)]  # noqa: UP007
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return dict[str, Any]
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return list[_wire_type(item, True)]  # type: ignore[misc]
+    return tp
+
+
+def writer_record(
+    name: str, reader: type[Record], schema: str, always: str, sometimes: Sequence[str] = ()
+) -> type[Line]:
+    """The record class of one writer, derived from the `reader`'s declarations: the fields
+    in `always` (space separated, in the order written) required, those in `sometimes`
+    written only when set. `schema` and `schema_version` (the reader's) are filled in."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        ("schema", str, schema),
+        ("schema_version", int, reader.VERSION),
+    ]
+    decl = reader.model_fields
+    # Interned names: a keyword argument then finds its field by identity (building a
+    # record costs half as much as with the split strings).
+    for f in map(sys.intern, always.split()):
+        fields.append((f, _wire_type(decl[f].annotation, f in _NULLABLE)))
+    for f in map(sys.intern, sometimes):
+        fields.append((f, _wire_type(decl[f].annotation, False) | msgspec.UnsetType, msgspec.UNSET))
+    # Required fields may follow defaulted ones (kw_only); the module makes them picklable
+    # (records travel from worker processes).
+    cls = msgspec.defstruct(
+        name,
+        fields,
+        bases=(Line,),
+        module=__name__,
+        namespace={"SOMETIMES": tuple(sometimes)},
+        frozen=True,
+        kw_only=True,
+        # Records hold data only, never a cycle: the collector need not track them, which
+        # makes building one cheaper (msgspec's `gc=False`).
+        gc=False,
+    )
+    return typing.cast(type[Line], cls)
+
+
+EpisodeSessionLine = writer_record(
+    "EpisodeSessionLine",
+    SessionRecord,
+    SESSION_SCHEMA,
+    "session_id domain task_id trial seed agent user reward reward_breakdown grader_version"
+    " data_version termination error counts durations started_at start_ns end_ns"
+    " num_messages category db_seed",
+    ("reward_partial", "tau2_termination", *STAMP),
+)
+ReplaySessionLine = writer_record(
+    "ReplaySessionLine",
+    SessionRecord,
+    SESSION_SCHEMA,
+    "kind session_id task_id conversation_id trial history termination error counts"
+    " durations started_at start_ns end_ns replay",
+    STAMP,
+)
+ProxySessionLine = writer_record(
+    "ProxySessionLine",
+    SessionRecord,
+    SESSION_SCHEMA,
+    "kind run_id session_id task_id trial warmup termination error models counts durations"
+    " started_at start_ns end_ns",
+)
+SyntheticSessionLine = writer_record(
+    "SyntheticSessionLine",
+    SessionRecord,
+    SESSION_SCHEMA,
+    "kind session_id task_id trial termination error counts durations started_at start_ns"
+    " end_ns synthetic",
+    STAMP,
+)
+EpisodeTrajectoryLine = writer_record(
+    "EpisodeTrajectoryLine",
+    TrajectoryRecord,
+    TRAJECTORY_SCHEMA,
+    "session_id domain task_id trial seed db_seed messages tools action_format reward"
+    " termination grade",
+    ("tau2",),
+)
+ReplayTrajectoryLine = writer_record(
+    "ReplayTrajectoryLine",
+    TrajectoryRecord,
+    TRAJECTORY_SCHEMA,
+    "kind session_id task_id conversation_id trial messages tools termination",
+)
+ProxyTrajectoryLine = writer_record(
+    "ProxyTrajectoryLine",
+    TrajectoryRecord,
+    TRAJECTORY_SCHEMA,
+    "kind run_id session_id task_id trial messages tools termination",
+)
 
 
 # ---- writing -------------------------------------------------------------------------------
 
 
-def session_line(session: Mapping[str, Any] | SessionRecord) -> dict[str, Any]:
+def _data(rec: Mapping[str, Any] | Record | Line) -> Mapping[str, Any]:
+    if isinstance(rec, Line):
+        return rec.line()
+    return rec.dump() if isinstance(rec, Record) else rec
+
+
+def session_line(session: Mapping[str, Any] | SessionRecord | Line) -> dict[str, Any]:
     """The object written to sessions.jsonl: the writer's fields, stamped with the schema and
     version (first in the line, as before). No validation: readers do that."""
-    data = session.dump() if isinstance(session, SessionRecord) else session
-    return _stamped(data, SESSION_SCHEMA, SESSION_VERSION)
+    return _stamped(_data(session), SESSION_SCHEMA, SESSION_VERSION)
 
 
-def trajectory_line(traj: Mapping[str, Any] | TrajectoryRecord) -> dict[str, Any]:
-    data = traj.dump() if isinstance(traj, TrajectoryRecord) else traj
-    return _stamped(data, TRAJECTORY_SCHEMA, TRAJECTORY_VERSION)
+def trajectory_line(traj: Mapping[str, Any] | TrajectoryRecord | Line) -> dict[str, Any]:
+    return _stamped(_data(traj), TRAJECTORY_SCHEMA, TRAJECTORY_VERSION)
 
 
 def _stamped(data: Mapping[str, Any], schema: str, version: int) -> dict[str, Any]:
+    if type(data) is dict and _leads(data, schema, version):
+        return data  # a record's line: stamped when it was built
     out: dict[str, Any] = {"schema": schema, "schema_version": version}
     out.update(data)
     out["schema"], out["schema_version"] = schema, version
     return out
+
+
+def _leads(data: dict[str, Any], schema: str, version: int) -> bool:
+    # A record's line (`Line.line()`) starts with `schema` and holds this version already.
+    return (
+        data.get("schema_version") == version
+        and data.get("schema") == schema
+        and next(iter(data)) == "schema"
+    )
 
 
 # ---- reading -------------------------------------------------------------------------------

@@ -13,16 +13,18 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
 
 from agentload.client import CallRecord, ChatClient, EndpointConfig
 from agentload.config import RunConfig
+from agentload.results.records import Line
 from agentload.scheduler import LoadSpec, Scheduler, WorkItem
-
-if TYPE_CHECKING:
-    from agentload.scheduler.core import RunOne
-    from agentload.scheduler.outage import OutageGate
-    from agentload.workloads.base import SessionOutcome, Workload
+from agentload.scheduler.core import RunOne
+from agentload.scheduler.outage import OutageGate, OutagePolicy, http_probe, probe_urls
+from agentload.workloads.base import SessionOutcome, Workload
 
 Say = Callable[[str], None]
 
@@ -37,19 +39,50 @@ def session_id_for(run_id: str, item: WorkItem, attempt: int) -> str:
 
 
 def stamp_session(
-    session: dict[str, Any],
+    session: Line | Mapping[str, Any],
     run_id: str,
     item: WorkItem,
     attempt: int,
     intended_ns: int,
     actual_ns: int,
-) -> None:
-    """The run's fields of a session line (whichever process ran the session)."""
-    session["run_id"] = run_id
-    session["warmup"] = item.warmup
-    session["attempt"] = attempt  # groups the monotonic clock's records
-    session["intended_start_ns"] = intended_ns
-    session["sched_delay_s"] = (actual_ns - intended_ns) / 1e9
+) -> Line | dict[str, Any]:
+    """A new session record with the run's fields (whichever process ran the session); the
+    one given is left as it is. A record class of agentload.results.records is rebuilt as
+    itself; another workload's mapping as a dict."""
+    delay_s = (actual_ns - intended_ns) / 1e9
+    if isinstance(session, Line):
+        return msgspec.structs.replace(
+            session,
+            run_id=run_id,
+            warmup=item.warmup,
+            attempt=attempt,  # groups the monotonic clock's records
+            intended_start_ns=intended_ns,
+            sched_delay_s=delay_s,
+        )
+    return {
+        **session,
+        "run_id": run_id,
+        "warmup": item.warmup,
+        "attempt": attempt,
+        "intended_start_ns": intended_ns,
+        "sched_delay_s": delay_s,
+    }
+
+
+def line_of(record: Line | Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON object a record is written as (built once; the recorder encodes it). A
+    workload's own dict is that object already (read from here on, never edited)."""
+    if isinstance(record, Line):
+        return record.line()
+    return record if type(record) is dict else dict(record)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLines:
+    """A finished session as it is written: its stamped session line and its trajectory."""
+
+    session: dict[str, Any]
+    trajectory: dict[str, Any] | None = None
 
 
 def load_spec(cfg: RunConfig, concurrency: int, **part: Any) -> LoadSpec:
@@ -75,7 +108,6 @@ def make_gate(
 ) -> OutageGate:
     """The outage gate of a run: probes the endpoints' model lists; an embedded simulator
     whose process exited can never come back, so the run stops at once."""
-    from agentload.scheduler.outage import OutageGate, OutagePolicy, http_probe, probe_urls
 
     def sim_gone() -> str | None:
         proc = getattr(sim, "proc", None)
@@ -151,12 +183,13 @@ class SessionHost:
         attempt: int,
         intended_ns: int,
         actual_ns: int,
-    ) -> SessionOutcome:
-        """One planned session, retried through outages, its line stamped with the run's
-        fields."""
+    ) -> SessionLines:
+        """One planned session, retried through outages, stamped with the run's fields: its
+        session and trajectory as the lines written."""
         out = await self.run_with_infra_retries(item, sid)
-        stamp_session(out.session, run_id, item, attempt, intended_ns, actual_ns)
-        return out
+        session = stamp_session(out.session, run_id, item, attempt, intended_ns, actual_ns)
+        traj = out.trajectory
+        return SessionLines(line_of(session), None if traj is None else line_of(traj))
 
     async def run_with_infra_retries(self, item: WorkItem, sid: str) -> SessionOutcome:
         """One session; when it ended on infrastructure errors during an outage, it is

@@ -14,24 +14,24 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from agentload.client import ChatClient, EndpointConfig
+from agentload.config import RunConfig
 from agentload.plugins import WORKLOADS
-
-if TYPE_CHECKING:
-    from agentload.client import ChatClient, EndpointConfig
-    from agentload.config import RunConfig
-    from agentload.scheduler import EpisodePlan, WorkItem
+from agentload.results.records import Line
+from agentload.scheduler import EpisodePlan, WorkItem
 
 
 @dataclass
 class SessionOutcome:
     """What one session reports: its session record (`agentload.session/1` fields: at least
     `session_id`, `task_id`, `trial`, `termination`, the timing fields) and, when the kind
-    keeps one, its trajectory (OpenAI-format messages and tools)."""
+    keeps one, its trajectory (OpenAI-format messages and tools). Either is a record class
+    of agentload.results.records (the built-in kinds) or a mapping."""
 
-    session: dict[str, Any]
-    trajectory: dict[str, Any] | None = None
+    session: dict[str, Any] | Line
+    trajectory: dict[str, Any] | Line | None = None
 
 
 class Workload(ABC):
@@ -60,7 +60,6 @@ class Workload(ABC):
     def plan(self, finished: set[tuple[str, int]]) -> EpisodePlan:
         """The issue order: `units()` × `trials()` under the run's load settings, less the
         (unit, trial) pairs already `finished` (a resumed run)."""
-        from agentload.scheduler import EpisodePlan
 
         ld = self.cfg.load
         return EpisodePlan(

@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from agentload.config import ConfigError, RunConfig
+from agentload.client import ChatClient, EndpointConfig
+from agentload.client.tokens import HeuristicCounter
+from agentload.config import DEFAULT_AGENT_MAX_TOKENS, ConfigError, RunConfig
+from agentload.domains import GRADER_VERSION, domain_names, get_domain
+from agentload.domains.tau2 import configure
+from agentload.domains.tau2.data import Tau2DataError, data_dir, splits
+from agentload.domains.tau2.grading import GRADER_VERSION as TAU2_GRADER
+from agentload.http_sessions import open_session
 from agentload.scheduler import PlanError, WorkItem, select_tasks
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 from agentload.workloads.base import SessionOutcome, Workload
@@ -21,14 +28,10 @@ from agentload.workloads.episode import (
     run_episode,
 )
 
-if TYPE_CHECKING:
-    from agentload.client import ChatClient, EndpointConfig
-
 
 def available_tasks(domains: list[str]) -> dict[str, list[str]]:
     """Task ids of each registered domain; only the `domains` asked for are loaded (when
     none is named, every domain but the τ² family, whose data must be pointed at)."""
-    from agentload.domains import domain_names, get_domain
 
     names = domain_names()
     wanted = [d for d in domains if d in names] or [d for d in names if not d.startswith("tau2-")]
@@ -53,7 +56,6 @@ def needed_domains(cfg: RunConfig) -> list[str]:
 
 def resolve_tasks(cfg: RunConfig) -> list[str]:
     """The task ids the configuration selects, in order."""
-    from agentload.domains import domain_names
 
     needed = needed_domains(cfg)
     if any(d.startswith("tau2-") for d in needed):
@@ -80,7 +82,6 @@ def resolve_tasks(cfg: RunConfig) -> list[str]:
 def _tau2_selectors(cfg: RunConfig, available: dict[str, list[str]]) -> list[str]:
     """The task selectors with each whole τ² domain spelled out as its split's tasks (the
     split decides what a whole domain runs; any task of the file can be named)."""
-    from agentload.domains import get_domain
 
     sels = list(cfg.workload.tasks) or list(cfg.workload.domains)
     out: list[str] = []
@@ -100,7 +101,6 @@ def _tau2_selectors(cfg: RunConfig, available: dict[str, list[str]]) -> list[str
 def configure_tau2(cfg: RunConfig) -> None:
     """Point the τ² family at the configured data folder and split (this process and the
     processes it starts: workers and the embedded simulator inherit the environment)."""
-    from agentload.domains.tau2 import configure
 
     t = cfg.workload.tau2
     configure(t.data, t.split)
@@ -108,7 +108,6 @@ def configure_tau2(cfg: RunConfig) -> None:
 
 def _check_tau2(cfg: RunConfig) -> None:
     """The data folder and split, checked before any task loads: one line naming the field."""
-    from agentload.domains.tau2.data import Tau2DataError, data_dir, splits
 
     configure_tau2(cfg)
     try:
@@ -143,7 +142,6 @@ def warm_tau2(task_ids: list[str]) -> None:
     """Load the τ² domains' tasks, databases and prompts in this process before the first
     episode: a 14 MB task file or a 7 MB database parsed inside the first episode would stall
     the event loop under measurement."""
-    from agentload.domains import get_domain
 
     for name in sorted({t.partition("/")[0] for t in task_ids if t.startswith("tau2-")}):
         d: Any = get_domain(name)
@@ -163,6 +161,8 @@ async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:
     load time)."""
     import aiohttp
 
+    # lazy: start-up: aiohttp's client loads only when a simulator is primed.
+
     firsts: dict[str, str] = {}
     for t in tasks:
         firsts.setdefault(t.partition("/")[0], t)
@@ -172,7 +172,7 @@ async def prime_sim(base_url: str, model: str, tasks: list[str]) -> None:
         "max_tokens": 1,
         "stream": False,
     }
-    async with aiohttp.ClientSession() as http:
+    async with open_session() as http:
         for task in firsts.values():
             for role in ("agent", "user"):
                 hdrs = {ROLE_HEADER: role, TASK_HEADER: task, SESSION_HEADER: "agentload-prime"}
@@ -209,16 +209,11 @@ class EpisodesWorkload(Workload):
     def metadata(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"tasks": len(self.units()), "trials": self.trials()}
         with contextlib.suppress(Exception):
-            from agentload.domains import GRADER_VERSION, get_domain
-
             domains = sorted({t.partition("/")[0] for t in self.units()})
             meta["grader_version"] = GRADER_VERSION
             meta["data_versions"] = {d: get_domain(d).data_version for d in domains}
             tau2 = [d for d in domains if d.startswith("tau2-")]
             if tau2:
-                from agentload.domains.tau2.data import data_dir
-                from agentload.domains.tau2.grading import GRADER_VERSION as TAU2_GRADER
-
                 meta["tau2"] = {
                     "data_dir": str(data_dir()),
                     "split": self.cfg.workload.tau2.split,
@@ -231,9 +226,6 @@ class EpisodesWorkload(Workload):
     def first_call_tokens(self) -> dict[str, int]:
         # The agent's first prompt is its domain's system prompt and tool schemas (the bulk:
         # τ² airline's is ~5,400 tokens), estimated at ~4 characters a token.
-        from agentload.client.tokens import HeuristicCounter
-        from agentload.config import DEFAULT_AGENT_MAX_TOKENS
-        from agentload.domains import get_domain
 
         count = HeuristicCounter().count
         prompts = []
@@ -271,4 +263,4 @@ class EpisodesWorkload(Workload):
             session_id=session_id,
         )
         res = await run_episode(spec, clients, self.options)
-        return SessionOutcome(dict(res.session), res.trajectory)
+        return SessionOutcome(res.session, res.trajectory)

@@ -13,7 +13,6 @@ have the form of a native episode's: the agent's calls as the proxy measured the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import shutil
@@ -31,14 +30,16 @@ from agentload.domains import get_domain
 from agentload.external.adapters import AgentError, AgentSession, make_adapter
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 from agentload.workloads.base import SessionOutcome
-from agentload.workloads.episode import (
+from agentload.workloads.episode_core import (
     COUNT_KEYS,
     EpisodeEnd,
     EpisodeSpec,
-    _Stop,
+    Stop,
+    drive,
     episode_records,
     episode_seed,
     next_user_message,
+    tally_calls,
 )
 from agentload.workloads.episodes import EpisodesWorkload
 
@@ -73,6 +74,8 @@ class ExternalWorkload(EpisodesWorkload):
         return {**super().metadata(), "external": {"adapter": self.adapter.name}}
 
     async def prepare(self, endpoints: Mapping[str, EndpointConfig], *, embedded: bool) -> None:
+        # lazy: start-up: the recording proxy and the tool servers load only when an
+        # external run prepares, not when the kinds are listed.
         from agentload.external.routing import AgentProxy
         from agentload.tools.server import ToolServer
 
@@ -180,45 +183,44 @@ class _Episode:
         env = self.wl.tools[self.domain.name].session(tsid).env
         message = await self.user_says(None)
         if is_stop(message):
-            raise _Stop("user_stop")
+            raise Stop("user_stop")
         while True:
             try:
                 reply = await adapter.turn(session, message)
             except AgentError as e:
-                raise _Stop("protocol_error", f"agent: {e}") from None
+                raise Stop("protocol_error", f"agent: {e}") from None
             self.replies.append(reply)
             if self.transfer_tool and any(a.name == self.transfer_tool for a in env.actions):
-                raise _Stop("agent_transfer")
+                raise Stop("agent_transfer")
             message = await self.user_says(reply)
             if is_stop(message):
-                raise _Stop("user_stop")
+                raise Stop("user_stop")
 
     async def run(self) -> SessionOutcome:
         session, tsid = self.open()
+        adapter = self.wl.adapter
+        spec = EpisodeSpec(self.item.task_id, self.item.trial, self.seed, self.sid)
+
+        async def prepare() -> None:
+            try:
+                await adapter.open(session)
+            except AgentError as e:  # the adapter could not open the agent's session
+                raise Stop("protocol_error", f"agent: {e}") from None
+
         started_at, start_ns = time.time(), _now_ns()
-        termination, error = "infra_error", None
         try:
-            await self.wl.adapter.open(session)
-            async with asyncio.timeout(self.options.budget_s):
-                await self.loop(session, tsid)
-        except _Stop as stop:
-            termination, error = stop.termination, stop.error
-        except AgentError as e:  # the adapter could not open the agent's session
-            termination, error = "protocol_error", f"agent: {e}"
-        except TimeoutError:
-            termination = "budget_exceeded"
-            error = f"episode wall time over {self.options.budget_s} s"
-        except Exception as e:  # a bug must not take the other episodes of the run down
-            log.exception("external episode %s (%s) failed", self.sid, self.item.task_id)
-            termination, error = "infra_error", f"internal error: {type(e).__name__}: {e}"
+            termination, error = await drive(
+                lambda: self.loop(session, tsid), spec, self.options.budget_s, prepare=prepare
+            )
         finally:
             with contextlib.suppress(Exception):
-                await self.wl.adapter.close(session)
+                await adapter.close(session)
         end_ns = _now_ns()
-        return self.finish(tsid, termination, error, started_at, start_ns, end_ns)
+        return self.finish(spec, tsid, termination, error, started_at, start_ns, end_ns)
 
     def finish(
         self,
+        spec: EpisodeSpec,
         tsid: str,
         termination: str,
         error: str | None,
@@ -231,9 +233,20 @@ class _Episode:
         seen, agent_calls = wl.proxy.close(self.sid)
         tool_session = wl.tools[self.domain.name].close_session(tsid)
         messages, tools = _conversation(seen)
+        counts = self.counts
+        # The agent's calls as the proxy measured them, the user simulator's as its client
+        # did; the agent's steps are its model calls.
+        llm_s, user_s = tally_calls(
+            counts,
+            [*agent_calls, *self.user_calls],
+            steps=len(agent_calls),
+            user_turns=self.user_turns,
+        )
+        counts["tool_calls"] = tool_session.calls
+        counts["tool_errors"] = tool_session.errors
         session, trajectory = episode_records(
             EpisodeEnd(
-                spec=EpisodeSpec(self.item.task_id, self.item.trial, self.seed, self.sid),
+                spec=spec,
                 domain=self.domain,
                 task=self.task,
                 db_seed=self.db_seed,
@@ -241,7 +254,7 @@ class _Episode:
                 replies=self.replies,
                 agent=f"external:{wl.adapter.name}",
                 user=self.options.user,
-                counts=self.count(agent_calls, tool_session),
+                counts=counts,
                 messages=messages,
                 tools=tools,
                 action_format="native",
@@ -250,23 +263,12 @@ class _Episode:
                 started_at=started_at,
                 start_ns=start_ns,
                 end_ns=end_ns,
-                llm_s=sum(r.total_s for r in agent_calls),
+                llm_s=llm_s,
                 tool_s=0.0,  # the agent's own business; not observable from here
-                user_s=sum(r.total_s for r in self.user_calls),
+                user_s=user_s,
             )
         )
         return SessionOutcome(session, trajectory)
-
-    def count(self, agent_calls: list[CallRecord], tool_session: Any) -> dict[str, int]:
-        counts = self.counts
-        counts["agent_calls"] = len(agent_calls)
-        counts["user_calls"] = len(self.user_calls)
-        counts["failed_calls"] = sum(r.status != "ok" for r in (*agent_calls, *self.user_calls))
-        counts["tool_calls"] = tool_session.calls
-        counts["tool_errors"] = tool_session.errors
-        counts["steps"] = len(agent_calls)
-        counts["user_turns"] = self.user_turns
-        return counts
 
 
 def _conversation(seen: ProxySession | None) -> tuple[list[Any], list[Any]]:

@@ -19,10 +19,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentload.client import CallRecord, CallResult, ChatClient
+from agentload.client import CallRecord, CallResult, ChatClient, EndpointConfig
 from agentload.config import ConfigError, RunConfig
+from agentload.results.records import ReplaySessionLine, ReplayTrajectoryLine
+from agentload.results.replay_resume import sent_turns
+from agentload.scheduler import WorkItem
 from agentload.scheduler.progress import ProgressTracker
 from agentload.wire import SESSION_HEADER
 from agentload.workloads.base import SessionOutcome, Workload
@@ -33,12 +36,7 @@ from agentload.workloads.dataset import (
     DatasetError,
     index_dataset,
 )
-from agentload.workloads.episode import SESSION_SCHEMA, TRAJECTORY_SCHEMA
 from agentload.workloads.traces import TokenizerError
-
-if TYPE_CHECKING:
-    from agentload.client import EndpointConfig
-    from agentload.scheduler import WorkItem
 
 log = logging.getLogger("agentload.replay")
 
@@ -280,8 +278,6 @@ class ReplayWorkload(Workload):
         if self._sent_before is None:
             self._sent_before = {}
             if self.rc.history == "dataset":
-                from agentload.results.replay_resume import sent_turns
-
                 self._sent_before = sent_turns(Path(self.cfg.out))
         return self._sent_before
 
@@ -520,17 +516,16 @@ class _Replay:
         conv = self.conv
         total = (end_ns - start_ns) / 1e9
         lags = self.lag_s
-        session = {
-            "schema": SESSION_SCHEMA,
-            "kind": "replay",
-            "session_id": self.session_id,
-            "task_id": conv.id,
-            "conversation_id": conv.id,
-            "trial": self.repeat,
-            "history": self.rc.history,
-            "termination": termination,
-            "error": error,
-            "counts": {
+        session = ReplaySessionLine(
+            kind="replay",
+            session_id=self.session_id,
+            task_id=conv.id,
+            conversation_id=conv.id,
+            trial=self.repeat,
+            history=self.rc.history,
+            termination=termination,
+            error=error,
+            counts={
                 "agent_calls": self.sent,
                 "failed_calls": self.failed,
                 "turns": len(conv.turns),
@@ -541,11 +536,11 @@ class _Replay:
                 "divergences": len(self.divergences),
                 "tool_calls": self.tool_calls,
             },
-            "durations": {"total_s": total, "llm_s": self.llm_s, "delay_s": self.delay_s},
-            "started_at": started_at,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "replay": {
+            durations={"total_s": total, "llm_s": self.llm_s, "delay_s": self.delay_s},
+            started_at=started_at,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            replay={
                 "aborted_turns": aborted,
                 "divergences": self.divergences,
                 "send_lag_s": {
@@ -553,16 +548,15 @@ class _Replay:
                     "max": max(lags) if lags else None,
                 },
             },
-        }
-        trajectory = {
-            "schema": TRAJECTORY_SCHEMA,
-            "kind": "replay",
-            "session_id": self.session_id,
-            "task_id": conv.id,
-            "conversation_id": conv.id,
-            "trial": self.repeat,
-            "messages": self.history,
-            "tools": conv.tools or [],
-            "termination": termination,
-        }
+        )
+        trajectory = ReplayTrajectoryLine(
+            kind="replay",
+            session_id=self.session_id,
+            task_id=conv.id,
+            conversation_id=conv.id,
+            trial=self.repeat,
+            messages=self.history,
+            tools=conv.tools or [],
+            termination=termination,
+        )
         return SessionOutcome(session, trajectory)

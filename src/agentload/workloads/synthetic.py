@@ -32,16 +32,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentload.client import ChatClient, EndpointConfig
 from agentload.config import ConfigError, RunConfig, SyntheticConfig
+from agentload.results.records import SyntheticSessionLine
+from agentload.scheduler import EpisodePlan, WorkItem
+from agentload.sim.tokenizer import split_pieces
 from agentload.wire import SESSION_HEADER
 from agentload.workloads.base import SessionOutcome, Workload
-from agentload.workloads.episode import SESSION_SCHEMA, episode_seed
-
-if TYPE_CHECKING:
-    from agentload.client import ChatClient, EndpointConfig
-    from agentload.scheduler import EpisodePlan, WorkItem
+from agentload.workloads.episode import episode_seed
 
 log = logging.getLogger("agentload.synthetic")
 
@@ -127,7 +127,6 @@ class TextMaker:
     def count(self, text: str) -> int:
         if self.tok is not None:
             return self.tok.count(text)
-        from agentload.sim.tokenizer import split_pieces
 
         return len(split_pieces(text))
 
@@ -217,7 +216,6 @@ class SyntheticWorkload(Workload):
         return self.sc.num_requests or DEFAULT_REQUESTS
 
     def plan(self, finished: set[tuple[str, int]]) -> EpisodePlan:
-        from agentload.scheduler import EpisodePlan
 
         ld = self.cfg.load
         count = ld.num_episodes if ld.num_episodes is not None else self.sc.num_requests
@@ -349,27 +347,26 @@ class _Session:
             llm_s = think_s = 0.0
             failed = 0
         end_ns = _now_ns()
-        session = {
-            "schema": SESSION_SCHEMA,
-            "kind": "synthetic",
-            "session_id": self.sid,
-            "task_id": UNIT,
-            "trial": self.trial,
-            "termination": termination,
-            "error": error,
-            "counts": {
+        session = SyntheticSessionLine(
+            kind="synthetic",
+            session_id=self.sid,
+            task_id=UNIT,
+            trial=self.trial,
+            termination=termination,
+            error=error,
+            counts={
                 "agent_calls": len(self.done),
                 "failed_calls": failed,
                 "turns": len(self.turns),
                 "turns_sent": len(self.done),
                 "tool_turns": sum(1 for d in self.done if d["tool_result"]),
             },
-            "durations": {"total_s": (end_ns - start_ns) / 1e9, "llm_s": llm_s, "delay_s": think_s},
-            "started_at": started_at,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "synthetic": {"lengths": w.lengths, "turns": self.done},
-        }
+            durations={"total_s": (end_ns - start_ns) / 1e9, "llm_s": llm_s, "delay_s": think_s},
+            started_at=started_at,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            synthetic={"lengths": w.lengths, "turns": self.done},
+        )
         # No trajectory: the prompts are generated and reproducible from the seed, and
         # writing them would cost the client more than the requests do.
         return SessionOutcome(session)

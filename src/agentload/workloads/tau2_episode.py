@@ -29,6 +29,7 @@ import orjson
 
 from agentload.agents.base import AgentTurn, LLMCall, ToolCall, ToolOutcome
 from agentload.agents.strategies import OracleAgent, make_agent, parse_tool_call
+from agentload.agents.user_strategies import strategy_system_prompt, user_reply
 from agentload.client import CallRecord, CallResult, ChatClient
 from agentload.domains import get_domain
 from agentload.domains.tau2 import Tau2Domain, Tau2Task
@@ -43,18 +44,18 @@ from agentload.domains.tau2.prompts import (
 )
 from agentload.domains.tau2.toolkit import World
 from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
-from agentload.workloads.episode import (
+from agentload.workloads.episode_core import (
     COUNT_KEYS,
     EpisodeOptions,
     EpisodeResult,
     EpisodeSpec,
     ModelCalls,
-    _failed,
-    _finish,
-    _Stop,
-    _tap,
+    Stop,
     drive,
+    failed,
+    finish,
     request_seed_for,
+    tap,
 )
 
 log = logging.getLogger("agentload.tau2")
@@ -143,8 +144,6 @@ class Tau2User:
         self.uses_llm = not self.scripted
         prompt = user_system_prompt(task.scenario.instructions, self.tools is not None)
         if not self.scripted:
-            from agentload.agents.user_strategies import strategy_system_prompt
-
             prompt = strategy_system_prompt(
                 self.strategy, prompt, with_tools=self.tools is not None
             )
@@ -173,8 +172,6 @@ class Tau2User:
                 return _UserTurn("", calls)
             self.messages.append({"role": "assistant", "content": text})
             return _UserTurn(text)
-        from agentload.agents.user_strategies import user_reply
-
         # The strategy's extra calls (checks, reflections, new drafts) are user calls too.
         said = await user_reply(self.strategy, self.messages, llm, self.tools)
         if not said.ok or said.message is None:
@@ -222,7 +219,7 @@ class Tau2Episode(ModelCalls):
                 raise ValueError(
                     f"agent {options.agent!r} / user {options.user!r} needs clients[{role!r}]"
                 )
-        self.taps = {role: _tap(c) for role, c in clients.items() if c is not None}
+        self.taps = {role: tap(c) for role, c in clients.items() if c is not None}
         self.headers = {
             role: {
                 SESSION_HEADER: spec.session_id,
@@ -260,9 +257,9 @@ class Tau2Episode(ModelCalls):
 
     def _check_limits(self) -> None:
         if self.steps >= self.max_steps:
-            raise _Stop("max_steps", f"{self.max_steps} steps")
+            raise Stop("max_steps", f"{self.max_steps} steps")
         if self.errors >= self.max_errors:
-            raise _Stop(
+            raise Stop(
                 "too_many_errors",
                 f"{self.errors} tool errors (max_errors={self.max_errors})",
             )
@@ -332,7 +329,7 @@ class Tau2Episode(ModelCalls):
             return (last.get("requestor") or "assistant") == "assistant"
         if last.get("role") == "user":
             if is_user_stop(last.get("content")):
-                raise _Stop("user_stop")
+                raise Stop("user_stop")
             return not last.get("tool_calls")
         return bool(last.get("tool_calls"))
 
@@ -341,7 +338,7 @@ class Tau2Episode(ModelCalls):
         while True:
             ut = await self.user.step(self.user_llm)
             if ut.result is not None and not ut.result.ok:
-                raise _failed(ut.result, "user")
+                raise failed(ut.result, "user")
             self.user_turns += 1
             calls = [c for c in ut.calls]
             self.trajectory.append(
@@ -359,9 +356,9 @@ class Tau2Episode(ModelCalls):
                 self._check_limits()
                 continue
             if not ut.text.strip():
-                raise _Stop("protocol_error", "user: empty message")
+                raise Stop("protocol_error", "user: empty message")
             if is_user_stop(ut.text):
-                raise _Stop("user_stop")
+                raise Stop("user_stop")
             self.agent.add_user_message(ut.text)
             self._check_limits()
             return
@@ -371,7 +368,7 @@ class Tau2Episode(ModelCalls):
         while True:
             turn: AgentTurn = await self.agent.step(self.agent_llm)
             if turn.result is not None and not turn.result.ok:
-                raise _failed(turn.result, "agent")
+                raise failed(turn.result, "agent")
             if turn.parse_error is not None:
                 # react / act: an unparsable action is one failed step, as a failed call
                 self.counts["parse_errors"] += 1
@@ -384,7 +381,7 @@ class Tau2Episode(ModelCalls):
                 self.agent.add_parse_retry(turn.parse_error)
                 continue
             if turn.empty:
-                raise _Stop("protocol_error", "agent: empty message (no text, no tool call)")
+                raise Stop("protocol_error", "agent: empty message (no text, no tool call)")
             self.trajectory.append(
                 {
                     "role": "assistant",
@@ -509,11 +506,7 @@ async def run_tau2_episode(
         reward_info = {"reward": 0.0, "error": repr(e), "partial": False}
     if judge_note:
         reward_info["judge"] = judge_note
-    res = _finish(ep, termination, error, started_at, start_ns, end_ns, grade=reward_info)
-    session, trajectory = res.session, res.trajectory
-    session["reward_partial"] = bool(reward_info.get("partial"))
-    session["tau2_termination"] = tau2_termination
-    trajectory["tau2"] = {
+    tau2 = {
         "task_id": ep.task.tau2_id,
         "domain": ep.domain.key,
         "messages": ep.trajectory,
@@ -522,4 +515,15 @@ async def run_tau2_episode(
         "user_messages": ep.user.messages,
         "user_tools": ep.user.tools or [],
     }
-    return res
+    return finish(
+        ep,
+        termination,
+        error,
+        started_at,
+        start_ns,
+        end_ns,
+        grade=reward_info,
+        reward_partial=bool(reward_info.get("partial")),
+        tau2_termination=tau2_termination,
+        tau2=tau2,
+    )
