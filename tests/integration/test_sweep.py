@@ -29,3 +29,16 @@ def test_sweep_cli_stops_on_slo_fail(tmp_path: Path) -> None:
     # A second sweep into the same folder is refused with a usage error.
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 2 and "already holds a sweep" in r.output
+
+
+def test_a_rate_sweep_writes_its_pages(tmp_path: Path) -> None:
+    # The sweep's context lists the swept rates ("2, 4") where a run has one number.
+    out = tmp_path / "sweep"
+    args = ["sweep", "--rates", "2,4", "--num-episodes", "2", "--tasks", "airline/000-001"]
+    args += ["--sim-speedup", "50", "--no-metrics", "--out", str(out)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "sweep.json").read_text())
+    assert [p["rate"] for p in doc["points"]] == [2.0, 4.0]
+    assert "open loop, 2, 4 episodes/s" in (out / "sweep.md").read_text()
+    assert (out / "sweep.html").stat().st_size > 0

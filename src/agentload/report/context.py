@@ -23,7 +23,10 @@ def load_text(load: Mapping[str, Any], noun: str = "episodes") -> str:
     if not load:
         return DASH
     if load.get("mode") == "open":
-        text = f"open loop, {load.get('rate'):g} {noun}/s"
+        rate = load.get("rate")
+        # A sweep's context lists its swept rates ("0.5, 1, 2"), not one number.
+        shown = f"{rate:g}" if isinstance(rate, int | float) else rate
+        text = f"open loop, {shown} {noun}/s"
         if load.get("max_concurrency"):
             text += f", at most {load['max_concurrency']} active"
     else:
