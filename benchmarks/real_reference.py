@@ -39,8 +39,8 @@ from typing import Any
 
 import aiohttp
 
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Call, Target, stream_call
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Call, Target, stream_call
 from sim_fidelity import start_vllm
 
 

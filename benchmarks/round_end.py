@@ -39,11 +39,11 @@ from typing import Any
 
 import aiohttp
 
+from agentload.calibration.probe import mixed_step
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Call, Target, stream_call
 from agentload.sim.api import SimProcess
-from agentload.sim.calibration.probe import mixed_step
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Call, Target, stream_call
-from agentload.sim.config import SimConfig
+from agentload.sim.settings import SimConfig
 from sim_fidelity import server_args, start_vllm
 
 VARIANTS = ("finish", "cold", "cached")

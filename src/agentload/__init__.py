@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from agentload.version import __version__
 
 __all__ = ["Summary", "__version__", "run", "run_async"]
 
 
 def __getattr__(name: str) -> Any:
-    # The run API pulls in the client, scheduler and domains: imported on first use only, so
-    # `import agentload` stays cheap for tools that need the version or a submodule.
     if name in ("run", "run_async", "Summary"):
+        # lazy: start-up: the run API pulls in the client, scheduler and domains; imported on
+        # first use only, so `import agentload` stays cheap for the version or a submodule.
         from agentload import api
 
         return getattr(api, name)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentload.config import RunConfig, build_config
+from agentload.util import run_async as run_coro
 
 
 class Summary(dict[str, Any]):
@@ -58,7 +59,7 @@ async def run_async(
     **overrides: Any,
 ) -> Summary:
     """`run` for code that already has an event loop."""
-    from agentload.runner import execute_run
+    from agentload.runner import execute_run  # lazy: start-up (`import agentload` stays cheap)
 
     out = await execute_run(
         _config(config, overrides),
@@ -86,8 +87,6 @@ def run(
     agentload.config.ConfigError on bad configuration and agentload.runner.RunFailed when the
     run cannot start; a run that starts returns, whatever its outcome (`Summary.exit_code`).
     """
-    from agentload.util import run_async as run_coro
-
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -18,20 +18,30 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentload.client.config import EndpointConfig
+from agentload.agents.strategies import FEW_SHOT_MISSING, use_few_shot_file
+from agentload.bounds import (
+    DAY_S,
+    INT64_MAX,
+    MAX_CONCURRENCY,
+    MAX_EPISODES,
+    MAX_STEPS,
+    MAX_TOKENS,
+)
+from agentload.client.endpoint import EndpointConfig
 from agentload.flags import (
     ENDPOINT,
     EXTERNAL,
     LOAD,
     OUTPUT,
     REPLAY,
-    SIM,
     WORKLOAD,
     flag,
-    split_items,
 )
+from agentload.plugins import AGENTS, USERS, WORKLOADS
 from agentload.redact import REDACTED as _REDACTED
 from agentload.redact import redact as _redact
+from agentload.safeio import NotRegularFile, read_regular
+from agentload.sim.settings import FAULT_KINDS, SimConfig, SimKnobs
 from agentload.units import check_slo_key, parse_duration, parse_slo
 
 CONFIG_SCHEMA = "agentload.config/1"
@@ -49,12 +59,6 @@ class ConfigError(Exception):
 # and no float is infinite or NaN. Every count and duration has a ceiling far above any real
 # run, so that a typo (1e30) is refused here instead of exhausting memory later.
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-INT64_MAX = 2**63 - 1
-MAX_EPISODES = 10_000_000
-MAX_CONCURRENCY = 100_000
-MAX_STEPS = 100_000
-MAX_TOKENS = 10_000_000
-DAY_S = 86_400.0
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_DEPTH = 64
 MAX_CONFIG_VALUES = 100_000
@@ -195,13 +199,11 @@ def _line_error(loc: tuple[str, ...], value: Any, msg: str) -> Any:
 
 
 def _agents_help() -> str:
-    from agentload.plugins import AGENTS
 
     return "Agent strategy: " + " | ".join(AGENTS.names()) + "."
 
 
 def _users_help() -> str:
-    from agentload.plugins import USERS
 
     return "User simulator: " + " | ".join(USERS.names()) + "."
 
@@ -331,14 +333,12 @@ class WorkloadConfig(BaseModel):
     @field_validator("agent")
     @classmethod
     def _agent(cls, value: str) -> str:
-        from agentload.plugins import AGENTS
 
         return AGENTS.check(value)
 
     @field_validator("user")
     @classmethod
     def _user(cls, value: str) -> str:
-        from agentload.plugins import USERS
 
         return USERS.check(value)
 
@@ -348,16 +348,12 @@ class WorkloadConfig(BaseModel):
         # Read now, so that a bad line is one configuration error before any episode; the
         # few-shot strategy of this process then takes its examples from this file.
         if value is not None:
-            from agentload.agents.strategies import use_few_shot_file
-
             use_few_shot_file(value)
         return value
 
     @model_validator(mode="after")
     def _few_shot_needed(self) -> WorkloadConfig:
         if self.agent == "few-shot" and self.few_shot is None:
-            from agentload.agents.strategies import FEW_SHOT_MISSING
-
             raise ValueError(FEW_SHOT_MISSING)
         return self
 
@@ -402,17 +398,17 @@ class LoadConfig(BaseModel):
             None, ge=1, le=MAX_EPISODES, description="Measured sessions (default: tasks × trials)."
         )
     )
-    duration_s: Annotated[
-        float | None, flag("--duration", panel=LOAD, metavar="TIME", type=str | None)
-    ] = Field(None, gt=0, le=365 * DAY_S, description="Stop issuing sessions after this, e.g. 10m.")
-    warmup: Annotated[Warmup, flag("--warmup", panel=LOAD, metavar="N|TIME", type=str | None)] = (
-        Field(
-            default_factory=Warmup,
-            description="Sessions (5) or time (10s) at the start left out of the statistics.",
-        )
+    duration_s: Annotated[float | None, flag("--duration", panel=LOAD, type=str | None)] = Field(
+        None, gt=0, le=365 * DAY_S, description="Stop issuing sessions after this, e.g. 10m."
+    )
+    warmup: Annotated[
+        Warmup, flag("--warmup", panel=LOAD, metavar="N|DURATION", type=str | None)
+    ] = Field(
+        default_factory=Warmup,
+        description="Sessions (5) or time (10s) at the start left out of the statistics.",
     )
     drain_timeout_s: Annotated[
-        float, flag("--drain-timeout", panel=LOAD, metavar="TIME", type=str | None, resume=True)
+        float, flag("--drain-timeout", panel=LOAD, type=str | None, resume=True)
     ] = Field(
         30.0,
         ge=0,
@@ -436,7 +432,7 @@ class LoadConfig(BaseModel):
         description="Exit 1 when more than this share of episodes ended on infrastructure errors.",
     )
     outage_timeout_s: Annotated[
-        float, flag("--outage-timeout", panel=LOAD, metavar="TIME", type=str | None, resume=True)
+        float, flag("--outage-timeout", panel=LOAD, type=str | None, resume=True)
     ] = Field(
         120.0,
         gt=0,
@@ -489,89 +485,6 @@ class LoadConfig(BaseModel):
         return self.concurrency or DEFAULT_CONCURRENCY
 
 
-def _profiles_help() -> str:
-    from agentload.sim.profiles import BUILTIN_PROFILES, profile_note
-
-    named = ", ".join(f"{n} ({profile_note(p)})" for n, p in BUILTIN_PROFILES.items())
-    return (
-        f"Timing profile: one of {named}, or a YAML/JSON profile file (`agentload sim "
-        "calibrate` writes one)."
-    )
-
-
-class SimKnobs(BaseModel):
-    """The simulator settings a run's embedded simulator and `agentload sim` share; declared
-    once here, each with its flag (`--speedup` on `sim`, `--sim-speedup` on `run`)."""
-
-    profile: Annotated[
-        str, flag("--profile", panel=SIM, metavar="NAME|FILE", type=str | None, help=_profiles_help)
-    ] = Field("tiny-cpu", description="Timing profile (a built-in name or a file).")
-    speedup: Annotated[float, flag("--speedup", panel=SIM, metavar="X")] = Field(
-        1.0, gt=0, le=1e6, description="Simulated model time runs this many times faster."
-    )
-    seed: Annotated[int, flag("--seed", panel=SIM, metavar="N")] = Field(
-        0, ge=0, le=INT64_MAX, description="Seed of the simulator's outputs and fault selection."
-    )
-    fault_rate: Annotated[float, flag("--fault-rate", panel=SIM, metavar="P")] = Field(
-        0.0, ge=0, le=1, description="Share of generation requests that get an injected fault."
-    )
-    max_num_seqs: Annotated[int | None, flag("--max-num-seqs", panel=SIM, metavar="N")] = Field(
-        None,
-        ge=1,
-        le=MAX_CONCURRENCY,
-        description="Most sequences in one engine step (default: the profile's).",
-    )
-    behaviour_options: Annotated[
-        dict[str, Any],
-        flag("--behaviour-option", panel=SIM, metavar="KEY=VALUE", type=list[str]),
-    ] = Field(
-        default_factory=dict,
-        description="KEY=VALUE passed to behaviours (repeatable), e.g. agent_skill=0.8.",
-    )
-
-    # Checked as the simulator will read them, so that a bad setting is one line naming its
-    # field before anything starts (not the simulator's own multi-line error).
-    @field_validator("profile")
-    @classmethod
-    def _profile(cls, value: Any) -> Any:
-        if not isinstance(value, str):  # a Profile object (agentload.sim.config.SimConfig)
-            return value
-        from agentload.sim.profiles import load_profile
-
-        try:
-            load_profile(value)
-        except ValueError as e:
-            raise ValueError(str(e).splitlines()[0][:300]) from None
-        return value
-
-    @field_validator("behaviour_options", mode="before")
-    @classmethod
-    def _key_values(cls, value: Any) -> Any:
-        # The flag's KEY=VALUE items; a value reads as YAML (0.8 a number, true a boolean).
-        if not isinstance(value, list):
-            return value
-        out: dict[str, Any] = {}
-        for key, raw in split_items(value, "=", lambda item: f"{item!r}: expected KEY=VALUE"):
-            try:
-                out[key] = yaml.safe_load(raw) if raw else ""
-            except yaml.YAMLError:
-                out[key] = raw
-        return out
-
-    @field_validator("behaviour_options")
-    @classmethod
-    def _behaviour_options(cls, value: dict[str, Any]) -> dict[str, Any]:
-        skill = value.get("agent_skill")
-        if skill is not None:
-            try:
-                ok = not isinstance(skill, bool) and 0 <= float(skill) <= 1
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError(f"agent_skill: a share from 0 to 1, got {skill!r}")
-        return value
-
-
 class SimSettings(SimKnobs):
     """The embedded simulator started when no endpoint is configured."""
 
@@ -592,8 +505,6 @@ class SimSettings(SimKnobs):
     @field_validator("fault_kinds")
     @classmethod
     def _fault_kinds(cls, value: list[str] | None) -> list[str] | None:
-        from agentload.sim.config import FAULT_KINDS
-
         for kind in value or ():
             if kind not in FAULT_KINDS:
                 raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
@@ -602,8 +513,6 @@ class SimSettings(SimKnobs):
     @field_validator("options")
     @classmethod
     def _options(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from agentload.sim.config import SimConfig
-
         unknown = [k for k in value if k not in SimConfig.model_fields]
         if unknown:
             raise ValueError(f"{unknown[0]}: not a simulator setting (see `agentload sim --help`)")
@@ -633,7 +542,7 @@ class MetricsConfig(BaseModel):
     ] = Field(True, description="Scrape the server's Prometheus metrics.")
     interval_s: Annotated[
         float,
-        flag("--metrics-interval", panel=OUTPUT, metavar="TIME", type=str | None, resume=True),
+        flag("--metrics-interval", panel=OUTPUT, type=str | None, resume=True),
     ] = Field(1.0, ge=0.1, le=DAY_S, description="Server-metrics scrape period.")
 
     @field_validator("interval_s", mode="before")
@@ -673,7 +582,7 @@ class ReplayConfig(BaseModel):
         flag("--no-delays", panel=REPLAY, sets=0.0, help="Ignore recorded delays."),
     ] = Field(1.0, ge=0, description="Scale recorded delay_seconds by X; 0 = none.")
     turn_timeout_s: Annotated[
-        float | None, flag("--turn-timeout", panel=REPLAY, metavar="TIME", type=str | None)
+        float | None, flag("--turn-timeout", panel=REPLAY, type=str | None)
     ] = Field(None, gt=0, description="Abort a conversation whose turn takes longer, e.g. 60s.")
     on_divergence: Annotated[
         Literal["continue", "stop"],
@@ -727,7 +636,7 @@ class ExternalConfig(BaseModel):
         None, description="openai-agent adapter: environment variable holding the agent's key."
     )
     turn_timeout_s: Annotated[
-        float, flag("--agent-turn-timeout", panel=EXTERNAL, metavar="TIME", type=str | None)
+        float, flag("--agent-turn-timeout", panel=EXTERNAL, type=str | None)
     ] = Field(300.0, gt=0, description="Longest one agent turn may take.")
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment of the agent's commands."
@@ -864,9 +773,9 @@ class SyntheticConfig(BaseModel):
         description="A system prompt of N tokens shared by every session (prefix-cache "
         "hits by design); 0: none, and no two prompts share a start.",
     )
-    think_time_s: Annotated[
-        float, flag("--think-time", panel=SYNTHETIC, metavar="TIME", type=str | None)
-    ] = Field(0.0, ge=0, le=DAY_S, description="Pause between a session's turns, e.g. 2s.")
+    think_time_s: Annotated[float, flag("--think-time", panel=SYNTHETIC, type=str | None)] = Field(
+        0.0, ge=0, le=DAY_S, description="Pause between a session's turns, e.g. 2s."
+    )
     tool_result_tokens: Annotated[
         TokenLengths | None,
         flag("--tool-result-tokens", panel=SYNTHETIC, metavar="LEN", type=str | None),
@@ -1025,7 +934,6 @@ class RunConfig(BaseModel):
     @field_validator("kind")
     @classmethod
     def _kind(cls, value: str) -> str:
-        from agentload.plugins import WORKLOADS
 
         return WORKLOADS.check(value)
 
@@ -1215,8 +1123,6 @@ def _decode_config(path: Path, raw: bytes) -> str:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping in a YAML config file; every problem is one ConfigError naming the file."""
-    from agentload.results.jsonl import NotRegularFile, read_regular
-
     try:
         # Bounded, and only a regular file: /dev/zero never ends and a FIFO blocks.
         raw = read_regular(path, limit=MAX_CONFIG_BYTES + 1)

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from agentload.redact import redact_argv
+
 ENGINES = ("vllm", "sglang")
 Engine = Literal["vllm", "sglang"]
 
@@ -72,6 +74,5 @@ class LaunchConfig(BaseModel):
     def _hide(self, value: list[str]) -> list[str]:
         # config.yaml keeps the arguments, not an --api-key value among them (VLLM_API_KEY in
         # `env` is redacted by name; prefer it).
-        from agentload.redact import redact_argv
 
         return redact_argv(value)

@@ -12,10 +12,7 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import orjson
 
 log = logging.getLogger("agentload.run")
 
@@ -74,47 +71,6 @@ def judge(
             "`agentload run --resume` redoes them",
         )
     return Verdict(EXIT_OK, stop_reason)
-
-
-def count_infra_episodes(out_dir: Path) -> int:
-    """Measured episodes of a results folder that ended on infrastructure errors."""
-    from agentload.results.jsonl import load_jsonl
-
-    return sum(
-        1
-        for s in load_jsonl(out_dir / "sessions.jsonl")
-        if not s.get("warmup") and s.get("termination") == INFRA
-    )
-
-
-def drop_infra_sessions(out_dir: Path) -> int:
-    """Before a resume: take the session lines of episodes that ended on infrastructure
-    errors out of sessions.jsonl, so they count as unfinished and run again (their calls and
-    trajectories then go the way of any unfinished episode's). Returns how many.
-
-    Lines are removed byte for byte; a line that does not parse is left for the recorder's
-    own checks.
-    """
-    from agentload.results.jsonl import atomic_write_bytes
-
-    path = out_dir / "sessions.jsonl"
-    if not path.exists():
-        return 0
-    data = path.read_bytes()
-    kept: list[bytes] = []
-    dropped = 0
-    for line in data.splitlines(keepends=True):
-        try:
-            obj = orjson.loads(line) if line.strip() else None
-        except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and obj.get("termination") == INFRA and not obj.get("warmup"):
-            dropped += 1
-            continue
-        kept.append(line)
-    if dropped:
-        atomic_write_bytes(path, b"".join(kept))
-    return dropped
 
 
 def concurrency_cap(mode: str, concurrency: int, episodes: int | None) -> tuple[int, str | None]:

@@ -12,13 +12,6 @@ from typing import Any
 
 from agentload.registry import Registry
 
-
-def _domain(name: str, obj: Any) -> Any:
-    from agentload.domains import to_domain
-
-    return to_domain(name, obj)
-
-
 DOMAINS: Registry[Any] = Registry(
     "domains",
     "domain",
@@ -32,7 +25,7 @@ DOMAINS: Registry[Any] = Registry(
         "tau2-telecom-workflow": "agentload.domains.tau2:make_telecom_workflow",
         "tau2-mock": "agentload.domains.tau2:make_mock",
     },
-    convert=_domain,
+    convert="agentload.domains:to_domain",
 )
 """Domains (`agentload.domains` group): a Domain instance, subclass or factory, or a module
 holding one. The `tau2-` family runs only when asked for by name: its data lives outside

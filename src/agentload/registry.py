@@ -47,7 +47,9 @@ class Registry(Generic[T]):
     """Name → implementation, from built-ins, entry points and `register` calls.
 
     `convert` turns what a path or entry point names (a class, a factory, an instance) into
-    the registry's item type; it runs once per name.
+    the registry's item type; it runs once per name. Like a built-in, it may be given as an
+    import path ("module:function"), loaded on first use: the registries are declared below
+    every implementation (agentload.plugins), so they name their converters, not import them.
     """
 
     def __init__(
@@ -55,7 +57,7 @@ class Registry(Generic[T]):
         group: str,
         what: str,
         builtins: dict[str, str],
-        convert: Callable[[str, Any], T] | None = None,
+        convert: Callable[[str, Any], T] | str | None = None,
     ) -> None:
         self.group = ENTRY_POINT_PREFIX + group
         self.what = what
@@ -122,6 +124,9 @@ class Registry(Generic[T]):
                     raw = load_path(path)
                 except Exception as e:
                     raise ImportError(f"{self.what} {name!r} ({path}) failed to load: {e}") from e
-            item = self._convert(name, raw) if self._convert else raw
+            convert = self._convert
+            if isinstance(convert, str):
+                self._convert = convert = load_path(convert)
+            item = convert(name, raw) if convert is not None else raw
             self._loaded[name] = item
             return item

@@ -31,6 +31,9 @@ import yaml
 
 from agentload.client import EndpointConfig
 from agentload.config import CORE_ROLES, ConfigError, RunConfig, build_config, config_to_dict
+from agentload.engines.launch import EngineError, EngineStartError
+from agentload.engines.preflight import preflight_for_run, seeded_roles
+from agentload.engines.run import RunEngines, launched_engines
 from agentload.execute import ExecutorFactory, open_local
 from agentload.outcome import (
     EXIT_FAILED,
@@ -38,18 +41,33 @@ from agentload.outcome import (
     EXIT_OK,
     EXIT_USAGE,
     RunFailed,
+    Verdict,
+    concurrency_cap,
+    judge,
     say_stderr,
 )
+from agentload.redact import endpoint_secrets, redact_meta, redacted_paths
+from agentload.results.client import combine_client, lag_histogram
+from agentload.results.context import run_context
+from agentload.results.jsonl import ResultsError, atomic_write_bytes
+from agentload.results.lock import FolderLocked, ResultsLock
+from agentload.results.recorder import Recorder
+from agentload.results.resume import count_infra_episodes, drop_infra_sessions
+from agentload.results.summary import load_run_meta, summarize, write_summary
 from agentload.scheduler import (
     EpisodePlan,
     ProgressDisplay,
     ProgressTracker,
     SchedulerReport,
 )
+from agentload.servermetrics.scraper import MetricsScraper
+from agentload.sim import SimConfig, SimProcess
+from agentload.util import gc_tuned
+from agentload.workloads.base import make_workload
+from agentload.workloads.sampling import describe, sampling_block
 
 if TYPE_CHECKING:
     from agentload.execute import Executor
-    from agentload.results.recorder import Recorder
     from agentload.scheduler.outage import OutageGate
     from agentload.workloads.base import Workload
 
@@ -154,8 +172,6 @@ async def execute_run(
         tune_gc=tune_gc,
         executor=executor,
     )
-    from agentload.results.jsonl import ResultsError
-    from agentload.workloads.base import make_workload
 
     workload = make_workload(cfg)
     workload.units()  # a selection that matches nothing fails before the folder is touched
@@ -166,7 +182,7 @@ async def execute_run(
         checked = await _preflight(cfg, used_endpoints(cfg.endpoints, workload), workload, opts.say)
         cfg = workload.cfg = cfg.model_copy(update={"endpoints": {**cfg.endpoints, **checked[0]}})
     if cfg.ray is not None:  # an unreachable cluster fails before the folder is touched
-        from agentload.integrations.ray.backend import RayUnavailable, connect
+        from agentload.integrations.ray.backend import RayUnavailable, connect  # lazy: optional
 
         try:
             connect(cfg.ray)
@@ -199,7 +215,6 @@ async def execute_run(
 
 def results_lock(out_dir: Path, purpose: str) -> Any:
     """The folder's writer lock; a held or unwritable folder is a one-line RunFailed."""
-    from agentload.results.lock import FolderLocked, ResultsLock
 
     lock = ResultsLock(out_dir, purpose=purpose)
     try:
@@ -217,11 +232,9 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
     prev = _previous_meta(out_dir) if opts.resume else {}
     if cfg.run_id is None:
         cfg = cfg.model_copy(update={"run_id": prev.get("run_id") or new_run_id()})
-    from agentload.outcome import concurrency_cap, drop_infra_sessions
 
     # Sessions that ended on infrastructure errors did not run: a resume redoes them.
     redo = drop_infra_sessions(out_dir) if opts.resume else 0
-    from agentload.redact import endpoint_secrets
 
     secrets = [endpoint_secrets(ep_cfg) for ep_cfg in cfg.endpoints.values()]
     # config.yaml is written before the record files, so a folder is resumable from the start.
@@ -231,13 +244,16 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
     workers, note = concurrency_cap(cfg.load.mode, cfg.load.effective_concurrency, issue)
     if note:
         opts.say(note)
-    from agentload.distributed.sizing import decide_workers
 
     cluster = None
     if cfg.ray is not None:
-        from agentload.integrations.ray.backend import cluster_workers
+        from agentload.integrations.ray.backend import cluster_workers  # lazy: optional (ray)
 
         cluster = functools.partial(cluster_workers, cfg.ray)
+    # lazy: start-up: agentload.distributed (the worker machinery) loads only for a run over
+    # workers, never for a one-process run.
+    from agentload.distributed.sizing import decide_workers
+
     *processes, note = decide_workers(cfg, workers, cluster)
     if note:
         opts.say(note)
@@ -280,7 +296,6 @@ def open_run(cfg: RunConfig, opts: RunOptions, workload: Workload) -> RunState:
 
 async def drive(run: RunState) -> SchedulerReport:
     """Phase 2: endpoints, clients and scrapers up; the scheduler runs the plan."""
-    from agentload.util import gc_tuned
 
     async with contextlib.AsyncExitStack() as stack:
         endpoints = await stack.enter_async_context(_endpoints(run))
@@ -321,7 +336,6 @@ async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
     interrupt while the summary is written makes it `interrupted` (exit 130) with the report
     skipped.
     """
-    from agentload.outcome import Verdict
 
     summary, verdict = _summarize(run, rep)
     if await _interrupted(run):
@@ -361,7 +375,6 @@ def new_run_id() -> str:
 
 
 def _previous_meta(out_dir: Path) -> dict[str, Any]:
-    from agentload.results.summary import load_run_meta
 
     return load_run_meta(out_dir) or {}
 
@@ -369,7 +382,6 @@ def _previous_meta(out_dir: Path) -> dict[str, Any]:
 def _open_recorder(
     out_dir: Path, opts: RunOptions, config: dict[str, Any] | None = None, secrets: Any = ()
 ) -> Recorder:
-    from agentload.results.recorder import Recorder
 
     try:
         return Recorder(
@@ -394,7 +406,6 @@ def load_saved_config(out_dir: Path) -> RunConfig:
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:200]
         raise ConfigError(f"--resume {out_dir}: cannot read config.yaml: {reason}") from None
-    from agentload.redact import redacted_paths
 
     # Secrets were never written down; sending their placeholders would be a silent lie.
     hidden = redacted_paths(cfg.model_dump(mode="json", by_alias=True, exclude={"sim"}))
@@ -501,7 +512,6 @@ async def _preflight(
 ) -> tuple[dict[str, EndpointConfig], dict[str, Any] | None]:
     """Preflight (unless disabled) and metrics URLs before the first session: (endpoints to
     use, run.json's endpoints_detected). Raises PreflightFailed (exit code 2)."""
-    from agentload.engines.preflight import preflight_for_run, seeded_roles
 
     w = cfg.workload
     return await preflight_for_run(
@@ -519,7 +529,6 @@ def _note_endpoints(
     run: RunState, endpoints: Mapping[str, EndpointConfig], detected: dict[str, Any] | None
 ) -> None:
     """run.json: what preflight found, and the sampling parameters every call carries."""
-    from agentload.workloads.sampling import describe, sampling_block
 
     if detected is not None:
         run.meta["endpoints_detected"] = detected
@@ -532,8 +541,6 @@ def _note_endpoints(
 async def _launched(run: RunState) -> AsyncIterator[dict[str, EndpointConfig]]:
     """Endpoints with `launch:` get their engine before the first episode (stopped at the
     end); a launch problem is exit 2, an engine that does not come up exit 1."""
-    from agentload.engines.launch import EngineError, EngineStartError
-    from agentload.engines.run import RunEngines, launched_engines
 
     run.engines = RunEngines(run.cfg.endpoints, run.out_dir, run.opts.say)
     try:
@@ -555,7 +562,6 @@ def _describe_endpoints(endpoints: Mapping[str, EndpointConfig]) -> dict[str, An
 
 def start_embedded_sim(cfg: RunConfig, log_path: Path | None) -> Any:
     """Start the simulator subprocess on a free loopback port; returns the SimProcess."""
-    from agentload.sim import SimConfig, SimProcess
 
     s = cfg.sim
     fields: dict[str, Any] = {
@@ -591,7 +597,6 @@ async def _start_scrapers(
     (several: hosts, one sample with all their GPUs), by the same scraper and parser."""
     if not run.cfg.metrics.enabled:
         return
-    from agentload.servermetrics.scraper import MetricsScraper
 
     seen: set[str] = set()
     for ep in endpoints.values():
@@ -648,9 +653,6 @@ def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any])
 
 def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | None, Any]:
     """(summary, verdict); odd records or a full disk must not leave run.json "running"."""
-    from agentload.outcome import Verdict, count_infra_episodes, judge
-    from agentload.results.client import combine_client, lag_histogram
-    from agentload.results.summary import summarize
 
     out_dir = run.out_dir
     try:
@@ -713,8 +715,6 @@ def _settle(
 
 
 def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
-    from agentload.results.context import run_context
-    from agentload.results.summary import load_run_meta, write_summary
 
     # The summary embeds run.json: take the final status, not the "running" it read.
     summary["run"] = load_run_meta(run.out_dir)
@@ -725,10 +725,8 @@ def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
 def _report(
     run: RunState, rep: SchedulerReport, summary: dict[str, Any], verdict: Any
 ) -> tuple[list[Path], Any]:
-    from agentload.outcome import Verdict
-
     try:
-        from agentload.report import write_report
+        from agentload.report import write_report  # lazy: optional (a run is useful without)
     except ImportError:  # the report package is optional for a run to be useful
         log.warning("report module unavailable; wrote summary.json only")
         return [], verdict
@@ -749,17 +747,17 @@ async def open_executor(
     """The executor the configuration asks for: worker processes or Ray actors
     (agentload.distributed, imported only then: a one-process run never loads it) when the
     run goes over workers, else this process."""
+    if run.cfg.ray is None and run.processes == (1, 1):
+        return await open_local(run, endpoints, stack)
+    from agentload.distributed.driver import coordinator  # lazy: start-up (see above)
+
     if run.cfg.ray is not None:
-        from agentload.distributed.driver import coordinator
-        from agentload.integrations.ray.backend import ray_backend
+        from agentload.integrations.ray.backend import ray_backend  # lazy: optional dependency
 
         return coordinator(run, endpoints, ray_backend(run, endpoints))
-    if run.processes != (1, 1):
-        from agentload.distributed.driver import coordinator
-        from agentload.distributed.process import ProcessBackend
+    from agentload.distributed.process import ProcessBackend  # lazy: start-up (see above)
 
-        return coordinator(run, endpoints, ProcessBackend())
-    return await open_local(run, endpoints, stack)
+    return coordinator(run, endpoints, ProcessBackend())
 
 
 def _stop_on_write_error(sched: Executor | None) -> None:
@@ -796,8 +794,6 @@ def _mark_ended(run: RunState, e: BaseException) -> None:
 
 def update_meta(out_dir: Path, meta: Mapping[str, Any]) -> None:
     """Update run.json after the recorder closed (merged, atomic)."""
-    from agentload.redact import redact_meta
-    from agentload.results.jsonl import atomic_write_bytes
 
     cur = _previous_meta(out_dir)
     cur.update(redact_meta(meta))

@@ -19,7 +19,7 @@ from test_secrets_canary import CANARIES, _hits
 from test_secrets_canary import servers as servers  # a fixture
 
 from agentload.client import EndpointConfig
-from agentload.client.config import normalize_base_url
+from agentload.client.endpoint import normalize_base_url
 from agentload.config import build_config
 from agentload.report import summary_table
 from agentload.results.errors import redact_message, top_error_messages

@@ -218,7 +218,7 @@ def test_results_file_that_is_not_a_regular_file_is_refused(
 
 
 def test_read_regular_reads_what_was_there_when_opened(tmp_path: Path) -> None:
-    from agentload.results.jsonl import NotRegularFile, read_regular
+    from agentload.safeio import NotRegularFile, read_regular
 
     p = tmp_path / "a.jsonl"
     p.write_bytes(b'{"a": 1}\n' * 1000)

@@ -210,7 +210,7 @@ def test_cli_help_and_bad_upstream(tmp_path: Path) -> None:
 
 
 def test_usage_filter_drops_only_the_usage_event_across_any_split() -> None:
-    from agentload.proxy.server import UsageFilter
+    from agentload.proxy.service import UsageFilter
 
     content = b'data: {"choices":[{"index":0,"delta":{"content":"usage"}}]}'
     usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}'

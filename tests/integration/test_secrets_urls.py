@@ -25,9 +25,9 @@ from aiohttp import web
 from typer.testing import CliRunner
 
 import agentload.sim.api
+from agentload.calibration.stream import ProbeError, Target, stream_call
 from agentload.cli import app
 from agentload.sim import SimConfig, SimServer
-from agentload.sim.calibration.stream import ProbeError, Target, stream_call
 
 AGENTLOAD = str(Path(sys.executable).parent / "agentload")
 PASS = "upstreamPass7e21c9"

@@ -171,7 +171,7 @@ async def test_scraper_with_a_callable_sink_and_unreachable_server() -> None:
 async def test_server_deltas_agree_with_client_records_on_the_simulator(tmp_path: Path) -> None:
     """The engine's own counters, differenced over the run, equal the calls' usage totals."""
     from agentload.client.client import ChatClient
-    from agentload.client.config import EndpointConfig
+    from agentload.client.endpoint import EndpointConfig
     from agentload.results import summarize
     from agentload.sim import SimConfig, SimServer
 

@@ -13,9 +13,7 @@ import aiohttp
 import pytest
 from typer.testing import CliRunner
 
-from agentload.cli import app
-from agentload.sim import SimConfig, SimProcess, SimServer
-from agentload.sim.calibration.calibrate import (
+from agentload.calibration.calibrate import (
     OVERHEAD_REQUESTS,
     calibrate,
     pool,
@@ -24,10 +22,12 @@ from agentload.sim.calibration.calibrate import (
     summary_lines,
     without_overhead,
 )
-from agentload.sim.calibration.fit import PARAMS
-from agentload.sim.calibration.probe import ProbePlan
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Target, model_clock, stream_call
+from agentload.calibration.fit import PARAMS
+from agentload.calibration.probe import ProbePlan
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Target, model_clock, stream_call
+from agentload.cli import app
+from agentload.sim import SimConfig, SimProcess, SimServer
 from agentload.sim.profiles import Profile, load_profile
 
 # A profile unlike every built-in one, with chunked prefill (2048-token steps) in play.
@@ -402,7 +402,7 @@ def test_a_wall_clock_calibration_takes_the_serving_overhead_off(tmp_path: Path)
 
 
 async def test_a_simulator_that_will_not_start_keeps_the_probe(monkeypatch: Any) -> None:
-    from agentload.sim.calibration import calibrate as calibrate_module
+    from agentload.calibration import calibrate as calibrate_module
 
     async def broken(*args: Any) -> list[float]:
         raise RuntimeError("agentload sim exited with status 1 during startup")

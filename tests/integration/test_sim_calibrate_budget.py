@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import aiohttp
 
+from agentload.calibration.calibrate import detect_budget
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Target
 from agentload.sim import SimConfig, SimServer
-from agentload.sim.calibration.calibrate import detect_budget
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Target
 from agentload.sim.profiles import load_profile
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import agentload.sim.api
 from agentload.cli import app
-from agentload.sim.config import FAULT_KINDS, SimConfig
+from agentload.sim.settings import FAULT_KINDS, SimConfig
 
 runner = CliRunner()
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from agentload.calibration.fit import fit_first_hold
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Target, stream_call
 from agentload.sim import SimConfig, SimServer
-from agentload.sim.calibration.fit import fit_first_hold
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Target, stream_call
 from agentload.sim.profiles import Profile
 
 HELD = Profile(

@@ -15,7 +15,7 @@ from agentload.client import ChatClient, EndpointConfig, RetryPolicy, Timeouts
 from agentload.http_limits import raise_fd_limit
 from agentload.sim import SimConfig
 from agentload.sim.api import STDIN_CONFIG_FLAG, SimBindError, SimProcess, SimServer
-from agentload.sim.config import describe_errors
+from agentload.sim.settings import describe_errors
 from agentload.util import free_port
 
 MSGS = [{"role": "user", "content": "hi"}]

@@ -8,9 +8,9 @@ import time
 
 import aiohttp
 
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Call, Target, stream_call
 from agentload.sim import SimConfig, SimServer
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Call, Target, stream_call
 from agentload.sim.profiles import Profile
 
 # 5 ms steps at speedup 20: 0.25 ms of wall time each, well inside the 1 ms spin

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentload.sim.calibration.fidelity import METRICS, pool
+from agentload.calibration.fidelity import METRICS, pool
 
 
 def _figures(ttft: float, tpot: float) -> dict[str, float]:

@@ -30,10 +30,10 @@ from agentload.cli.sim_calibrate import (
     CalibrateArgs,
     FidelityArgs,
 )
-from agentload.client.config import EndpointConfig
+from agentload.client.endpoint import EndpointConfig
 from agentload.config import RunConfig
 from agentload.flags import field_at, flagged_fields, flags_of
-from agentload.sim.config import SimConfig
+from agentload.sim.settings import SimConfig
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "agentload"
 

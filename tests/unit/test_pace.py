@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentload.sim.calibration.calibrate import pace_text, pace_warning
+from agentload.calibration.calibrate import pace_text, pace_warning
 from agentload.stats import moved, pace
 
 
@@ -56,8 +56,8 @@ def test_the_warning_names_the_rounds_and_a_slow_first_round() -> None:
 def test_fidelity_says_when_the_server_as_a_whole_ran_at_another_speed(
     median: float, said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from agentload.calibration.fidelity import table
     from agentload.cli.sim_calibrate import _show_fidelity
-    from agentload.sim.calibration.fidelity import table
 
     result = {
         "rows": [],
@@ -76,7 +76,7 @@ def test_fidelity_says_when_the_server_as_a_whole_ran_at_another_speed(
 
 
 def test_a_slow_first_fidelity_pass_suggests_a_warm_up() -> None:
-    from agentload.sim.calibration.calibrate import first_pass_hint
+    from agentload.calibration.calibrate import first_pass_hint
 
     assert first_pass_hint([1.2, 1.0, 0.98], 0.0) == (
         "the real server's first pass was its slowest: --warmup 60 may steady it"

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from agentload import config as config_mod
-from agentload.client.config import EndpointConfig
+from agentload.client.endpoint import EndpointConfig
 from agentload.redact import (
     REDACTED,
     Scrubber,

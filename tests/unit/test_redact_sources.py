@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from agentload.client.config import EndpointConfig
+from agentload.client.endpoint import EndpointConfig
 from agentload.redact import REDACTED, Scrubber, endpoint_secrets, url_secrets
 from agentload.results.recorder import Recorder
 

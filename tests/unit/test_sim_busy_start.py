@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agentload.sim.calibration.calibrate import ServerInfo, _busy_note, build_profile
-from agentload.sim.calibration.fit import PARAMS, Fit, fit_busy_overhead
-from agentload.sim.calibration.probe import ProbeResult, busy_bounds
-from agentload.sim.calibration.stream import Call
+from agentload.calibration.calibrate import ServerInfo, _busy_note, build_profile
+from agentload.calibration.fit import PARAMS, Fit, fit_busy_overhead
+from agentload.calibration.probe import ProbeResult, busy_bounds
+from agentload.calibration.stream import Call
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile

@@ -8,9 +8,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from agentload.calibration.fit import PARAMS, decode_features, ttft_features
+from agentload.calibration.fromrun import calibrate_from_run
 from agentload.cli import app
-from agentload.sim.calibration.fit import PARAMS, decode_features, ttft_features
-from agentload.sim.calibration.fromrun import calibrate_from_run
 from agentload.sim.profiles import load_profile
 
 TRUE = dict(

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from agentload.sim.calibration.fit import (
+from agentload.calibration.fit import (
     PARAMS,
     Obs,
     decode_features,
@@ -18,7 +18,7 @@ from agentload.sim.calibration.fit import (
     pairs,
     ttft_features,
 )
-from agentload.sim.calibration.probe import ProbeResult
+from agentload.calibration.probe import ProbeResult
 from agentload.sim.profiles import BUILTIN_PROFILES
 
 TRUE = {

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agentload.sim.calibration.calibrate import (
+from agentload.calibration.calibrate import (
     PROBE_FORMAT,
     ServerInfo,
     pool,
@@ -18,8 +18,8 @@ from agentload.sim.calibration.calibrate import (
     read_probe,
     write_probe,
 )
-from agentload.sim.calibration.fit import decode_features, ttft_features
-from agentload.sim.calibration.probe import ProbeResult, pooled
+from agentload.calibration.fit import decode_features, ttft_features
+from agentload.calibration.probe import ProbeResult, pooled
 
 INFO = ServerInfo("vllm", "0.32.0", "tiny", 16384, 128, 4096, False)
 

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from agentload.sim.calibration.probe import Probe, ProbePlan
-from agentload.sim.calibration.stream import Call
+from agentload.calibration.probe import Probe, ProbePlan
+from agentload.calibration.stream import Call
 
 
 def _decode(step_s: float, steps: int, long_at: int | None = None, long_s: float = 0.0) -> Call:

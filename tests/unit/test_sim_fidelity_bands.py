@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentload.cli.sim_calibrate import _show_fidelity
-from agentload.sim.calibration.fidelity import (
+from agentload.calibration.fidelity import (
     METRICS,
     band_edges,
     combine,
@@ -15,7 +14,8 @@ from agentload.sim.calibration.fidelity import (
     summarise,
     table,
 )
-from agentload.sim.calibration.stream import Call
+from agentload.calibration.stream import Call
+from agentload.cli.sim_calibrate import _show_fidelity
 
 
 def test_shift_is_small_in_a_crowd_and_large_in_a_gap() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentload.sim.calibration.fidelity import (
+from agentload.calibration.fidelity import (
     METRICS,
     combine,
     compare,

@@ -7,10 +7,10 @@ import asyncio
 import aiohttp
 import pytest
 
+from agentload.calibration.probe import frontend_gaps
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Call, Target, model_clock, stream_call
 from agentload.sim import SimConfig, SimServer
-from agentload.sim.calibration.probe import frontend_gaps
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Call, Target, model_clock, stream_call
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile

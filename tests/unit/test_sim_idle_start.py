@@ -8,9 +8,9 @@ import asyncio
 import aiohttp
 import pytest
 
+from agentload.calibration.fit import fit_idle_wake
+from agentload.calibration.stream import Target, model_clock, stream_call
 from agentload.sim import SimConfig, SimServer
-from agentload.sim.calibration.fit import fit_idle_wake
-from agentload.sim.calibration.stream import Target, model_clock, stream_call
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile
 
 RATE, CAP = 0.002, 2.0

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from agentload.sim.calibration.fit import PARAMS, decode_features, fit_first_hold
-from agentload.sim.calibration.probe import window_features
-from agentload.sim.calibration.stream import Call
+from agentload.calibration.fit import PARAMS, decode_features, fit_first_hold
+from agentload.calibration.probe import window_features
+from agentload.calibration.stream import Call
 from agentload.sim.coalesce import van_der_corput
 from agentload.sim.engine import Engine, Seq
 from agentload.sim.metrics import SimMetrics

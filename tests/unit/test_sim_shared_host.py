@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentload.sim.calibration import calibrate
-from agentload.sim.calibration.calibrate import shared_host_note
+from agentload.calibration import calibrate
+from agentload.calibration.calibrate import shared_host_note
 from agentload.util import is_loopback_url
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from agentload.agents.actions import RESPOND
-
-if TYPE_CHECKING:
-    from agentload.domains.base import Domain, UserScenario
+from agentload.domains import get_domain
+from agentload.domains.base import Domain, UserScenario
 
 # What the user simulator is told the agent said first; the agent never sees it.
 AGENT_GREETING = "Hello, thank you for contacting us. How can I help you today?"
@@ -88,7 +86,6 @@ def render_tools(schemas: Sequence[Mapping]) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _text_system_prompt(domain_name: str, data_version: str, mode: str) -> str:
-    from agentload.domains import get_domain
 
     domain = get_domain(domain_name)
     return "\n\n".join(

@@ -31,6 +31,7 @@ from agentload.agents.prompts import (
     PARSE_RETRY,
     text_system_prompt,
 )
+from agentload.domains import get_domain
 from agentload.domains.base import Domain, Task
 from agentload.plugins import AGENTS
 
@@ -39,7 +40,6 @@ ORACLE_CLOSING = "Thank you for contacting us. Have a good day."
 
 @functools.lru_cache(maxsize=32)
 def _schemas(domain_name: str, data_version: str) -> tuple[dict[str, Any], ...]:
-    from agentload.domains import get_domain
 
     return tuple(get_domain(domain_name).tool_schemas())
 

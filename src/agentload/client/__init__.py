@@ -1,7 +1,7 @@
 """OpenAI-compatible streaming client: precise timing, error taxonomy, retries."""
 
 from agentload.client.client import CallError, CallResult, ChatClient, itl_summary
-from agentload.client.config import EndpointConfig, RetryPolicy, Timeouts
+from agentload.client.endpoint import EndpointConfig, RetryPolicy, Timeouts
 from agentload.client.normalize import normalize_messages
 from agentload.client.record import CALL_SCHEMA, ERROR_KINDS, CallRecord, ItlSummary
 from agentload.client.sse import SSEParser

@@ -10,6 +10,7 @@ attribute `DOMAIN` (an instance), a factory `make_domain()`, or a `Domain` subcl
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from agentload.domains.base import (
@@ -25,6 +26,7 @@ from agentload.domains.base import (
     UserScenario,
     grade,
     pass_hat_k,
+    trajectory_actions,
 )
 from agentload.plugins import DOMAINS
 
@@ -44,6 +46,7 @@ __all__ = [
     "get_domain",
     "get_task",
     "grade",
+    "grade_trajectory",
     "own_domain_names",
     "pass_hat_k",
     "to_domain",
@@ -95,3 +98,31 @@ def get_task(task_id: str) -> Task:
     if not sep:
         raise KeyError(f"task id {task_id!r} is not of the form <domain>/<NNN>")
     return get_domain(domain).get_task(task_id)
+
+
+def grade_trajectory(trajectory: Mapping[str, Any], domain: Domain | None = None) -> Grade:
+    """Grade a stored trajectory offline: replay its tool calls on a fresh database of the
+    task's domain and check its replies (deterministic; the same Grade as the live one)."""
+    task_id = trajectory.get("task_id")
+    if not isinstance(task_id, str) or "/" not in task_id:
+        raise ValueError(f"trajectory has no task id: {task_id!r}")
+    if domain is None:
+        domain = get_domain(task_id.split("/", 1)[0])
+    if task_id.startswith("tau2-"):
+        # lazy: start-up: τ²'s grader (and its data) load only for a τ² trajectory.
+        from agentload.domains.tau2.grading import grade_stored
+
+        info = grade_stored(trajectory, domain)
+        return Grade(
+            reward=float(info["reward"]),
+            db_match=bool(info.get("db_match", False)),
+            outputs_ok=bool(info.get("outputs_ok", False)),
+            missing_outputs=list(info.get("missing_outputs") or ()),
+            grader_version=str(info["grader_version"]),
+            data_version=str(info["data_version"]),
+            db_hash=str(info.get("db_hash") or ""),
+            gold_hash=str(info.get("gold_hash") or ""),
+        )
+    task = domain.get_task(task_id)
+    actions, replies = trajectory_actions(trajectory)
+    return grade(domain, task, actions, replies, int(trajectory.get("db_seed", 0)))

@@ -493,35 +493,6 @@ def trajectory_actions(trajectory: Mapping[str, Any]) -> tuple[list[Action], lis
     return actions, replies
 
 
-def grade_trajectory(trajectory: Mapping[str, Any], domain: Domain | None = None) -> Grade:
-    """Grade a stored trajectory offline: replay its tool calls on a fresh database of the
-    task's domain and check its replies (deterministic; the same Grade as the live one)."""
-    task_id = trajectory.get("task_id")
-    if not isinstance(task_id, str) or "/" not in task_id:
-        raise ValueError(f"trajectory has no task id: {task_id!r}")
-    if task_id.startswith("tau2-"):
-        from agentload.domains.tau2.grading import grade_stored
-
-        info = grade_stored(trajectory)
-        return Grade(
-            reward=float(info["reward"]),
-            db_match=bool(info.get("db_match", False)),
-            outputs_ok=bool(info.get("outputs_ok", False)),
-            missing_outputs=list(info.get("missing_outputs") or ()),
-            grader_version=str(info["grader_version"]),
-            data_version=str(info["data_version"]),
-            db_hash=str(info.get("db_hash") or ""),
-            gold_hash=str(info.get("gold_hash") or ""),
-        )
-    if domain is None:
-        from agentload.domains import get_domain
-
-        domain = get_domain(task_id.split("/", 1)[0])
-    task = domain.get_task(task_id)
-    actions, replies = trajectory_actions(trajectory)
-    return grade(domain, task, actions, replies, int(trajectory.get("db_seed", 0)))
-
-
 def grade_db_hash(
     domain: Domain, task: Task, actual: str, agent_replies: Sequence[str], seed: int = 0
 ) -> Grade:

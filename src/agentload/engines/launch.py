@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from agentload.engine_launch import LaunchConfig
+from agentload.redact import redact_argv
 from agentload.util import ServedAt, die_with_parent
 
 Say = Callable[[str], None]
@@ -106,7 +107,6 @@ def resolve_python(python: str | None) -> str:
 
 def redact_args(argv: Iterable[str]) -> list[str]:
     """A command line fit for a log: values of secret options (--api-key ...) masked."""
-    from agentload.redact import redact_argv
 
     return redact_argv(argv)
 

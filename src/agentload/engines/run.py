@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentload.client.config import EndpointConfig
+from agentload.client.endpoint import EndpointConfig
 from agentload.engines.launch import EngineInterrupted, EngineProcess, EngineSpec
 
 Say = Callable[[str], None]

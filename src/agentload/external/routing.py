@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from agentload.client.record import CallRecord
 from agentload.proxy.caller import ProxyRequest
-from agentload.proxy.server import ProxyConfig, ProxyServer
+from agentload.proxy.service import ProxyConfig, ProxyServer
 from agentload.proxy.sessions import ProxySession
 from agentload.wire import ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 

@@ -5,6 +5,6 @@ chat completions are measured on the wire like agentload's own client measures t
 calls, sessions and trajectories land in an ordinary results folder (docs/external-agents.md).
 """
 
-from agentload.proxy.server import ProxyConfig, ProxyServer
+from agentload.proxy.service import ProxyConfig, ProxyServer
 
 __all__ = ["ProxyConfig", "ProxyServer"]

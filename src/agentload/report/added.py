@@ -19,6 +19,8 @@ import numpy as np
 
 from agentload.client import itlhist
 from agentload.report.compare import CONFIDENCE, RESAMPLES, Clusters
+from agentload.results.dirs import load_sweep
+from agentload.results.jsonl import ResultsError
 from agentload.results.summary import MeasuredRun, load_measured
 
 METRICS = ("ttft", "e2e", "itl")
@@ -219,7 +221,6 @@ def _overall(verdicts: set[str]) -> str:
 
 
 def _points(root: Path) -> tuple[str, dict[float, str]]:
-    from agentload.results.dirs import load_sweep
 
     doc = load_sweep(root)
     kind = str(doc["kind"])
@@ -231,7 +232,6 @@ def added_latency_sweep(
 ) -> dict[str, Any]:
     """Two sweeps over the same load points, one direct and one through the gateway: the
     added latency at every point both finished; the verdict is the worst point's."""
-    from agentload.results.jsonl import ResultsError
 
     kind_a, pa = _points(direct)
     kind_b, pb = _points(gateway)

@@ -12,7 +12,9 @@ from agentload.report import plots
 from agentload.report.columns import CALL_COLUMNS, THIN_NOTE, any_thin, cells
 from agentload.report.context import context_rows
 from agentload.report.document import Document, to_html, to_markdown
+from agentload.report.errors import HEADER, error_rows
 from agentload.report.health import client_cpu_share, client_warnings
+from agentload.report.replay_section import replay_section
 from agentload.report.series import Series, build_series
 from agentload.results.files import CALLS, SERVER_METRICS, SESSIONS
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
@@ -277,8 +279,6 @@ def _errors_section(doc: Document, summary: Mapping[str, Any], ser: Series | Non
     else:
         doc.table(["error kind", "calls"], [[k, count(v)] for k, v in errors["by_kind"].items()])
         if errors.get("messages"):
-            from agentload.report.errors import HEADER, error_rows
-
             doc.p("Most frequent messages per kind (the servers' words, redacted):")
             doc.table(HEADER, error_rows(summary), align_left=2)
         doc.chart(plots.error_timeline(ser))
@@ -439,8 +439,6 @@ def build_document(
     _turns_section(doc, summary, pngs)
     # A replay's sessions are not graded: its own section replaces the episodes'.
     if s.replay:
-        from agentload.report.replay import replay_section
-
         replay_section(doc, s.replay)
     elif s.episodes:
         _episodes(doc, s.episodes, rates_meaningful(s))
@@ -588,7 +586,7 @@ def write_report(out_dir: Path | str, summary: Mapping[str, Any]) -> list[Path]:
         samples,
         summary.get("window") or {},
     )
-    from agentload.report import charts  # matplotlib: only when a report is drawn
+    from agentload.report import charts  # lazy: start-up (matplotlib, when a report is drawn)
 
     written = charts.write_charts(out_dir, summary, samples)
     pngs = {p.stem: f"{charts.CHARTS_DIR}/{p.name}" for p in written}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from agentload.results.context import context_differences, run_context
 from agentload.results.summary import (
     SUCCESS_REWARD,
     UNGRADED_KINDS,
@@ -225,7 +226,6 @@ def compare_dirs(dir_a: Path, dir_b: Path, role: str | None = "agent") -> dict[s
         )
         if k in rows
     ]
-    from agentload.results.context import context_differences, run_context
 
     return {
         "a": str(dir_a),

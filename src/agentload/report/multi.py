@@ -4,7 +4,7 @@ sweep point) and their curves overlaid against load, written as compare.md, comp
 
 A single run is one point at its own load (its concurrency, or its arrival rate when open
 loop); a sweep is one line through its points. Rows are sweep.json's point rows
-(`agentload.sweep.summary_row`), so a figure has the same definition as in sweep.md.
+(`agentload.report.points.summary_row`), so a figure has the same definition as in sweep.md.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from agentload.report.columns import SWEEP_COLUMNS, THIN_NOTE, Column, any_thin,
 from agentload.report.context import load_text
 from agentload.report.document import Document, to_html, to_markdown
 from agentload.report.links import html_links, link, rel_href
-from agentload.report.plots import layout
+from agentload.report.plots import fit_legend, layout
+from agentload.report.points import summary_row
+from agentload.results.context import context_differences, run_context
 from agentload.results.dirs import check_results_dir, is_sweep, load_sweep
 from agentload.results.files import SUMMARY
 from agentload.results.jsonl import ResultsError, atomic_write_bytes
+from agentload.results.summary import summarize
 
 SCHEMA = "agentload.compare/1"
 FILES = ("compare.md", "compare.html", "compare.json")
@@ -73,7 +76,6 @@ def _summary(path: Path) -> dict[str, Any]:
             raise ResultsError(f"{p}: cannot read: {e.strerror or e}") from None
         if isinstance(doc, dict):
             return doc
-    from agentload.results.summary import summarize
 
     return summarize(path)
 
@@ -87,13 +89,9 @@ def load_series(path: Path, label: str) -> Series:
         rows = sorted((dict(r) for r in doc["points"]), key=lambda r: float(r[kind]))
         sctx = doc.get("context")
         if not isinstance(sctx, dict):
-            from agentload.results.context import run_context
-
             sctx = run_context(path / rows[0]["dir"]) if rows else {}
         return Series(label, path, True, kind, rows, sctx)
     check_results_dir(path)
-    from agentload.results.context import run_context
-    from agentload.sweep import summary_row
 
     s = _summary(path)
     got = s.get("context")
@@ -182,7 +180,6 @@ def _runs_rows(series: Sequence[Series]) -> list[list[str]]:
 def context_notes(series: Sequence[Series], limit: int = 6) -> list[str]:
     """How each run's context differs from the first one's, load aside (load is the x axis):
     a difference in numbers may come from here."""
-    from agentload.results.context import context_differences
 
     first = series[0]
     notes = []
@@ -215,9 +212,7 @@ def _trace(x: list[Any], y: list[Any], name: str, color: str, dash: str, group: 
 
 def _fig_layout(title: str, kind: str, ytitle: str, **kw: Any) -> dict[str, Any]:
     axes = {
-        "margin": {"l": 60, "r": 30, "t": 40, "b": 45},
         "hovermode": "closest",
-        "legend": {"orientation": "h", "y": -0.25},
         "xaxis": {"title": {"text": kind}},
         "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"},
     }
@@ -279,7 +274,7 @@ def compare_charts(series: Sequence[Series]) -> list[dict[str, Any]]:
                         ),
                     }
                 )
-    return figs
+    return [fit_legend(f) for f in figs]  # an entry per run (two: p50, p90) wraps to rows
 
 
 def _stat_cell(m: Mapping[str, Any] | None, key: str) -> str:

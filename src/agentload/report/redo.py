@@ -8,12 +8,15 @@ from typing import Any
 
 import orjson
 
+from agentload.report.build import write_report
+from agentload.report.points import rebuild_sweep
+from agentload.results.dirs import has_records, load_sweep
+from agentload.results.records import Summary
+from agentload.results.summary import SUMMARY, summarize, write_summary
+
 
 def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dict, list[Path]]:
     """summary.json and the report of one run, recomputed from its records."""
-    from agentload.report.build import write_report
-    from agentload.results.records import Summary
-    from agentload.results.summary import SUMMARY, summarize, write_summary
 
     summary = summarize(out_dir, slo=slo)
     # Keep what the run itself added to summary.json (the client's own figures).
@@ -34,8 +37,6 @@ def rereport(out_dir: Path, slo: Mapping[str, float] | None = None) -> tuple[dic
 
 def rereport_sweep(root: Path, slo: Mapping[str, float] | None = None) -> tuple[dict, list[Path]]:
     """Every point's report, then sweep.json / sweep.md / sweep.html from their summaries."""
-    from agentload.results.dirs import has_records, load_sweep
-    from agentload.sweep import rebuild_sweep
 
     doc = load_sweep(root)
     summaries: dict[str, dict[str, Any]] = {}

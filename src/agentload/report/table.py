@@ -11,8 +11,9 @@ from rich.table import Table
 from agentload.fmt import count, duration, num, pct, secs
 from agentload.report.columns import CALL_COLUMNS, THIN_NOTE, any_thin, console_columns
 from agentload.report.context import load_text, noun_of
+from agentload.report.errors import error_table
 from agentload.report.health import client_warnings
-from agentload.report.replay import warm_cache_text
+from agentload.report.replay_section import warm_cache_text
 from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
 from agentload.util import dig
 
@@ -52,7 +53,6 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
     ep = None if rp else typed.episodes
     if ep or typed.slo:
         parts.append(_episodes_table(ep, typed.slo, typed.errors.by_kind))
-    from agentload.report.errors import error_table
 
     errors = error_table(summary)
     if errors is not None:

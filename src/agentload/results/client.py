@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from agentload.results.jsonl import read_jsonl
+from agentload.stats import describe, pct_key
 
 HIST_BASE_S = 1e-6
 HIST_GROWTH = 1.02
@@ -80,7 +81,6 @@ def merge_histograms(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, An
 def describe_histogram(
     h: Mapping[str, Any], percentiles: Iterable[float] = LAG_PERCENTILES
 ) -> dict[str, Any]:
-    from agentload.stats import pct_key
 
     ps = list(percentiles)
     n = int(h["count"])
@@ -107,7 +107,6 @@ def describe_histogram(
 
 
 def _sched_delays(out_dir: Path) -> dict[str, Any]:
-    from agentload.stats import describe
 
     vals = []
     for s in read_jsonl(out_dir / "sessions.jsonl", warn=False).records:

@@ -10,8 +10,16 @@ from typing import Any
 
 import orjson
 
-from agentload.results.files import CALLS, CONFIG, RECORD_FILES, RUN, SESSIONS, SUMMARY
-from agentload.results.jsonl import ResultsError, file_kind
+from agentload.results.files import (
+    CALLS,
+    CONFIG,
+    RECORD_FILES,
+    RUN,
+    SESSIONS,
+    SUMMARY,
+    ResultsError,
+)
+from agentload.safeio import file_kind
 
 SWEEP = "sweep.json"
 SWEEP_KINDS = ("concurrency", "rate")

@@ -15,8 +15,10 @@ from typing import Any
 
 import orjson
 
+from agentload.results.dirs import has_records, is_sweep, load_sweep
 from agentload.results.files import CALLS, SESSIONS
 from agentload.results.jsonl import read_jsonl
+from agentload.results.summary import load_measured, turn_table
 
 FORMATS = ("csv", "parquet")
 TABLES = ("calls", "sessions", "turns")
@@ -48,7 +50,6 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """The three tables as lists of flat rows (each file read once: the turns table is
     summary.json's `turns`, computed from the same records)."""
-    from agentload.results.summary import load_measured, turn_table
 
     calls = read_jsonl(out_dir / CALLS)
     sessions = read_jsonl(out_dir / SESSIONS)
@@ -68,7 +69,6 @@ def sweep_tables(
     filter on the load), led by two columns: the load value under the sweep's kind
     (`concurrency` or `rate`) and `point`, the point's folder. Points without records (never
     started) are left out."""
-    from agentload.results.dirs import has_records, load_sweep
 
     doc = load_sweep(root)
     kind = str(doc["kind"])
@@ -126,7 +126,6 @@ def export(
     """Write calls / sessions / turns as `fmt` into `dest` (default `<out_dir>/export`); of a
     sweep folder, one file per table over all points (see `sweep_tables`), `say` told of
     each point."""
-    from agentload.results.dirs import is_sweep
 
     out_dir = Path(out_dir)
     if fmt not in FORMATS:

@@ -31,7 +31,8 @@ from typing import Any, ClassVar
 import orjson
 
 from agentload.redact import redact_argv
-from agentload.results.jsonl import NotRegularFile, ResultsError, file_kind
+from agentload.results.files import ResultsError
+from agentload.safeio import NotRegularFile, file_kind
 
 LOCK_FILE = ".agentload.lock"
 

@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentload.config import ConfigError, read_yaml
 from agentload.results.files import CALLS, CONFIG, RUN
 from agentload.results.jsonl import read_jsonl
+from agentload.safeio import read_regular
 
 log = logging.getLogger("agentload.results")
 
@@ -27,9 +29,6 @@ def _dataset_history_replay(out_dir: Path) -> bool:
     """Whether the folder holds a replay run with dataset history (run.json's kind, the
     history setting of config.yaml; dataset is the default)."""
     import orjson
-
-    from agentload.config import ConfigError, read_yaml
-    from agentload.results.jsonl import read_regular
 
     try:
         meta = orjson.loads(read_regular(out_dir / RUN))

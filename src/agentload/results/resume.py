@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from agentload.config import read_yaml
+from agentload.outcome import INFRA
 from agentload.results.files import (
     CALLS,
     CONFIG,
@@ -36,9 +38,8 @@ from agentload.results.jsonl import (
     ResultsError,
     atomic_write_bytes,
     dumps_line,
-    file_kind,
+    load_jsonl,
     read_jsonl,
-    read_regular,
 )
 from agentload.results.records import (
     SESSION_SCHEMA,
@@ -47,7 +48,9 @@ from agentload.results.records import (
     parse_lenient,
     version_of,
 )
+from agentload.results.replay_resume import replay_calls_to_keep
 from agentload.results.validate import Integrity, clean_sessions
+from agentload.safeio import file_kind, read_regular
 
 log = logging.getLogger("agentload.results")
 
@@ -96,7 +99,6 @@ def check_resumable(out_dir: Path) -> None:
     path = out_dir / CONFIG
     if not path.exists():
         return
-    from agentload.config import read_yaml
 
     if not read_yaml(path):
         raise ResultsError(
@@ -261,7 +263,6 @@ def prepare_resume(out_dir: Path) -> ResumeState:
         if not s.warmup:
             st.finished.add(s.key)
     done = st.finished_sessions
-    from agentload.results.replay_resume import replay_calls_to_keep
 
     # A dataset-history replay keeps its answered turns: it resumes after them.
     sent = replay_calls_to_keep(out_dir)
@@ -292,3 +293,40 @@ def prepare_resume(out_dir: Path) -> ResumeState:
         else:
             log.warning("%s: unreadable, starting fresh run metadata", run)
     return st
+
+
+def count_infra_episodes(out_dir: Path) -> int:
+    """Measured episodes of a results folder that ended on infrastructure errors."""
+    return sum(
+        1
+        for s in load_jsonl(out_dir / "sessions.jsonl")
+        if not s.get("warmup") and s.get("termination") == INFRA
+    )
+
+
+def drop_infra_sessions(out_dir: Path) -> int:
+    """Before a resume: take the session lines of episodes that ended on infrastructure
+    errors out of sessions.jsonl, so they count as unfinished and run again (their calls and
+    trajectories then go the way of any unfinished episode's). Returns how many.
+
+    Lines are removed byte for byte; a line that does not parse is left for the recorder's
+    own checks.
+    """
+    path = out_dir / "sessions.jsonl"
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    kept: list[bytes] = []
+    dropped = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            obj = orjson.loads(line) if line.strip() else None
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("termination") == INFRA and not obj.get("warmup"):
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped:
+        atomic_write_bytes(path, b"".join(kept))
+    return dropped

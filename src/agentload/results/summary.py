@@ -22,7 +22,8 @@ import numpy as np
 import orjson
 import yaml
 
-from agentload import __version__, stats
+from agentload import stats
+from agentload.client import itlhist
 from agentload.outcome import INFRA
 from agentload.results.context import run_context
 from agentload.results.errors import top_error_messages
@@ -35,9 +36,13 @@ from agentload.results.records import (
     Summary,
     write_summary_file,
 )
+from agentload.results.replay_summary import replay_summary
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.results.window import EMPTY_WINDOW, call_window, rate_seconds, session_window
+from agentload.scheduler.outage import is_infra_failure
+from agentload.servermetrics.summary import summarize_gpu, summarize_server
 from agentload.units import check_slo_key, parse_duration
+from agentload.version import __version__
 
 log = logging.getLogger("agentload.results")
 
@@ -170,7 +175,6 @@ def _itl(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
 
 
 def _all_gaps(a: CallArrays, sel: np.ndarray) -> dict[str, Any]:
-    from agentload.client import itlhist
 
     ks, ns = itlhist.merge(a.itl_hist[i] for i in np.flatnonzero(sel))
     qs = itlhist.quantiles(ks, ns, stats.PERCENTILES)
@@ -580,7 +584,6 @@ def _errors(a: CallArrays, m: np.ndarray, all_calls: list[dict[str, Any]]) -> di
 def _connection_failure(call: Mapping[str, Any]) -> bool:
     """A call that failed because the server was not there (refused, reset, lost mid-answer),
     as opposed to one it answered with an error."""
-    from agentload.scheduler.outage import is_infra_failure
 
     kind = call.get("error_kind")
     if call.get("status") == "ok" or not isinstance(kind, str) or kind.startswith("http_"):
@@ -731,7 +734,6 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         summary["gpu"] = gpu
     # What the readers skipped, flagged or counted once (agentload.results.validate).
     summary["integrity"] = run.integrity.to_dict()
-    from agentload.results.replay_summary import replay_summary
 
     replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
     if replay is not None:
@@ -764,7 +766,6 @@ def _server(
     samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS), integ or Integrity())
     if not samples:
         return None
-    from agentload.servermetrics.summary import summarize_server
 
     span = (window.get("start"), window.get("end"))
     return summarize_server(samples, window=span, run_calls=run_calls)
@@ -776,7 +777,6 @@ def _gpu(out_dir: Path, window: Mapping[str, Any], output_tokens: Any) -> dict[s
     samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
     if not samples:
         return None
-    from agentload.servermetrics.summary import summarize_gpu
 
     span = (window.get("start"), window.get("end"))
     tokens = float(output_tokens) if output_tokens is not None else None

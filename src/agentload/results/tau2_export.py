@@ -32,8 +32,13 @@ from typing import Any
 import orjson
 import yaml
 
+from agentload.domains import get_domain
+from agentload.domains.tau2 import FAMILY_PREFIX, Tau2DataError, Tau2Domain, data
+from agentload.domains.tau2.data import DATA_ENV
+from agentload.domains.tau2.prompts import guidelines
 from agentload.results.files import CONFIG, RUN, SESSIONS, TRAJECTORIES
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
+from agentload.version import __version__
 
 FILE_PREFIX = "tau2-"
 # τ²'s TerminationReason values; anything else is exported as its catch-all.
@@ -143,7 +148,6 @@ def episodes(out_dir: Path) -> list[Episode]:
 def data_folder(out_dir: Path, override: str | os.PathLike[str] | None) -> Path:
     """The τ² data folder to read tasks from: `override`, else the one the run recorded
     (run.json, then config.yaml), else AGENTLOAD_TAU2_DATA."""
-    from agentload.domains.tau2.data import DATA_ENV
 
     if override is not None:
         return Path(override).expanduser()
@@ -166,7 +170,6 @@ def data_folder(out_dir: Path, override: str | os.PathLike[str] | None) -> Path:
 def _reading(folder: Path) -> Iterator[None]:
     """The τ² domains read `folder` for the export; the process's own setting is put back
     after (the export may run inside a longer-lived process)."""
-    from agentload.domains.tau2 import data
 
     saved_env, saved = os.environ.get(data.DATA_ENV), data._explicit
     data.configure(folder)
@@ -356,8 +359,6 @@ def _llm_info(cfg: Mapping[str, Any], run: Mapping[str, Any], role: str) -> dict
 def info(
     domain: Any, cfg: Mapping[str, Any], run: Mapping[str, Any], eps: Sequence[Episode]
 ) -> dict[str, Any]:
-    from agentload import __version__
-    from agentload.domains.tau2.prompts import guidelines
 
     w = cfg.get("workload") or {}
     t = w.get("tau2") or {}
@@ -388,8 +389,6 @@ def results(
     key: str, eps: Sequence[Episode], cfg: Mapping[str, Any], run: Mapping[str, Any]
 ) -> dict[str, Any]:
     """τ²'s Results document for the episodes of one domain (`key`: τ²'s domain name)."""
-    from agentload.domains import get_domain
-    from agentload.domains.tau2 import FAMILY_PREFIX, Tau2Domain
 
     domain = get_domain(FAMILY_PREFIX + key)
     assert isinstance(domain, Tau2Domain)
@@ -425,8 +424,6 @@ def results(
 
 def _check_data(key: str, run: Mapping[str, Any]) -> str | None:
     """A warning when the data folder's files differ from those the run recorded."""
-    from agentload.domains import get_domain
-    from agentload.domains.tau2 import FAMILY_PREFIX
 
     name = FAMILY_PREFIX + key
     recorded = _dig(run, "tau2", "files", name)
@@ -461,7 +458,6 @@ def export_tau2(
     """Write the run's τ² episodes as τ²-bench results files: `dest` a .json file (a run of
     one domain) or a folder (default `<out_dir>/export`) that gets `tau2-<domain>.json` per
     domain. `data_dir` overrides the τ² data folder the run recorded."""
-    from agentload.domains.tau2 import Tau2DataError
 
     out_dir = Path(out_dir)
     eps = episodes(out_dir)

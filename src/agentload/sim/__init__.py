@@ -21,9 +21,9 @@ from agentload.sim.behaviour import (
     ToolCallPlan,
     register_behaviour,
 )
-from agentload.sim.config import FAULT_KINDS, SimConfig
 from agentload.sim.faults import predict_fault
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile, load_profile
+from agentload.sim.settings import FAULT_KINDS, SimConfig
 
 __all__ = [
     "BEHAVIOURS",

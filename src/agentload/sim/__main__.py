@@ -10,14 +10,18 @@ import sys
 
 
 def main() -> None:
+    # lazy: start-up: the simulator's process imports only what it serves
     from agentload.sim.api import STDIN_CONFIG_FLAG
 
     if sys.argv[1:] == [STDIN_CONFIG_FLAG]:
+        # lazy: start-up: the simulator's process imports only what it serves
         from agentload.sim.api import run_blocking
-        from agentload.sim.config import SimConfig
+        from agentload.sim.settings import SimConfig
 
         run_blocking(SimConfig.model_validate_json(sys.stdin.buffer.read()))
         return
+    # lazy: start-up: the sim command alone, without the rest of the CLI (the one import
+    # that runs back up the layers: tests/unit/test_layers.py)
     from agentload.cli.sim import standalone
 
     standalone()

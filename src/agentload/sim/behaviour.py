@@ -33,7 +33,7 @@ from agentload.sim.tokenizer import split_pieces
 from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 if TYPE_CHECKING:
-    from agentload.sim.config import SimConfig
+    from agentload.sim.settings import SimConfig
 
 log = logging.getLogger("agentload.sim")
 

@@ -91,16 +91,18 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The MCP SDK and uvicorn load only when a server is asked for.
     if name == "ToolServer":
+        # lazy: start-up: the MCP SDK and uvicorn load only when a server is asked for
         from agentload.tools.server import ToolServer
 
         return ToolServer
     if name in ("build_mcp_server", "serve_stdio", "GRADE_TOOL"):
+        # lazy: start-up: the MCP SDK and uvicorn load only when a server is asked for
         from agentload.tools import mcp_server
 
         return getattr(mcp_server, name)
     if name == "write_scripts":
+        # lazy: start-up: as the servers, loaded when asked for
         from agentload.tools.scripts import write_scripts
 
         return write_scripts

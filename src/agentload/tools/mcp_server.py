@@ -12,9 +12,9 @@ from typing import Any
 import mcp.types as mt
 from mcp.server.lowlevel import Server
 
-from agentload import __version__
 from agentload.domains import Tool
 from agentload.tools.sessions import ToolsError, ToolSession
+from agentload.version import __version__
 
 GRADE_TOOL = "agentload_grade"
 """Name of the optional grading tool (a name no domain tool uses)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,11 +23,23 @@ import orjson
 
 from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
 from agentload.results.records import TrajectoryRecord, version_of
+from agentload.workloads import traces
+from agentload.workloads.conversation import (
+    TRACE_FORMATS,
+    ClientTurn,
+    Conversation,
+    Dataset,
+    DatasetError,
+    Span,
+    json_line,
+    line_error,
+    printable_id,
+    read_lines,
+    where,
+)
 
 FORMATS = ("mlperf", "trajectories", "openai", "sharegpt", "mooncake")
-TRACE_FORMATS = ("sharegpt", "mooncake")  # read by agentload.workloads.traces
 ROLES = ("user", "assistant", "tool")
-CACHED_CONVERSATIONS = 4096
 KEEP_BYTES = 32 << 20  # datasets up to this size stay parsed in memory after the index
 MAX_TOKEN_KEYS = ("max_new_tokens", "max_completion_tokens", "max_tokens")
 MAX_DELAY_S = 86400  # delay_seconds: longest think or tool time a replay waits
@@ -37,166 +48,7 @@ MAX_DELAY_S = 86400  # delay_seconds: longest think or tool time a replay waits
 _UNSENT_TAIL = frozenset({"user_stop", "agent_transfer", "max_steps", "too_many_errors"})
 
 
-class DatasetError(ValueError):
-    """A dataset that cannot be replayed; the message names file:line and the field."""
-
-
-@dataclass(slots=True)
-class ClientTurn:
-    """One call of a replayed conversation: the messages the client adds (a user message,
-    or the tool results of the previous answer), then the recorded answer, if any."""
-
-    index: int  # 0-based client turn index (the call's `turn`)
-    row: int  # dataset turn number (MLPerf `turn`) of its first row, or message index
-    line: int
-    messages: list[dict[str, Any]]
-    delay_s: float = 0.0
-    max_tokens: int | None = None
-    model: str | None = None
-    stream: bool | None = None
-    answer: dict[str, Any] | None = None
-    answer_tokens: int | None = None  # recorded answer length, estimated
-
-
-@dataclass(slots=True)
-class Conversation:
-    id: str
-    system: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    turns: list[ClientTurn] = field(default_factory=list)
-    line: int = 0
-
-    def prefix_messages(self) -> list[dict[str, Any]]:
-        return [{"role": "system", "content": self.system}] if self.system is not None else []
-
-    def messages(self) -> list[dict[str, Any]]:
-        """The whole recorded conversation as OpenAI messages."""
-        out = self.prefix_messages()
-        for t in self.turns:
-            out.extend(t.messages)
-            if t.answer is not None:
-                out.append(t.answer)
-        return out
-
-
-@dataclass(slots=True)
-class Span:
-    """Where one conversation is in the file, and what the index learnt about it."""
-
-    id: str
-    offset: int
-    end: int
-    line: int
-    has_system: bool = False
-    turns: int = 0
-    has_tools: bool = False
-    arrival_s: float | None = None  # a trace's recorded send time (Mooncake's timestamp)
-
-
-@dataclass
-class Dataset:
-    path: Path
-    format: str
-    spans: list[Span]
-    client_turns: int = 0
-    blocks: Any = None  # traces.BlockText of a Mooncake trace: how its prompts are built
-    skipped: dict[str, int] = field(default_factory=dict)  # records a replay cannot send
-
-    @property
-    def ids(self) -> list[str]:
-        return [s.id for s in self.spans]
-
-    def span(self, cid: str) -> Span:
-        return self._by_id[cid]
-
-    def __post_init__(self) -> None:
-        self._by_id = {s.id: s for s in self.spans}
-        self._cache: dict[str, Conversation] = {}
-        self._kept: dict[str, Conversation] = {}
-
-    def keep(self, convs: dict[str, Conversation]) -> None:
-        """Hold these conversations for good (a small dataset is parsed once, at index)."""
-        self._kept = convs
-
-    def load(self, cid: str) -> Conversation:
-        """One conversation, parsed from its span; the most recent ones are kept (replays
-        never change a Conversation), so repeats do not parse again."""
-        conv = self._kept.get(cid) or self._cache.get(cid)
-        if conv is None:
-            conv = self._read(cid, None)
-            if self.format == "mooncake":
-                return conv  # a built prompt is cheap to build again, and large to keep
-            if len(self._cache) >= CACHED_CONVERSATIONS:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[cid] = conv
-        return conv
-
-    def _read(self, cid: str, counter: TokenCounter | None) -> Conversation:
-        s = self._by_id[cid]
-        with self.path.open("rb") as fh:
-            fh.seek(s.offset)
-            data = fh.read(s.end - s.offset)
-        if self.format in TRACE_FORMATS:
-            from agentload.workloads import traces
-
-            return traces.read_span(self, s, data)
-        rows = _iter(
-            self.path, io.BytesIO(data), self.format, counter or HeuristicCounter(), s.line
-        )
-        for conv, _, _ in rows:
-            return conv
-        raise DatasetError(f"{_where(self.path, s.line)}: conversation {cid!r} vanished")
-
-    def __iter__(self) -> Iterator[Conversation]:
-        with self.path.open("rb") as f:
-            yield from iter_conversations(self.path, f, self.format, blocks=self.blocks)
-
-
 # ---- reading ---------------------------------------------------------------------------------
-
-
-def _where(path: Path, line: int) -> str:
-    return f"{path.name}:{line}"
-
-
-def _err(path: Path, line: int, field_name: str | None, msg: str) -> DatasetError:
-    where = _where(path, line)
-    return DatasetError(
-        f"{where}: field '{field_name}': {msg}" if field_name else f"{where}: {msg}"
-    )
-
-
-def _lines(f: BinaryIO, first_line: int = 1) -> Iterator[tuple[int, int, int, bytes]]:
-    """(line number, start offset, end offset, stripped bytes) of every non-blank line."""
-    offset = f.tell()
-    for n, raw in enumerate(f, start=first_line):
-        start = offset
-        offset += len(raw)
-        text = raw.strip()
-        if text:
-            yield n, start, offset, text
-
-
-_NOT_JSONL = (
-    "not JSONL: {what}; a dataset holds one JSON object per line (`jq -c '.[]'` writes an "
-    "array that way)"
-)
-
-
-def _json(path: Path, line: int, text: bytes) -> dict[str, Any]:
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        if text in (b"{", b"[") or (text[:1] in b"{[" and text.rstrip(b",")[-1:] in b"{[:"):
-            # The first line of a value that goes on over the next lines.
-            what = "a JSON value spread over several lines (pretty-printed JSON?)"
-            raise _err(path, line, None, _NOT_JSONL.format(what=what)) from None
-        raise _err(path, line, None, f"not valid JSON ({e})") from None
-    if isinstance(obj, list):
-        raise _err(path, line, None, _NOT_JSONL.format(what="a JSON array on one line"))
-    if not isinstance(obj, dict):
-        raise _err(path, line, None, "expected a JSON object per line")
-    return obj
 
 
 def detect_format(path: Path) -> str:
@@ -205,15 +57,13 @@ def detect_format(path: Path) -> str:
     try:
         with path.open("rb") as f:
             if f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
-                from agentload.workloads.traces import first_array_item
-
                 f.seek(0)
-                first = first_array_item(path, f)
+                first = traces.first_array_item(path, f)
                 if first is not None and ("conversations" in first or "messages" in first):
                     return "sharegpt"  # else: any other array is "not JSONL", below
             f.seek(0)
-            for n, _, _, text in _lines(f):
-                obj = _json(path, n, text)
+            for n, _, _, text in read_lines(f):
+                obj = json_line(path, n, text)
                 if obj.get("_type") == "dataset_metadata":
                     continue
                 if "role" in obj and "conversation_id" in obj:
@@ -226,7 +76,7 @@ def detect_format(path: Path) -> str:
                     return "sharegpt"
                 if "hash_ids" in obj:
                     return "mooncake"
-                raise _err(
+                raise line_error(
                     path,
                     n,
                     None,
@@ -240,44 +90,37 @@ def detect_format(path: Path) -> str:
     raise DatasetError(f"{path}: no records")
 
 
-def _printable_id(path: Path, line: int, name: str, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _err(path, line, name, f"expected a string id, got {type(value).__name__}")
-    text = str(value)
-    if not text or not text.isprintable():
-        raise _err(path, line, name, f"id {text!r} is empty or not printable")
-    return text
-
-
 def _check_tool_calls(
     path: Path, line: int, value: Any, key: str, *, string_args: bool = False
 ) -> list[dict[str, Any]]:
     """The tool calls of an answer; `string_args`: arguments must be a JSON string, as
     MLCommons' schema of the flat rows says (the messages formats also take an object)."""
     if not isinstance(value, list) or not value:
-        raise _err(path, line, key, "expected a non-empty list of tool calls")
+        raise line_error(path, line, key, "expected a non-empty list of tool calls")
     out = []
     for i, tc in enumerate(value):
         f = f"{key}[{i}]"
         if not isinstance(tc, dict):
-            raise _err(path, line, f, "expected an object")
-        _printable_id(path, line, f"{f}.id", tc.get("id"))
+            raise line_error(path, line, f, "expected an object")
+        printable_id(path, line, f"{f}.id", tc.get("id"))
         if tc.get("type") != "function":
-            raise _err(path, line, f"{f}.type", f"expected 'function', got {tc.get('type')!r}")
+            raise line_error(
+                path, line, f"{f}.type", f"expected 'function', got {tc.get('type')!r}"
+            )
         fn = tc.get("function")
         if not isinstance(fn, dict):
-            raise _err(path, line, f"{f}.function", "missing (needs name and arguments)")
+            raise line_error(path, line, f"{f}.function", "missing (needs name and arguments)")
         if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise _err(path, line, f"{f}.function.name", "missing or empty")
+            raise line_error(path, line, f"{f}.function.name", "missing or empty")
         args = fn.get("arguments")
         if isinstance(args, dict):
             if string_args:
-                raise _err(
+                raise line_error(
                     path, line, f"{f}.function.arguments", "expected a JSON string, got an object"
                 )
             args = orjson.dumps(args).decode()
         if not isinstance(args, str):
-            raise _err(path, line, f"{f}.function.arguments", "missing (a JSON string)")
+            raise line_error(path, line, f"{f}.function.arguments", "missing (a JSON string)")
         out.append(
             {
                 "id": str(tc["id"]),
@@ -290,7 +133,7 @@ def _check_tool_calls(
 
 def _pos_int(path: Path, line: int, key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _err(path, line, key, f"expected a positive integer, got {value!r}")
+        raise line_error(path, line, key, f"expected a positive integer, got {value!r}")
     return value
 
 
@@ -315,7 +158,7 @@ class _Builder:
         if self.prev_role is None:
             self._first_row(line, row, mt)
         elif row.get("system") is not None:
-            raise _err(
+            raise line_error(
                 self.path, line, "system", "only the conversation's first user row has a system"
             )
         if role == "assistant":
@@ -329,9 +172,9 @@ class _Builder:
     def _check_turn(self, line: int, row: dict[str, Any]) -> int:
         turn = row.get("turn")
         if isinstance(turn, bool) or not isinstance(turn, int):
-            raise _err(self.path, line, "turn", f"expected an integer, got {turn!r}")
+            raise line_error(self.path, line, "turn", f"expected an integer, got {turn!r}")
         if turn != self.prev_turn + 1:
-            raise _err(
+            raise line_error(
                 self.path,
                 line,
                 "turn",
@@ -345,20 +188,22 @@ class _Builder:
         """The row's role, refusing transitions a client could not have sent."""
         p, prev, role = self.path, self.prev_role, row.get("role")
         if role not in ROLES:
-            raise _err(p, line, "role", f"expected user, assistant or tool, got {role!r}")
+            raise line_error(p, line, "role", f"expected user, assistant or tool, got {role!r}")
         if prev is None and role != "user":
-            raise _err(p, line, "role", f"a conversation starts with a user row, not {role}")
+            raise line_error(p, line, "role", f"a conversation starts with a user row, not {role}")
         if role == "tool" and prev != "tool" and not (prev == "assistant" and self.open_ids):
-            raise _err(p, line, "role", "a tool row must follow an assistant row with tool_calls")
+            raise line_error(
+                p, line, "role", "a tool row must follow an assistant row with tool_calls"
+            )
         if role == "user" and prev == "assistant" and self.open_ids:
-            raise _err(
+            raise line_error(
                 p,
                 line,
                 "role",
                 "a user row cannot follow an assistant row with tool_calls (tool results missing)",
             )
         if role == "assistant" and prev == "assistant":
-            raise _err(p, line, "role", "two assistant rows in a row")
+            raise line_error(p, line, "role", "two assistant rows in a row")
         return str(role)
 
     def _row_fields(self, line: int, row: dict[str, Any]) -> tuple[Any, float, int | None]:
@@ -366,32 +211,34 @@ class _Builder:
         p = self.path
         content = row.get("content")
         if content is not None and not isinstance(content, str | list):
-            raise _err(p, line, "content", f"expected a string, got {type(content).__name__}")
+            raise line_error(p, line, "content", f"expected a string, got {type(content).__name__}")
         delay = row.get("delay_seconds", 0.0) or 0.0
         if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
-            raise _err(p, line, "delay_seconds", f"expected a number >= 0, got {delay!r}")
+            raise line_error(p, line, "delay_seconds", f"expected a number >= 0, got {delay!r}")
         if delay > MAX_DELAY_S:  # a wait the replay could not honour (or the clock overflows)
-            raise _err(p, line, "delay_seconds", f"at most {MAX_DELAY_S} (one day), got {delay!r}")
+            raise line_error(
+                p, line, "delay_seconds", f"at most {MAX_DELAY_S} (one day), got {delay!r}"
+            )
         mt = None
         for key in MAX_TOKEN_KEYS:
             if row.get(key) is not None:
                 mt = _pos_int(p, line, key, row[key])
                 break
         if row.get("stream") is not None and not isinstance(row["stream"], bool):
-            raise _err(p, line, "stream", "expected true or false")
+            raise line_error(p, line, "stream", "expected true or false")
         if row.get("model") is not None and not isinstance(row["model"], str):
-            raise _err(p, line, "model", "expected a string")
+            raise line_error(p, line, "model", "expected a string")
         return content, float(delay), mt
 
     def _first_row(self, line: int, row: dict[str, Any], mt: int | None) -> None:
         """The conversation-wide fields, which only its first user row carries."""
         system = row.get("system")
         if system is not None and not isinstance(system, str):
-            raise _err(self.path, line, "system", "expected a string")
+            raise line_error(self.path, line, "system", "expected a string")
         self.conv.system = system
         tools = row.get("tools")
         if tools is not None and not isinstance(tools, list):
-            raise _err(self.path, line, "tools", "expected a list of tool schemas")
+            raise line_error(self.path, line, "tools", "expected a list of tool schemas")
         self.conv.tools = tools or None
         self.model, self.stream, self.max_tokens = row.get("model"), row.get("stream"), mt
 
@@ -417,7 +264,9 @@ class _Builder:
         self, line: int, turn: int, row: dict[str, Any], content: Any, delay: float, mt: int | None
     ) -> None:
         if content is None:  # MLCommons' schema: a user row has its text
-            raise _err(self.path, line, "content", "a user row needs its text (missing or null)")
+            raise line_error(
+                self.path, line, "content", "a user row needs its text (missing or null)"
+            )
         msg = {"role": "user", "content": content}
         if self.prev_role == "user":
             # Consecutive user rows are one client turn, as consecutive user messages are.
@@ -471,20 +320,20 @@ class _Builder:
         if one:
             # One result per row, in the OpenAI tool-message shape.
             if row.get("tool_call_id") is None:
-                raise _err(
+                raise line_error(
                     p, line, "tool_results", "a tool row needs tool_results (or tool_call_id)"
                 )
             results = [{"tool_call_id": row["tool_call_id"], "content": row.get("content")}]
         if not isinstance(results, list) or not results:
-            raise _err(p, line, "tool_results", "expected a non-empty list")
+            raise line_error(p, line, "tool_results", "expected a non-empty list")
         out = []
         for i, r in enumerate(results):
             f = f"tool_results[{i}]"
             if not isinstance(r, dict):
-                raise _err(p, line, f, "expected {tool_call_id, content}")
-            tid = _printable_id(p, line, f"{f}.tool_call_id", r.get("tool_call_id"))
+                raise line_error(p, line, f, "expected {tool_call_id, content}")
+            tid = printable_id(p, line, f"{f}.tool_call_id", r.get("tool_call_id"))
             if tid not in self.open_ids:
-                raise _err(
+                raise line_error(
                     p,
                     line,
                     f"{f}.tool_call_id",
@@ -493,7 +342,9 @@ class _Builder:
             c = r.get("content")
             if c is None:  # MLCommons' schema: a tool result has content ("" when empty)
                 where = "content" if one else f"{f}.content"
-                raise _err(p, line, where, "a tool result needs its content (missing or null)")
+                raise line_error(
+                    p, line, where, "a tool result needs its content (missing or null)"
+                )
             if not isinstance(c, str):
                 c = orjson.dumps(c).decode()
             out.append({"role": "tool", "tool_call_id": tid, "content": c})
@@ -503,8 +354,8 @@ class _Builder:
 def _flat_rows(
     path: Path, f: BinaryIO, first_line: int = 1
 ) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
-    for n, start, end, text in _lines(f, first_line):
-        row = _json(path, n, text)
+    for n, start, end, text in read_lines(f, first_line):
+        row = json_line(path, n, text)
         if row.get("_type") == "dataset_metadata":
             continue
         yield n, start, end, row
@@ -519,11 +370,11 @@ def _iter_mlperf(
     span_start = span_end = 0
     for n, start, end, row in _flat_rows(path, f, first_line):
         if "conversation_id" not in row:
-            raise _err(path, n, "conversation_id", "missing")
-        cid = _printable_id(path, n, "conversation_id", row["conversation_id"])
+            raise line_error(path, n, "conversation_id", "missing")
+        cid = printable_id(path, n, "conversation_id", row["conversation_id"])
         if cur is None or cid != cur.conv.id:
             if cid in seen:
-                raise _err(
+                raise line_error(
                     path,
                     n,
                     "conversation_id",
@@ -553,15 +404,15 @@ def conversation_from_messages(
 ) -> Conversation:
     """A Conversation from an OpenAI message array (system first, optional)."""
     if not isinstance(messages, list) or not messages:
-        raise _err(path, line, "messages", "expected a non-empty list of messages")
+        raise line_error(path, line, "messages", "expected a non-empty list of messages")
     if tools is not None and not isinstance(tools, list):
-        raise _err(path, line, "tools", "expected a list of tool schemas")
+        raise line_error(path, line, "tools", "expected a list of tool schemas")
     b = _MessagesBuilder(path, line, Conversation(cid, tools=tools or None, line=line), counter)
     for i, m in enumerate(messages):
         b.add(i, m)
     conv = b.conv
     if not conv.turns:
-        raise _err(path, line, "messages", "no user message")
+        raise line_error(path, line, "messages", "no user message")
     if drop_unsent_tail and conv.turns[-1].answer is None:
         conv.turns.pop()
     return conv
@@ -576,7 +427,7 @@ class _MessagesBuilder:
         self.prev: str | None = None
 
     def _fail(self, field: str, message: str) -> DatasetError:
-        return _err(self.path, self.line, field, message)
+        return line_error(self.path, self.line, field, message)
 
     def add(self, i: int, m: Any) -> None:
         f = f"messages[{i}]"
@@ -619,7 +470,7 @@ class _MessagesBuilder:
             raise self._fail(
                 f"{f}.role", "a tool message must follow an assistant message with tool_calls"
             )
-        tid = _printable_id(self.path, self.line, f"{f}.tool_call_id", m.get("tool_call_id"))
+        tid = printable_id(self.path, self.line, f"{f}.tool_call_id", m.get("tool_call_id"))
         if tid not in self.open_ids:
             raise self._fail(
                 f"{f}.tool_call_id",
@@ -647,15 +498,15 @@ def _iter_lines_format(
     path: Path, f: BinaryIO, fmt: str, counter: TokenCounter, first_line: int = 1
 ) -> Iterator[tuple[Conversation, int, int]]:
     seen: dict[str, int] = {}
-    for n, start, end, text in _lines(f, first_line):
-        obj = _json(path, n, text)
+    for n, start, end, text in read_lines(f, first_line):
+        obj = json_line(path, n, text)
         if obj.get("_type") == "dataset_metadata":
             continue
         if fmt == "trajectories":
             try:
                 version_of(obj, TrajectoryRecord)
             except ValueError as e:
-                raise _err(path, n, "schema_version", str(e)) from None
+                raise line_error(path, n, "schema_version", str(e)) from None
             raw_id = obj.get("session_id")
             field_name = "session_id"
             unsent = obj.get("termination") in _UNSENT_TAIL
@@ -665,9 +516,11 @@ def _iter_lines_format(
             )
             raw_id = obj.get(field_name, f"line-{n}")
             unsent = False
-        cid = _printable_id(path, n, field_name, raw_id)
+        cid = printable_id(path, n, field_name, raw_id)
         if cid in seen:
-            raise _err(path, n, field_name, f"duplicate conversation id {cid!r} (line {seen[cid]})")
+            raise line_error(
+                path, n, field_name, f"duplicate conversation id {cid!r} (line {seen[cid]})"
+            )
         seen[cid] = n
         conv = conversation_from_messages(
             path, n, cid, obj.get("messages"), obj.get("tools"), counter, drop_unsent_tail=unsent
@@ -677,7 +530,7 @@ def _iter_lines_format(
         yield conv, start, end
 
 
-def _iter(
+def iter_records(
     path: Path,
     f: BinaryIO,
     fmt: str,
@@ -687,8 +540,6 @@ def _iter(
     blocks: Any = None,
 ) -> Iterator[tuple[Conversation, int, int]]:
     if fmt in TRACE_FORMATS:
-        from agentload.workloads import traces
-
         return traces.iterate(path, f, fmt, counter, blocks)
     if fmt == "mlperf":
         return _iter_mlperf(path, f, counter, first_line)
@@ -700,7 +551,7 @@ def _iter(
 def iter_conversations(
     path: Path, f: BinaryIO, fmt: str, counter: TokenCounter | None = None, *, blocks: Any = None
 ) -> Iterator[Conversation]:
-    for conv, _, _ in _iter(path, f, fmt, counter or HeuristicCounter(), blocks=blocks):
+    for conv, _, _ in iter_records(path, f, fmt, counter or HeuristicCounter(), blocks=blocks):
         yield conv
 
 
@@ -721,8 +572,6 @@ def index_dataset(
         raise DatasetError(f"{path}: no such dataset file")
     fmt = fmt or detect_format(path)
     if fmt in TRACE_FORMATS:
-        from agentload.workloads import traces
-
         blocks = traces.BlockText(block_tokens or traces.BLOCK_TOKENS, tokenizer)
         return traces.index(path, fmt, keep_bytes, blocks)
     spans: list[Span] = []
@@ -731,7 +580,7 @@ def index_dataset(
     kept: dict[str, Conversation] | None = {} if path.stat().st_size <= keep_bytes else None
     try:
         with path.open("rb") as f:
-            for conv, start, end in _iter(path, f, fmt, counter):
+            for conv, start, end in iter_records(path, f, fmt, counter):
                 spans.append(
                     Span(
                         conv.id,
@@ -750,7 +599,23 @@ def index_dataset(
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
     if not spans:
         raise DatasetError(f"{path}: no conversations")
-    ds = Dataset(path, fmt, spans, n_turns)
+    ds = Dataset(path, fmt, spans, n_turns, reader=FLAT)
     if kept:
         ds.keep(kept)
     return ds
+
+
+class _FlatReader:
+    """MLPerf rows, trajectories and OpenAI messages: a span is that conversation's lines."""
+
+    def read_span(self, ds: Dataset, span: Span, data: bytes) -> Conversation:
+        rows = iter_records(ds.path, io.BytesIO(data), ds.format, HeuristicCounter(), span.line)
+        for conv, _, _ in rows:
+            return conv
+        raise DatasetError(f"{where(ds.path, span.line)}: conversation {span.id!r} vanished")
+
+    def walk(self, ds: Dataset, f: BinaryIO) -> Iterator[Conversation]:
+        return iter_conversations(ds.path, f, ds.format)
+
+
+FLAT = _FlatReader()

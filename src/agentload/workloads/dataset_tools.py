@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
 import orjson
 
 from agentload.client.tokens import (
@@ -20,17 +19,17 @@ from agentload.client.tokens import (
     TokenizerJsonCounter,
     message_text,
 )
-from agentload.workloads.dataset import (
+from agentload.workloads.conversation import (
     Conversation,
     DatasetError,
-    _err,
-    _iter,
-    _json,
-    _lines,
-    _printable_id,
-    conversation_from_messages,
-    detect_format,
+    json_line,
+    line_error,
+    printable_id,
+    read_lines,
+    value_dist,
 )
+from agentload.workloads.dataset import conversation_from_messages, detect_format, iter_records
+from agentload.workloads.traces import BLOCK_TOKENS, iter_sharegpt, mooncake_stats
 
 CONVERT_FROM = ("auto", "mlperf", "trajectories", "openai", "sharegpt", "mooncake", "snapshots")
 STATS_PERCENTILES = (50, 90, 99)
@@ -64,12 +63,10 @@ def conversations(
             if fmt == "snapshots":
                 yield from _snapshots(path, f, counter)
             elif fmt == "sharegpt":
-                from agentload.workloads.traces import iter_sharegpt
-
                 for conv, _, _ in iter_sharegpt(path, f, counter, skipped):
                     yield conv
             else:
-                for conv, _, _ in _iter(path, f, fmt, counter, blocks=blocks):
+                for conv, _, _ in iter_records(path, f, fmt, counter, blocks=blocks):
                     yield conv
     except OSError as e:
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
@@ -79,15 +76,15 @@ def _snapshots(path: Path, f: BinaryIO, counter: TokenCounter) -> Iterator[Conve
     """Snapshot records: `{conversation_id, messages, tools?}` per checkpoint, each one the
     whole message array so far; the last snapshot of a conversation is its conversation."""
     latest: dict[str, tuple[int, list[Any], Any]] = {}
-    for n, _, _, text in _lines(f):
-        obj = _json(path, n, text)
-        cid = _printable_id(path, n, "conversation_id", obj.get("conversation_id"))
+    for n, _, _, text in read_lines(f):
+        obj = json_line(path, n, text)
+        cid = printable_id(path, n, "conversation_id", obj.get("conversation_id"))
         msgs = obj.get("messages")
         if not isinstance(msgs, list):
-            raise _err(path, n, "messages", "expected the message array of this checkpoint")
+            raise line_error(path, n, "messages", "expected the message array of this checkpoint")
         prev = latest.get(cid)
         if prev is not None and msgs[: len(prev[1])] != prev[1]:
-            raise _err(
+            raise line_error(
                 path,
                 n,
                 "messages",
@@ -99,21 +96,6 @@ def _snapshots(path: Path, f: BinaryIO, counter: TokenCounter) -> Iterator[Conve
 
 
 # ---- stats -----------------------------------------------------------------------------------
-
-
-def _dist(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"count": 0}
-    arr = np.asarray(values, dtype=float)
-    out: dict[str, Any] = {
-        "count": int(arr.size),
-        "mean": float(arr.mean()),
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-    }
-    for p in STATS_PERCENTILES:
-        out[f"p{p}"] = float(np.percentile(arr, p))
-    return out
 
 
 def dataset_stats(
@@ -128,8 +110,6 @@ def dataset_stats(
     gives its own lengths, arrival times and block sharing (traces.mooncake_stats)."""
     fmt = fmt or detect_format(path)
     if fmt == "mooncake":
-        from agentload.workloads.traces import BLOCK_TOKENS, mooncake_stats
-
         return mooncake_stats(path, block_tokens or BLOCK_TOKENS)
     counter, exact = counter_for(tokenizer)
     skipped: dict[str, int] = {}
@@ -178,10 +158,10 @@ def dataset_stats(
         "turns_with_delay": n_delays,
         "system_prompts": len(systems),
         "tokens_estimated": not exact,
-        "turns_per_conversation": _dist(turns_per_conv),
-        "isl_tokens": _dist(isl),
-        "osl_tokens": _dist(osl),
-        "delay_s": _dist(delays),
+        "turns_per_conversation": value_dist(turns_per_conv),
+        "isl_tokens": value_dist(isl),
+        "osl_tokens": value_dist(osl),
+        "delay_s": value_dist(delays),
     }
     if fmt == "sharegpt":
         doc["skipped"] = skipped  # records a replay cannot send (traces module docs)

@@ -33,19 +33,20 @@ from typing import Any, BinaryIO
 import orjson
 
 from agentload.client.tokens import HeuristicCounter, TokenCounter, message_text
-from agentload.workloads.dataset import (
+from agentload.workloads.conversation import (
+    TRACE_FORMATS,
     ClientTurn,
     Conversation,
     Dataset,
     DatasetError,
     Span,
-    _err,
-    _json,
-    _lines,
-    _printable_id,
+    json_line,
+    line_error,
+    printable_id,
+    read_lines,
+    value_dist,
 )
 
-TRACE_FORMATS = ("sharegpt", "mooncake")
 BLOCK_TOKENS = 512  # Mooncake's block size
 CHUNK = 1 << 20
 CACHED_BLOCKS = 8192  # block texts kept (512 tokens ≈ 2 KB each)
@@ -78,7 +79,7 @@ def json_array_items(path: Path, f: BinaryIO) -> Iterator[tuple[int, int, int, b
     bom = 3 if buf.startswith(b"\xef\xbb\xbf") else 0
     pos = bom + len(buf[bom:]) - len(buf[bom:].lstrip())
     if buf[pos : pos + 1] != b"[":
-        raise _err(path, 1, None, "expected a JSON array of conversations")
+        raise line_error(path, 1, None, "expected a JSON array of conversations")
     pos += 1
     depth = 1
     start: int | None = None  # offset in buf of the element being read
@@ -90,7 +91,7 @@ def json_array_items(path: Path, f: BinaryIO) -> Iterator[tuple[int, int, int, b
         if m is None or (m.group() == b'"' and not eof):
             if eof:
                 where = line + buf.count(b"\n", counted, len(buf))
-                raise _err(path, where, None, "the JSON array ends early (unterminated)")
+                raise line_error(path, where, None, "the JSON array ends early (unterminated)")
             keep = start if start is not None else after
             line += buf.count(b"\n", counted, keep)
             chunk = f.read(CHUNK)
@@ -106,7 +107,7 @@ def json_array_items(path: Path, f: BinaryIO) -> Iterator[tuple[int, int, int, b
         tok = m.group()[:1]
         if tok == b'"' and len(m.group()) == 1:
             where = line + buf.count(b"\n", counted, m.start())
-            raise _err(path, where, None, "unterminated string")
+            raise line_error(path, where, None, "unterminated string")
         if depth == 1:
             where = line + buf.count(b"\n", counted, after)
             _between(path, where, buf[after : m.start()], tok, first)
@@ -114,7 +115,7 @@ def json_array_items(path: Path, f: BinaryIO) -> Iterator[tuple[int, int, int, b
                 rest = buf[m.end() :].strip() + (b"" if eof else f.read(CHUNK).strip())
                 if rest:
                     where = line + buf.count(b"\n", counted, m.end())
-                    raise _err(path, where, None, "data after the end of the JSON array")
+                    raise line_error(path, where, None, "data after the end of the JSON array")
                 return
             start = m.start()
             line += buf.count(b"\n", counted, start)
@@ -149,10 +150,10 @@ def _between(path: Path, line: int, gap: bytes, tok: bytes, first: bool) -> None
     ok = not gap.strip() if tok == b"]" or first else bool(_SEPARATOR.fullmatch(gap))
     if not ok:
         text = gap.strip()[:40].decode("utf-8", "replace")
-        raise _err(path, line, None, f"expected ',' between conversations, found {text!r}")
+        raise line_error(path, line, None, f"expected ',' between conversations, found {text!r}")
     if tok not in (b"{", b"]"):
         line += gap.count(b"\n")
-        raise _err(path, line, None, "expected a conversation object")
+        raise line_error(path, line, None, "expected a conversation object")
 
 
 def _records(path: Path, f: BinaryIO) -> Iterator[tuple[int, int, int, bytes]]:
@@ -162,20 +163,20 @@ def _records(path: Path, f: BinaryIO) -> Iterator[tuple[int, int, int, bytes]]:
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
         yield from json_array_items(path, f)
     else:
-        yield from ((n, s, e, t) for n, s, e, t in _lines(f))
+        yield from ((n, s, e, t) for n, s, e, t in read_lines(f))
 
 
 def _object(path: Path, line: int, data: bytes) -> dict[str, Any]:
     """One record; a multi-line array element is parsed whole (JSONL lines by _json)."""
     if b"\n" not in data:
-        return _json(path, line, data)
+        return json_line(path, line, data)
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         where = line + data.count(b"\n", 0, e.pos)
-        raise _err(path, where, None, f"not valid JSON ({e})") from None
+        raise line_error(path, where, None, f"not valid JSON ({e})") from None
     if not isinstance(obj, dict):
-        raise _err(path, line, None, "expected a conversation object")
+        raise line_error(path, line, None, "expected a conversation object")
     return obj
 
 
@@ -189,9 +190,9 @@ def sharegpt_conversation(
     key = "conversations" if "conversations" in obj else "messages"
     msgs = obj.get(key)
     if msgs is None:
-        raise _err(path, line, "conversations", "missing (a list of {from, value} messages)")
+        raise line_error(path, line, "conversations", "missing (a list of {from, value} messages)")
     if not isinstance(msgs, list):
-        raise _err(path, line, key, f"expected a list of messages, got {type(msgs).__name__}")
+        raise line_error(path, line, key, f"expected a list of messages, got {type(msgs).__name__}")
     conv = Conversation(cid, line=line)
     dropped = 0
     for i, m in enumerate(msgs):
@@ -199,7 +200,7 @@ def sharegpt_conversation(
         who_key, who, text = _sharegpt_message(path, line, f, m)
         if who == "system":
             if i != 0:
-                raise _err(path, line, f"{f}.{who_key}", "a system message comes first only")
+                raise line_error(path, line, f"{f}.{who_key}", "a system message comes first only")
             conv.system = text
         elif who in USER_FROM:
             msg = {"role": "user", "content": text}
@@ -218,7 +219,7 @@ def sharegpt_conversation(
             t.answer = {"role": "assistant", "content": text}
             t.answer_tokens = max(1, counter.count(message_text(t.answer)))
         else:
-            raise _err(
+            raise line_error(
                 path,
                 line,
                 f"{f}.{who_key}",
@@ -236,19 +237,19 @@ def sharegpt_conversation(
 def _sharegpt_message(path: Path, line: int, f: str, m: Any) -> tuple[str, Any, str]:
     """(the sender's key, the sender, the text) of one message, checked."""
     if not isinstance(m, dict):
-        raise _err(path, line, f, "expected a message object")
+        raise line_error(path, line, f, "expected a message object")
     who_key = "from" if "from" in m else "role"
     text_key = "value" if "value" in m or (who_key == "from" and "content" not in m) else "content"
     text = m.get(text_key)
     if not isinstance(text, str):
-        raise _err(path, line, f"{f}.{text_key}", f"expected a string, got {text!r:.40}")
+        raise line_error(path, line, f"{f}.{text_key}", f"expected a string, got {text!r:.40}")
     return who_key, m.get(who_key), text
 
 
 def _sharegpt_id(path: Path, line: int, obj: dict[str, Any], k: int) -> str:
     for key in ("id", "conversation_id"):
         if obj.get(key) is not None:
-            return _printable_id(path, line, key, obj[key])
+            return printable_id(path, line, key, obj[key])
     return f"item-{k}"
 
 
@@ -366,7 +367,7 @@ def _nonneg(path: Path, line: int, key: str, value: Any, *, integer: bool = True
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not value >= 0:
         what = "an integer" if integer else "a number"
-        raise _err(path, line, key, f"expected {what} >= 0, got {value!r}")
+        raise line_error(path, line, key, f"expected {what} >= 0, got {value!r}")
     return value
 
 
@@ -376,23 +377,23 @@ def mooncake_row(
     """(timestamp ms, input_length, output_length, hash_ids) of one row, checked."""
     for key in ("timestamp", "input_length", "output_length", "hash_ids"):
         if key not in obj:
-            raise _err(path, line, key, "missing")
+            raise line_error(path, line, key, "missing")
     ts = _nonneg(path, line, "timestamp", obj["timestamp"], integer=False)
     if not math.isfinite(ts):
-        raise _err(path, line, "timestamp", f"expected a finite number, got {ts!r}")
+        raise line_error(path, line, "timestamp", f"expected a finite number, got {ts!r}")
     n_in = _nonneg(path, line, "input_length", obj["input_length"])
     n_out = _nonneg(path, line, "output_length", obj["output_length"])
     if n_in < 1 or n_out < 1:
         key = "input_length" if n_in < 1 else "output_length"
-        raise _err(path, line, key, "expected at least 1 token")
+        raise line_error(path, line, key, "expected at least 1 token")
     ids = obj["hash_ids"]
     if not isinstance(ids, list):
-        raise _err(path, line, "hash_ids", "expected a list of block ids (integers)")
+        raise line_error(path, line, "hash_ids", "expected a list of block ids (integers)")
     for i, h in enumerate(ids):
         _nonneg(path, line, f"hash_ids[{i}]", h)
     want = -(-n_in // block_tokens)
     if len(ids) != want:
-        raise _err(
+        raise line_error(
             path,
             line,
             "hash_ids",
@@ -414,8 +415,8 @@ def mooncake_conversation(
 def iter_mooncake(
     path: Path, f: BinaryIO, blocks: BlockText
 ) -> Iterator[tuple[Conversation, int, int]]:
-    for n, start, end, text in _lines(f):
-        yield mooncake_conversation(path, n, _json(path, n, text), blocks), start, end
+    for n, start, end, text in read_lines(f):
+        yield mooncake_conversation(path, n, json_line(path, n, text), blocks), start, end
 
 
 # ---- the dataset's entry points --------------------------------------------------------------
@@ -445,8 +446,8 @@ def index(path: Path, fmt: str, keep_bytes: int, blocks: BlockText | None = None
         with path.open("rb") as f:
             if fmt == "mooncake":
                 # Rows are checked, not expanded: prompts are built when sent.
-                for n, start, end, text in _lines(f):
-                    ts, *_ = mooncake_row(path, n, _json(path, n, text), blocks.block_tokens)
+                for n, start, end, text in read_lines(f):
+                    ts, *_ = mooncake_row(path, n, json_line(path, n, text), blocks.block_tokens)
                     spans.append(Span(f"line-{n}", start, end, n, turns=1, arrival_s=ts / 1e3))
                     n_turns += 1
             else:
@@ -461,7 +462,7 @@ def index(path: Path, fmt: str, keep_bytes: int, blocks: BlockText | None = None
         raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
     if not spans:
         raise DatasetError(f"{path}: no conversations")
-    ds = Dataset(path, fmt, spans, n_turns, blocks=blocks, skipped=skipped)
+    ds = Dataset(path, fmt, spans, n_turns, reader=TRACES, blocks=blocks, skipped=skipped)
     if kept:
         ds.keep(kept)
     return ds
@@ -485,8 +486,6 @@ def mooncake_stats(path: Path, block_tokens: int = BLOCK_TOKENS) -> dict[str, An
     """Rows, their arrival times, lengths and block sharing, from the rows alone (no prompt
     is built). `reused_block_share`: the share of prompt blocks whose id came earlier in
     the file, what a prefix cache large enough for everything would hit."""
-    from agentload.workloads.dataset_tools import _dist
-
     ts: list[float] = []
     isl: list[float] = []
     osl: list[float] = []
@@ -494,8 +493,8 @@ def mooncake_stats(path: Path, block_tokens: int = BLOCK_TOKENS) -> dict[str, An
     blocks = reused = 0
     try:
         with path.open("rb") as f:
-            for n, _, _, text in _lines(f):
-                t, n_in, n_out, ids = mooncake_row(path, n, _json(path, n, text), block_tokens)
+            for n, _, _, text in read_lines(f):
+                t, n_in, n_out, ids = mooncake_row(path, n, json_line(path, n, text), block_tokens)
                 ts.append(t / 1e3)
                 isl.append(n_in)
                 osl.append(n_out)
@@ -526,14 +525,14 @@ def mooncake_stats(path: Path, block_tokens: int = BLOCK_TOKENS) -> dict[str, An
         "system_prompts": 0,
         # The trace's own counts, in the tokens of the model it was recorded with.
         "tokens_estimated": False,
-        "turns_per_conversation": _dist([1.0] * n),
-        "isl_tokens": _dist(isl),
-        "osl_tokens": _dist(osl),
-        "delay_s": _dist([]),
+        "turns_per_conversation": value_dist([1.0] * n),
+        "isl_tokens": value_dist(isl),
+        "osl_tokens": value_dist(osl),
+        "delay_s": value_dist([]),
         "trace": {
             "duration_s": span_s,
             "requests_per_s": (n - 1) / span_s if span_s > 0 else None,
-            "interarrival_s": _dist(gaps),
+            "interarrival_s": value_dist(gaps),
             "block_tokens": block_tokens,
             "blocks": blocks,
             "unique_blocks": len(seen),
@@ -541,6 +540,21 @@ def mooncake_stats(path: Path, block_tokens: int = BLOCK_TOKENS) -> dict[str, An
             "in_file_order": ts == order,
         },
     }
+
+
+class _TraceReader:
+    """ShareGPT and Mooncake files: a span is one JSON record (an array item or a row)."""
+
+    def read_span(self, ds: Dataset, span: Span, data: bytes) -> Conversation:
+        return read_span(ds, span, data)
+
+    def walk(self, ds: Dataset, f: BinaryIO) -> Iterator[Conversation]:
+        blocks = ds.blocks if isinstance(ds.blocks, BlockText) else None
+        for conv, _, _ in iterate(ds.path, f, ds.format, HeuristicCounter(), blocks):
+            yield conv
+
+
+TRACES = _TraceReader()
 
 
 __all__ = [

@@ -40,7 +40,7 @@ class RetailDomain(Domain):
 
 @functools.lru_cache(maxsize=1)
 def _tasks() -> tuple[Task, ...]:
-    from agentload.domains.retail.tasks import build_tasks
+    from agentload.domains.retail.tasks import build_tasks  # lazy: start-up (built on use)
 
     return tuple(build_tasks())
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from agentload.domains.base import Action, Task, ToolError, UserScenario
+from agentload.domains.base import Action, Task, ToolError, UserScenario, hash_db
 from agentload.domains.retail import data
 from agentload.domains.retail.tools import TOOLS
 
@@ -1371,7 +1371,6 @@ def _schedule() -> Iterator[Callable[[_Gen], _Draft | None]]:
 
 def _check(db: dict, draft: _Draft, where: str) -> None:
     """Gold writes must succeed (and change the db); a refusal's forbidden write must fail."""
-    from agentload.domains.base import hash_db
 
     before = hash_db(db)
     for a in draft.gold:

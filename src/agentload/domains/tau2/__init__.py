@@ -19,6 +19,7 @@ from typing import Any
 from agentload.domains.base import Action, Domain, Task, Tool, ToolError, UserScenario
 from agentload.domains.tau2 import data
 from agentload.domains.tau2.data import Tau2DataError, configure, current_split
+from agentload.domains.tau2.prompts import agent_system_prompt
 from agentload.domains.tau2.toolkit import World, deep_update
 
 __all__ = [
@@ -176,7 +177,6 @@ class Tau2Domain(Domain):
     def _prompts(self) -> tuple[str, str]:
         """(policy, the agent's system prompt), read once per data version: every episode
         of a run shares the one string (and the server sees one static prefix)."""
-        from agentload.domains.tau2.prompts import agent_system_prompt
 
         version = self.data_version
         cached = self.__dict__.get("_prompt_cache")

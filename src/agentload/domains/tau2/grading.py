@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentload.domains.tau2 import Tau2Domain, Tau2Task, history_tool_calls
+from agentload.domains.tau2.prompts import GREETING, STOP
 from agentload.domains.tau2.toolkit import World
 
 GRADER_VERSION = "tau2-1"
@@ -255,7 +256,6 @@ def gold_messages(domain: Tau2Domain, task: Tau2Task) -> tuple[list[dict[str, An
     actions (agent's and user's) with their results from a fresh world, then an agent
     message that states every `communicate_info` string and the user's stop. Returns the
     messages and the world they leave."""
-    from agentload.domains.tau2.prompts import GREETING, STOP
 
     world = domain.task_world(task)
     history = list((task.tau2.get("initial_state") or {}).get("message_history") or ())
@@ -307,16 +307,14 @@ def check_tasks(domain: Tau2Domain) -> list[str]:
     return problems
 
 
-def grade_stored(trajectory: Mapping[str, Any]) -> dict[str, Any]:
-    """Re-grade a stored τ² trajectory (a trajectories.jsonl line) from its own messages,
-    on a world rebuilt from them; the judge's stored verdicts are reused (no model call)."""
-    from agentload.domains import get_domain
-
+def grade_stored(trajectory: Mapping[str, Any], domain: Any) -> dict[str, Any]:
+    """Re-grade a stored τ² trajectory (a trajectories.jsonl line of `domain`) from its own
+    messages, on a world rebuilt from them; the judge's stored verdicts are reused (no model
+    call)."""
     task_id = str(trajectory.get("task_id") or "")
     stored = trajectory.get("tau2")
     if not isinstance(stored, Mapping) or not isinstance(stored.get("messages"), list):
         raise ValueError(f"trajectory of {task_id or 'an unknown task'} holds no τ² messages")
-    domain = get_domain(task_id.partition("/")[0])
     if not isinstance(domain, Tau2Domain):
         raise ValueError(f"{task_id} is not a τ² task")
     task = domain.get_task(task_id)

@@ -82,6 +82,7 @@ class WorkerActor:
         logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
         def main() -> None:
+            # lazy: start-up: the worker's machinery loads in the actor's process only.
             from agentload.distributed.worker import run_worker
             from agentload.util import run_async
 

@@ -160,6 +160,7 @@ class RayBackend:
         self.run_id = run_id
         self.say = say
         self._ray = connect(rc)
+        # lazy: optional dependency: the actor module needs ray, which connect() found.
         from agentload.integrations.ray.actor import ACTOR_NAME_PREFIX, WorkerActor
 
         self._prefix = f"{ACTOR_NAME_PREFIX}{run_id}-worker-"

@@ -44,7 +44,7 @@ def main() -> None:
         time.sleep(600)
 
     from agentload.sim.api import run_blocking
-    from agentload.sim.config import SimConfig
+    from agentload.sim.settings import SimConfig
 
     run_blocking(
         SimConfig(

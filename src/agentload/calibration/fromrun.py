@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentload.calibration.calibrate import Calibration, ServerInfo, build_profile
+from agentload.calibration.fit import PARAMS, Obs, decode_features, fit, ttft_features
+from agentload.calibration.probe import ProbeResult
 from agentload.results.jsonl import read_jsonl, warn_bad
-from agentload.sim.calibration.calibrate import Calibration, ServerInfo, build_profile
-from agentload.sim.calibration.fit import PARAMS, Obs, decode_features, fit, ttft_features
-from agentload.sim.calibration.probe import ProbeResult
 from agentload.sim.profiles import load_profile
 
 

@@ -19,9 +19,12 @@ from typing import Any
 
 import aiohttp
 
-from agentload.sim.calibration.calibrate import shared_host_note
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Call, Target, stream_call
+from agentload.calibration.calibrate import shared_host_note
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Call, Target, stream_call
+from agentload.http_sessions import open_session
+from agentload.sim.api import SimProcess
+from agentload.sim.settings import SimConfig
 from agentload.stats import moved, pace, percentile_sorted
 
 
@@ -128,7 +131,7 @@ async def measure(
     side: str,
 ) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    async with aiohttp.ClientSession() as http:
+    async with open_session() as http:
         for w in workloads:
             t0 = time.monotonic()
             prompts, warm = plans[w.name]
@@ -149,7 +152,7 @@ async def warm_up(
     minute or so slower (docs/simulator.md, "Warm-up"). How many workloads ran."""
     t0 = time.monotonic()
     done = 0
-    async with aiohttp.ClientSession() as http:
+    async with open_session() as http:
         while time.monotonic() - t0 < seconds:
             w = workloads[done % len(workloads)]
             say(f"fidelity: warm-up: {w.name} ({time.monotonic() - t0:.0f} of {seconds:g} s)")
@@ -451,9 +454,6 @@ async def fidelity(
     pass), each metric is the median over passes, and each row carries the real server's
     spread between passes. `warmup_s` seconds of the workloads go to the real server first,
     with prompts of their own, recorded nothing."""
-    from agentload.sim.api import SimProcess
-    from agentload.sim.config import SimConfig
-
     if note := shared_host_note(real.base_url):
         say(f"fidelity: note: {note}")
     chosen = workloads or list(WORKLOADS)

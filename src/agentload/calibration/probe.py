@@ -40,14 +40,14 @@ from typing import Any
 
 import aiohttp
 
-from agentload.sim.calibration.fit import (
+from agentload.calibration.fit import (
     Obs,
     decode_features,
     mixed_features,
     ttft_features,
 )
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import Call, ProbeError, Target, model_clock, stream_call
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import Call, ProbeError, Target, model_clock, stream_call
 from agentload.sim.engine import kv_tokens
 from agentload.stats import pace
 

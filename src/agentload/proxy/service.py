@@ -35,6 +35,7 @@ from agentload.http_limits import (
     ServiceLimits,
     connection_budget,
 )
+from agentload.http_sessions import open_session
 from agentload.proxy.caller import (
     Caller,
     ProxyRequest,
@@ -53,7 +54,9 @@ from agentload.proxy.meter import (
 from agentload.proxy.sessions import ProxySession, bearer_key, session_for, split_session_path
 from agentload.proxy.upstream import REPLY_SKIP, REQUEST_SKIP, Http1Error, RelayPool, UpstreamConn
 from agentload.redact import redact_url, url_secrets
+from agentload.report.build import write_report
 from agentload.results.recorder import Recorder
+from agentload.results.summary import summarize, write_summary
 from agentload.stats import percentile_sorted
 from agentload.wire import ROLE_HEADER
 
@@ -96,7 +99,7 @@ class ProxyConfig:
     keepalive_timeout_s: float = 75.0
 
 
-def _upstream_root(url: str) -> str:
+def upstream_root(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"--upstream {redact_url(url)!r}: expected http(s)://host[:port][/path]")
@@ -198,7 +201,7 @@ class ProxyServer:
         """With a `sink`, calls go to it as they end and `config.out` is not written."""
         self.config = config
         self._sink = sink
-        self.root = _upstream_root(config.upstream)
+        self.root = upstream_root(config.upstream)
         self.run_id = f"proxy-{uuid.uuid4().hex[:8]}"
         self.port = config.port
         self.sessions: dict[str, ProxySession] = {}
@@ -234,11 +237,13 @@ class ProxyServer:
             own.add_secrets(url_secrets(self.root))
         self._started_at = time.time()
         # Other paths (models, metrics, health...) go upstream through aiohttp's client.
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=cfg.max_connections, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            auto_decompress=False,  # other paths pass through byte for byte
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        self._session = open_session(
+            total_s=None,
+            connect_s=30,
+            limit=cfg.max_connections,
+            dns_cache_s=300,
+            decompress=False,  # other paths pass through byte for byte
+            skip_headers=("User-Agent", "Accept-Encoding"),
             read_bufsize=1 << 18,
         )
         # Chat completions, the hot path, on the client's HTTP/1.1 connections (proxy.upstream).
@@ -290,8 +295,6 @@ class ProxyServer:
         self._recorder = None
         if not isinstance(rec, Recorder):  # none, or a sink that keeps its own records
             return {}
-        from agentload.report.build import write_report
-        from agentload.results.summary import summarize, write_summary
 
         try:
             for s in self.sessions.values():

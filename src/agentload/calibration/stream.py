@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 
 from agentload.client.safety import redact, split_userinfo
+from agentload.client.sse import SSEParser
 from agentload.redact import url_secrets
 from agentload.sim.modeltime import MODEL_TIMES_HEADER
 
@@ -99,21 +100,6 @@ class Target:
         return self.base_url.rstrip("/").removesuffix("/v1")
 
 
-def _events(buf: bytearray) -> list[bytes]:
-    out: list[bytes] = []
-    while True:
-        end = buf.find(b"\n\n")
-        if end < 0:
-            return out
-        block = bytes(buf[:end])
-        del buf[: end + 2]
-        for line in block.splitlines():
-            if line.startswith(b"data:"):
-                data = line[5:].strip()
-                if data and data != b"[DONE]":
-                    out.append(data)
-
-
 def _apply(call: Call, event: dict[str, Any]) -> int | None:
     """Record an event's ids and usage; the running completion-token count if it has one."""
     if "error" in event:
@@ -129,6 +115,16 @@ def _apply(call: Call, event: dict[str, Any]) -> int | None:
         return None
     n = usage.get("completion_tokens")
     return int(n) if n is not None else None
+
+
+def _payloads(sse: SSEParser, data: bytes) -> list[bytes]:
+    """The JSON payloads of the events `data` completes (the client's SSE splitter); an
+    `event: error` is the server refusing the probe."""
+    out = [d for raw in sse.feed(data) if (d := raw.strip()) and d != b"[DONE]"]
+    if sse.errors:
+        text = sse.errors[0][:200].decode(errors="replace")
+        raise ProbeError(f"the server sent an error event: {text}")
+    return out
 
 
 async def _framed(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
@@ -193,16 +189,15 @@ async def _stream_once(
             if r.status != 200:
                 text = target.redact((await r.text())[:300].replace("\n", " "))
                 raise ProbeError(f"HTTP {r.status} from {target.base_url}: {text}")
-            buf = bytearray()
+            sse = SSEParser()
             last = 0
             # The simulator's own chunks by their HTTP framing: on a busy test host reads
             # merge chunks the server wrote apart, which is not the output coalescing it models.
             source = _framed(r.content) if target.model_times else r.content.iter_any()
             async for data in source:
                 now = clock()
-                buf += data
                 seen = last
-                for raw in _events(buf):
+                for raw in _payloads(sse, data):
                     n = _apply(call, orjson.loads(raw))
                     if n is not None:
                         seen = max(seen, n)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentload.config import SimKnobs
-from agentload.flags import flag, flags_of
-from agentload.sim.profiles import Profile, load_profile
+from agentload.bounds import INT64_MAX, MAX_CONCURRENCY
+from agentload.flags import SIM, flag, flags_of, split_items
+from agentload.sim.profiles import BUILTIN_PROFILES, Profile, load_profile, profile_note
 
 FaultKind = Literal[
     "http_500",
@@ -22,6 +23,85 @@ FaultKind = Literal[
     "error_event",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+
+
+def _profiles_help() -> str:
+    named = ", ".join(f"{n} ({profile_note(p)})" for n, p in BUILTIN_PROFILES.items())
+    return (
+        f"Timing profile: one of {named}, or a YAML/JSON profile file (`agentload sim "
+        "calibrate` writes one)."
+    )
+
+
+class SimKnobs(BaseModel):
+    """The simulator settings a run's embedded simulator and `agentload sim` share; declared
+    once here, each with its flag (`--speedup` on `sim`, `--sim-speedup` on `run`)."""
+
+    profile: Annotated[
+        str, flag("--profile", panel=SIM, metavar="NAME|FILE", type=str | None, help=_profiles_help)
+    ] = Field("tiny-cpu", description="Timing profile (a built-in name or a file).")
+    speedup: Annotated[float, flag("--speedup", panel=SIM, metavar="X")] = Field(
+        1.0, gt=0, le=1e6, description="Simulated model time runs this many times faster."
+    )
+    seed: Annotated[int, flag("--seed", panel=SIM, metavar="N")] = Field(
+        0, ge=0, le=INT64_MAX, description="Seed of the simulator's outputs and fault selection."
+    )
+    fault_rate: Annotated[float, flag("--fault-rate", panel=SIM, metavar="P")] = Field(
+        0.0, ge=0, le=1, description="Share of generation requests that get an injected fault."
+    )
+    max_num_seqs: Annotated[int | None, flag("--max-num-seqs", panel=SIM, metavar="N")] = Field(
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Most sequences in one engine step (default: the profile's).",
+    )
+    behaviour_options: Annotated[
+        dict[str, Any],
+        flag("--behaviour-option", panel=SIM, metavar="KEY=VALUE", type=list[str]),
+    ] = Field(
+        default_factory=dict,
+        description="KEY=VALUE passed to behaviours (repeatable), e.g. agent_skill=0.8.",
+    )
+
+    # Checked as the simulator will read them, so that a bad setting is one line naming its
+    # field before anything starts (not the simulator's own multi-line error).
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, value: Any) -> Any:
+        if not isinstance(value, str):  # a Profile object (agentload.sim.settings.SimConfig)
+            return value
+        try:
+            load_profile(value)
+        except ValueError as e:
+            raise ValueError(str(e).splitlines()[0][:300]) from None
+        return value
+
+    @field_validator("behaviour_options", mode="before")
+    @classmethod
+    def _key_values(cls, value: Any) -> Any:
+        # The flag's KEY=VALUE items; a value reads as YAML (0.8 a number, true a boolean).
+        if not isinstance(value, list):
+            return value
+        out: dict[str, Any] = {}
+        for key, raw in split_items(value, "=", lambda item: f"{item!r}: expected KEY=VALUE"):
+            try:
+                out[key] = yaml.safe_load(raw) if raw else ""
+            except yaml.YAMLError:
+                out[key] = raw
+        return out
+
+    @field_validator("behaviour_options")
+    @classmethod
+    def _behaviour_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        skill = value.get("agent_skill")
+        if skill is not None:
+            try:
+                ok = not isinstance(skill, bool) and 0 <= float(skill) <= 1
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"agent_skill: a share from 0 to 1, got {skill!r}")
+        return value
 
 
 SERVER = "Server"
@@ -99,7 +179,7 @@ class SimConfig(SimKnobs):
         float, flag("--mean-output-tokens", panel=BEHAVIOUR, metavar="N")
     ] = Field(96.0, gt=0, description="Mean length of text answers, in tokens (lognormal).")
     output_tokens_sigma: Annotated[
-        float, flag("--output-tokens-sigma", panel=BEHAVIOUR, metavar="S")
+        float, flag("--output-tokens-sigma", panel=BEHAVIOUR, metavar="SIGMA")
     ] = Field(0.6, ge=0, description="Sigma of the lognormal text length.")
     mean_reasoning_tokens: Annotated[
         float, flag("--mean-reasoning-tokens", panel=BEHAVIOUR, metavar="N")
@@ -119,7 +199,7 @@ class SimConfig(SimKnobs):
         + ", ".join(FAULT_KINDS)
         + " (default: all).",
     )
-    fault_stall_s: Annotated[float, flag("--fault-stall-s", panel=FAULTS, metavar="S")] = Field(
+    fault_stall_s: Annotated[float, flag("--fault-stall-s", panel=FAULTS)] = Field(
         5.0, ge=0, description="Length of a 'stall' fault in seconds (wall clock, not sped up)."
     )
     fault_after_tokens: Annotated[int, flag("--fault-after-tokens", panel=FAULTS, metavar="N")] = (
@@ -131,27 +211,27 @@ class SimConfig(SimKnobs):
         )
     )
     # observability
-    log_interval_s: Annotated[float, flag("--log-interval", panel=LOGS, metavar="S")] = Field(
+    log_interval_s: Annotated[float, flag("--log-interval", panel=LOGS)] = Field(
         10.0,
         ge=0,
         description="Seconds between log lines with queue, KV and emission-lag figures; 0: none.",
     )
     # connections that do not finish sending a request are closed after these
-    header_timeout_s: Annotated[float, flag("--header-timeout", panel=SERVER, metavar="S")] = Field(
+    header_timeout_s: Annotated[float, flag("--header-timeout", panel=SERVER)] = Field(
         10.0,
         gt=0,
         le=3600,
         description="Seconds a connection has to send a request's headers, then it is closed.",
     )
-    body_timeout_s: Annotated[float, flag("--body-timeout", panel=SERVER, metavar="S")] = Field(
+    body_timeout_s: Annotated[float, flag("--body-timeout", panel=SERVER)] = Field(
         30.0,
         gt=0,
         le=3600,
         description="Seconds a request's body may take to arrive (408 and close otherwise).",
     )
-    keepalive_timeout_s: Annotated[
-        float, flag("--keepalive-timeout", panel=SERVER, metavar="S")
-    ] = Field(75.0, gt=0, le=86400, description="Seconds an idle keep-alive connection stays open.")
+    keepalive_timeout_s: Annotated[float, flag("--keepalive-timeout", panel=SERVER)] = Field(
+        75.0, gt=0, le=86400, description="Seconds an idle keep-alive connection stays open."
+    )
 
     @field_validator("fault_kinds", mode="before")
     @classmethod

@@ -19,8 +19,7 @@ import orjson
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentload.engines.detect import detect_server
-from agentload.sim.calibration.fit import (
+from agentload.calibration.fit import (
     PARAMS,
     Fit,
     busy_spans,
@@ -31,9 +30,9 @@ from agentload.sim.calibration.fit import (
     fit_idle_wake,
     spans_holding,
 )
-from agentload.sim.calibration.probe import Probe, ProbePlan, ProbeResult, pooled
-from agentload.sim.calibration.prompts import PromptMaker
-from agentload.sim.calibration.stream import (
+from agentload.calibration.probe import Probe, ProbePlan, ProbeResult, pooled
+from agentload.calibration.prompts import PromptMaker
+from agentload.calibration.stream import (
     ProbeError,
     Target,
     get_json,
@@ -41,8 +40,11 @@ from agentload.sim.calibration.stream import (
     model_clock,
     stream_call,
 )
-from agentload.sim.config import SimConfig
+from agentload.engines.detect import detect_server
+from agentload.http_sessions import open_session
+from agentload.sim.api import SimProcess
 from agentload.sim.profiles import Profile, load_profile
+from agentload.sim.settings import SimConfig
 from agentload.stats import moved, pace
 from agentload.util import is_loopback_url
 
@@ -284,15 +286,13 @@ async def short_request_ttfts(
 ) -> list[tuple[float, float]]:
     """(wall-clock TTFT as this client saw it, model TTFT) of short requests, one after
     another, to a simulator with `profile` in its own process."""
-    from agentload.sim.api import SimProcess
-
     config = SimConfig(port=0, profile=profile, model=model, tokenizer=tokenizer, log_interval_s=0)
     sim = SimProcess(config)
     await asyncio.to_thread(sim.start)
     try:
         target = Target(sim.base_url, model, model_times=True)
         out = []
-        async with aiohttp.ClientSession() as http:
+        async with open_session() as http:
             for _ in range(OVERHEAD_REQUESTS + 2):
                 wall = await stream_call(http, target, prompts.prompt(OVERHEAD_PROMPT), 2)
                 out.append((wall.ttft, (await model_clock(http, target, wall)).ttft))
@@ -448,7 +448,7 @@ async def calibrate(
     # A fresh salt by default: a real server's prefix cache may hold an earlier probe's prompts.
     prompts = PromptMaker(tokenizer, seed if seed is not None else time.time_ns())
     load_before = os.getloadavg()
-    async with aiohttp.ClientSession() as http:
+    async with open_session() as http:
         info = await _meet_server(http, target, wall_clock, say)
         plan = await _probe_plan(http, target, info, base_p, prompts, plan, budget, say)
         probe = await _run_probe(http, target, plan, prompts, say)
