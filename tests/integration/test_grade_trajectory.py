@@ -79,7 +79,7 @@ def test_tampered_trajectory_fails_the_regrade() -> None:
 def test_tasks_grade_cli(tmp_path) -> None:
     trajectories = asyncio.run(_trajectories("tool-calling", 0.5))
     path = tmp_path / "trajectories.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in trajectories))
+    path.write_bytes(b"".join(orjson.dumps(t.line()) + b"\n" for t in trajectories))
     runner = CliRunner()
     r = runner.invoke(app, ["tasks", "grade", str(path), "--json"])
     assert r.exit_code == 0, r.output
@@ -88,8 +88,9 @@ def test_tasks_grade_cli(tmp_path) -> None:
     assert all(row["match"] for row in rows)
     assert [row["reward"] for row in rows] == [t["reward"] for t in trajectories]
     # A stored reward that the replay does not reproduce is reported, with exit code 1.
-    trajectories[0]["reward"] = 1.0 - trajectories[0]["reward"]
-    path.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in trajectories))
+    lines = [t.line() for t in trajectories]
+    lines[0]["reward"] = 1.0 - lines[0]["reward"]
+    path.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in lines))
     r = runner.invoke(app, ["tasks", "grade", str(path)])
     assert r.exit_code == 1
     assert "1 of 6" in r.output

@@ -224,12 +224,11 @@ async def test_every_call_a_context_overflow_exits_1(tmp_path: Path) -> None:
 async def test_summary_failure_is_a_failed_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agentload.results.summary as summary_mod
 
     def broken(*a: Any, **k: Any) -> dict[str, Any]:
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
-    monkeypatch.setattr(summary_mod, "summarize", broken)
+    monkeypatch.setattr(runner_mod, "summarize", broken)  # the runner's own name
     out = tmp_path / "nosummary"
     said: list[str] = []
     res = await execute_run(_small(out), progress="off", say=said.append, install_signals=False)
@@ -278,7 +277,7 @@ async def test_interrupt_while_the_summary_is_written(
         os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C arriving during the summary
         return real(*a, **k)
 
-    monkeypatch.setattr(summary_mod, "summarize", interrupted)
+    monkeypatch.setattr(runner_mod, "summarize", interrupted)  # the runner's own name
     out = tmp_path / "ctrlc"
     res = await execute_run(
         _small(out, report=True), progress="off", say=_quiet, install_signals=True

@@ -32,6 +32,9 @@ _AXIS = {"automargin": True}
 # axis starts at 0, never at a negative tick; the standoff keeps its "0" clear of the x
 # axis's "0" where both axes start at the same corner.
 _Y_AXIS = {**_AXIS, "rangemode": "tozero", "ticklabelstandoff": 4}
+# Every x axis: its labels stand off too, so that a first tick at the corner (a time axis
+# that starts before the window, at -0.3 s) clears the y axis's "0" beside it.
+_X_AXIS = {**_AXIS, "ticklabelstandoff": 4}
 # A second y axis on the right: round ticks of its own (plotly would place them at the first
 # axis's grid lines, at values such as 0.389) and no second grid.
 _OVERLAY_AXIS = {"tickmode": "auto", "showgrid": False}
@@ -43,11 +46,11 @@ def layout(title: str, **kw: Any) -> dict[str, Any]:
     out = {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
     for key in list(out):
         if key.startswith("xaxis"):
-            out[key] = {**_AXIS, **out[key]}
+            out[key] = {**_X_AXIS, **out[key]}
         elif key.startswith("yaxis"):
             extra = _OVERLAY_AXIS if "overlaying" in out[key] else {}
             out[key] = {**_Y_AXIS, **extra, **out[key]}
-    out.setdefault("xaxis", dict(_AXIS))
+    out.setdefault("xaxis", dict(_X_AXIS))
     out.setdefault("yaxis", dict(_Y_AXIS))
     return out
 
