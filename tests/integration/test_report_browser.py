@@ -382,3 +382,27 @@ def _rows(doc: dict, kind: str, scale: float = 1.0) -> list[dict]:
             row[k] = r[k] * scale
         out.append(row)
     return out
+
+
+def test_a_time_axis_that_starts_before_the_window_clears_the_y_axis_zero(tmp_path: Path) -> None:
+    # Samples before the window put the time axis's first label (-0.3) at the corner where
+    # the lowest panel's "0" stands; which runs do so depends on timing, so it is built here.
+    from types import SimpleNamespace
+
+    from agentload.report import plots
+    from agentload.report.document import Document, to_html
+
+    t = [-0.3 + 0.05 * i for i in range(18)]
+    gpu: dict[str, list[float]] = {"gpus": [2.0] * len(t), "t": t}
+    for i in range(2):
+        gpu[f"gpu{i}_util"] = [87.0 - 20 * i] * len(t)
+        gpu[f"gpu{i}_fb_used_mib"] = [70_000.0] * len(t)
+        gpu[f"gpu{i}_power_w"] = [410.0 - 110 * i] * len(t)
+        gpu[f"gpu{i}_sm_clock_mhz"] = [1_980.0 - 230 * i] * len(t)
+    doc = Document("corner")
+    doc.chart(plots.gpu_timeline(SimpleNamespace(gpu={"dcgm": gpu})))
+    (tmp_path / "gpu.html").write_text(to_html(doc))
+    found = chart_layout({"gpu": tmp_path / "gpu.html"}, tmp_path, tmp_path / "shots")
+    labels = [p["name"] for p in found["gpu"][0]["parts"]]
+    assert "xtick −0.3" in labels and "y4tick 0" in labels
+    assert layout_faults(found["gpu"]) == []

@@ -34,7 +34,7 @@ _AXIS = {"automargin": True}
 _Y_AXIS = {**_AXIS, "rangemode": "tozero", "ticklabelstandoff": 4}
 # Every x axis: its labels stand off too, so that a first tick at the corner (a time axis
 # that starts before the window, at -0.3 s) clears the y axis's "0" beside it.
-_X_AXIS = {**_AXIS, "ticklabelstandoff": 4}
+_X_AXIS = {**_AXIS, "ticklabelstandoff": 8}
 # A second y axis on the right: round ticks of its own (plotly would place them at the first
 # axis's grid lines, at values such as 0.389) and no second grid.
 _OVERLAY_AXIS = {"tickmode": "auto", "showgrid": False}
