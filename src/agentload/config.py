@@ -35,6 +35,7 @@ from agentload.flags import (
     OUTPUT,
     REPLAY,
     WORKLOAD,
+    comma_list,
     flag,
 )
 from agentload.plugins import AGENTS, USERS, WORKLOADS
@@ -499,7 +500,7 @@ class SimSettings(SimKnobs):
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [p.strip() for p in value.split(",") if p.strip()]
+            return comma_list(value)
         return value
 
     @field_validator("fault_kinds")

@@ -117,6 +117,11 @@ def duration(
     return flag(*decls, panel=panel, metavar=metavar, type=str | None, help=help, resume=resume)
 
 
+def comma_list(text: str) -> list[str]:
+    """The items of a comma-separated value ("a, b,,c" -> ["a", "b", "c"]), blanks dropped."""
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
 def split_items(
     items: Iterable[Any], sep: str, error: Callable[[Any], str]
 ) -> Iterator[tuple[str, str]]:

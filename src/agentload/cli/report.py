@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentload.cli.root import app, examples
+from agentload.flags import comma_list
 from agentload.fmt import pct, secs
 from agentload.results.jsonl import ResultsError
 
@@ -295,7 +296,7 @@ def _gate_args(max_added: str | None, gate: str) -> tuple[Any, tuple[str, ...]]:
     # lazy: start-up: a command's machinery loads when it runs, not for --help
     from agentload.report.added import NAMES, parse_threshold
 
-    gates = tuple(g.strip() for g in gate.split(",") if g.strip())
+    gates = tuple(comma_list(gate))
     unknown = [g for g in gates if g not in NAMES]
     if unknown or not gates:
         raise typer.BadParameter(

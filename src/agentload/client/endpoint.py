@@ -11,7 +11,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentload.engine_launch import LaunchConfig
-from agentload.flags import ENDPOINT, flag, split_items
+from agentload.flags import ENDPOINT, comma_list, flag, split_items
 from agentload.redact import DEFAULT_KEY_ENV
 
 # Error kinds worth another attempt: the request never reached a model, or the server said
@@ -214,7 +214,7 @@ class EndpointConfig(BaseModel):
         # `metrics_url: a,b` (the --metrics-url flag) names replicas behind one address.
         url = data.get("metrics_url") if isinstance(data, dict) else None
         if isinstance(url, str) and "," in url:
-            urls = [u.strip() for u in url.split(",") if u.strip()]
+            urls = comma_list(url)
             data = {**data, "metrics_url": None, "metrics_urls": urls}
         return data
 
@@ -245,7 +245,7 @@ class EndpointConfig(BaseModel):
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [p.strip() for p in value.split(",") if p.strip()]
+            return comma_list(value)
         return value
 
     @field_validator("gpu_metrics_urls")

@@ -8,7 +8,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentload.bounds import INT64_MAX, MAX_CONCURRENCY
-from agentload.flags import SIM, flag, flags_of, split_items
+from agentload.flags import SIM, comma_list, flag, flags_of, split_items
 from agentload.sim.profiles import BUILTIN_PROFILES, Profile, load_profile, profile_note
 
 FaultKind = Literal[
@@ -240,7 +240,7 @@ class SimConfig(SimKnobs):
         if isinstance(value, str):
             value = [value]
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            kinds = [k.strip() for v in value for k in v.split(",") if k.strip()]
+            kinds = [k for v in value for k in comma_list(v)]
             for kind in kinds:
                 if kind not in FAULT_KINDS:
                     raise ValueError(f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
