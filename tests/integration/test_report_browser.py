@@ -7,6 +7,7 @@ import asyncio
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,17 @@ CHROMIUM_ARGS = [
 ]
 
 
+def _launch(p: Any, tmp: Path) -> Any:
+    """Debian's Chromium, headless, a 1,400 x 900 window, a fresh profile under `tmp`."""
+    return p.chromium.launch_persistent_context(
+        str(tmp / "profile"),
+        executable_path=CHROMIUM,
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1400, "height": 900},
+    )
+
+
 def open_page(html_file: Path, tmp: Path) -> dict:
     """Load `html_file` in Chromium; returns what the page did."""
     from playwright.sync_api import sync_playwright
@@ -39,13 +51,7 @@ def open_page(html_file: Path, tmp: Path) -> dict:
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            str(tmp / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 900},
-        )
+        browser = _launch(p, tmp)
         try:
             page = browser.new_page()
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -228,13 +234,7 @@ def chart_layout(pages: dict[str, Path], tmp: Path, shots: Path) -> dict[str, li
     shots.mkdir(parents=True, exist_ok=True)
     found = {}
     with sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            str(tmp / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 900},
-        )
+        browser = _launch(p, tmp)
         try:
             page = browser.new_page()
             for name, html_file in pages.items():
