@@ -287,7 +287,7 @@ def _errors_section(doc: Document, summary: Mapping[str, Any], ser: Series | Non
 
 
 def _client_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
-    sd = Describe.model_validate(s.scheduling.get("sched_delay_s") or {})
+    sd = s.scheduling.sched_delay_s
     client = summary.get("client") or {}
     lag = (s.client.event_loop_lag_s if s.client else None) or Describe()
     if not sd.count and not lag.count:

@@ -548,11 +548,23 @@ class CallsSection(_Model):
 
 
 class Window(_Model):
+    """`window`: first start to last end of what counts (agentload.results.window)."""
+
     start: float | None = None
     end: float | None = None
     duration_s: float | None = None
+    running_s: float | None = None
+    """The attempts' own spans (downtime between a run and its resume left out): every rate
+    divides by it."""
     active_s: float | None = None
     source: str | None = None
+    clock: str | None = None
+    wall_clock_step_s: float | None = None
+
+    def rate_seconds(self) -> float | None:
+        """The seconds a rate divides by (`duration_s` for a window from before `running_s`)."""
+        running = self.running_s if self.running_s is not None else self.duration_s
+        return running or None
 
 
 class SummaryCounts(_Model):
@@ -625,6 +637,17 @@ class SloBlock(_Model):
     goodput_per_min: float | None = None
 
 
+class EngineStopped(_Model):
+    """`errors.engine_stopped`: every call after the server's last answer failed to connect."""
+
+    ok_calls: int = 0
+    failed_after: int = 0
+    stopped_at: float | None = None
+    in_flight: list[dict[str, Any]] = Field(default_factory=list)
+    sent: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    message: str = ""
+
+
 class Errors(_Model):
     calls_failed: int = 0
     error_rate: float | None = None
@@ -632,6 +655,11 @@ class Errors(_Model):
     by_role: dict[str, dict[str, int]] = Field(default_factory=dict)
     retried_calls: int = 0
     messages: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    engine_stopped: EngineStopped | None = None
+
+
+class Scheduling(_Model):
+    sched_delay_s: Describe = Field(default_factory=Describe)
 
 
 class IntegrityCounts(_Model):
@@ -712,12 +740,23 @@ class ClientBlock(_Model):
     elapsed_s: float | None = None
 
 
+class ProxyBlock(_Model):
+    """`proxy`: what `agentload proxy` forwarded and the time it added
+    (docs/external-agents.md)."""
+
+    upstream: str | None = None
+    sessions: int = 0
+    calls: int = 0
+
+
 class Summary(Record):
     """summary.json (docs/results.md). Blocks of one workload kind (`episodes`, `replay`)
     are absent from the others' summaries; `client` is added by `agentload run`."""
 
     FAMILY: ClassVar[str] = "agentload.summary"
     VERSION: ClassVar[int] = SUMMARY_VERSION
+    ADDED: ClassVar[tuple[str, ...]] = ("client", "proxy")
+    """Blocks the service that ran the load adds; the records alone cannot give them."""
 
     agentload_version: str | None = None
     generated_at: float | None = None
@@ -731,12 +770,13 @@ class Summary(Record):
     episodes: Episodes | None = None
     slo: SloBlock | None = None
     errors: Errors = Field(default_factory=Errors)
-    scheduling: dict[str, Any] = Field(default_factory=dict)
+    scheduling: Scheduling = Field(default_factory=Scheduling)
     server: dict[str, Any] | None = None
     gpu: dict[str, Any] | None = None
     integrity: IntegrityBlock = Field(default_factory=IntegrityBlock)
     client: ClientBlock | None = None
     replay: ReplayBlock | None = None
+    proxy: ProxyBlock | None = None
 
     def agent_calls(self) -> CallBlock:
         """The agent's call block; all calls' when the run had no agent role."""
