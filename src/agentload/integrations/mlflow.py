@@ -135,13 +135,15 @@ def _log_files(mlflow: Any, folder: Path, files: tuple[str, ...]) -> None:
             mlflow.log_artifacts(str(folder / d), artifact_path=d)
 
 
-def _log_run_body(mlflow: Any, out_dir: Path, summary: Mapping[str, Any], s: Summary) -> None:
-    mlflow.log_params(_params(summary.get("context") or {}))
+def _log_run_body(mlflow: Any, out_dir: Path, s: Summary) -> None:
+    mlflow.log_params(_params(s.context or {}))
     mlflow.log_metrics(run_metrics(s))
     _log_files(mlflow, out_dir, ARTIFACTS)
 
 
-def log_run(out_dir: Path | str, summary: Mapping[str, Any], *, uri: str | None = None) -> str:
+def log_run(
+    out_dir: Path | str, summary: Summary | Mapping[str, Any], *, uri: str | None = None
+) -> str:
     """Log one results folder as an MLflow run; returns the MLflow run id."""
     out_dir = Path(out_dir)
     mlflow = _mlflow(uri)
@@ -151,7 +153,7 @@ def log_run(out_dir: Path | str, summary: Mapping[str, Any], *, uri: str | None 
     # MLflow prints "View run … at: URL" on stdout for a server; stdout may carry --json.
     with redirect_stdout(sys.stderr), mlflow.start_run(run_name=name) as r:
         mlflow.set_tag("agentload.kind", "run")
-        _log_run_body(mlflow, out_dir, summary, s)
+        _log_run_body(mlflow, out_dir, s)
         return str(r.info.run_id)
 
 
@@ -173,12 +175,12 @@ def row_metrics(row: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
-def _read_summary(point_dir: Path) -> dict[str, Any] | None:
+def _read_summary(point_dir: Path) -> Summary | None:
     try:
         doc = orjson.loads((point_dir / "summary.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
-    return doc if isinstance(doc, dict) else None
+    return as_summary(doc) if isinstance(doc, dict) else None
 
 
 def log_sweep(root: Path | str, doc: Mapping[str, Any], *, uri: str | None = None) -> str:
@@ -212,7 +214,7 @@ def log_sweep(root: Path | str, doc: Mapping[str, Any], *, uri: str | None = Non
                 mlflow.set_tags({"agentload.kind": "sweep point", "status": str(row.get("status"))})
                 mlflow.log_params({"sweep.kind": kind, "sweep.point": f"{point:g}"})
                 if summary is not None:
-                    _log_run_body(mlflow, point_dir, summary, as_summary(summary))
+                    _log_run_body(mlflow, point_dir, summary)
                 else:
                     mlflow.log_metrics(row_metrics(row))
         return str(parent.info.run_id)

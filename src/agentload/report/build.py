@@ -1,10 +1,12 @@
-"""report.md / report.html / charts/*.png from a summary dict."""
+"""report.md / report.html / charts/*.png from a summary (its model, read by attribute)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from agentload import stats
 from agentload.fmt import DASH, count, duration, num, pct, secs, when
@@ -18,7 +20,14 @@ from agentload.report.replay_section import replay_section
 from agentload.report.series import Series, build_series
 from agentload.results.files import CALLS, SERVER_METRICS, SESSIONS
 from agentload.results.jsonl import atomic_write_bytes, read_jsonl
-from agentload.results.records import CallBlock, Describe, Episodes, Summary, as_summary
+from agentload.results.records import (
+    CallBlock,
+    Describe,
+    Episodes,
+    SloBlock,
+    Summary,
+    as_summary,
+)
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
 from agentload.util import dig
 
@@ -64,49 +73,49 @@ def _latency_rows(block: CallBlock) -> list[list[str]]:
     return rows
 
 
-def _status_rows(summary: Mapping[str, Any]) -> list[list[str]]:
-    run = summary.get("run") or {}
-    window = summary.get("window") or {}
-    counts = summary.get("counts") or {}
-    client = summary.get("client") or {}
+def _given(block: BaseModel, name: str) -> Any:
+    """A field as the summary gave it: None (shown as a dash) where it was absent, not the
+    model's default."""
+    return getattr(block, name) if name in block.model_fields_set else None
+
+
+def _status_rows(s: Summary) -> list[list[str]]:
+    run = s.run or {}
+    window, counts = s.window, s.counts
+    client = s.client
     facts = [
         ["status", _status(run.get("status"))],
         ["started", when(run.get("started_at"))],
         ["ended", when(run.get("ended_at"))],
         [
             "measurement window",
-            f"{duration(window.get('duration_s'))} "
-            f"(first start → last end of {window.get('source') or DASH})",
+            f"{duration(window.duration_s)} (first start → last end of {window.source or DASH})",
         ],
     ]
-    running, span = window.get("running_s"), window.get("duration_s")
+    running, span = window.running_s, window.duration_s
     if running is not None and span and running < span - 0.5:
         # A resumed run: its downtime is in the window but not in any rate.
         facts.append(["time running (rates divide by it)", duration(running)])
-    if (
-        window.get("active_s") is not None
-        and window.get("duration_s")
-        and window["active_s"] < 0.95 * window["duration_s"]
-    ):
-        facts.append(["time with episodes active", duration(window.get("active_s"))])
+    if window.active_s is not None and span and window.active_s < 0.95 * span:
+        facts.append(["time with episodes active", duration(window.active_s)])
     planned = run.get("planned_episodes")
     facts += [
-        ["calls measured", count(counts.get("calls"))],
+        ["calls measured", count(_given(counts, "calls"))],
         [
             "episodes measured",
-            count(counts.get("sessions"))
+            count(_given(counts, "sessions"))
             + (f" of {count(planned)} planned" if planned is not None else ""),
         ],
         [
             "warmup (excluded)",
-            f"{count(counts.get('warmup_sessions'))} episodes, "
-            f"{count(counts.get('warmup_calls'))} calls",
+            f"{count(_given(counts, 'warmup_sessions'))} episodes, "
+            f"{count(_given(counts, 'warmup_calls'))} calls",
         ],
     ]
-    if client.get("episodes_cancelled"):
-        facts.append(["episodes cancelled at stop", count(client["episodes_cancelled"])])
-    if counts.get("unfinished_calls"):
-        facts.append(["calls of unfinished episodes (excluded)", count(counts["unfinished_calls"])])
+    if client and client.episodes_cancelled:
+        facts.append(["episodes cancelled at stop", count(client.episodes_cancelled)])
+    if counts.unfinished_calls:
+        facts.append(["calls of unfinished episodes (excluded)", count(counts.unfinished_calls)])
     for key in ("data_version", "grader_version", "seed"):
         if run.get(key) is not None:
             facts.append([key.replace("_", " "), str(run[key])])
@@ -159,7 +168,7 @@ def _key_rows(s: Summary) -> list[list[str]]:
     return rows
 
 
-def _warnings(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
+def _warnings(doc: Document, s: Summary) -> None:
     status = str((s.run or {}).get("status") or "")
     allc = s.calls.all
     if status.startswith("failed"):
@@ -170,36 +179,30 @@ def _warnings(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
         doc.warn("no call succeeded: no latency or throughput can be given; see Errors.")
     elif not allc.calls:
         doc.warn("no calls were measured.")
-    for w in client_warnings(summary, s):
+    for w in client_warnings(s):
         doc.warn(w)
 
 
-def _first_screen(
-    doc: Document,
-    summary: Mapping[str, Any],
-    s: Summary,
-    ser: Series | None,
-    pngs: Mapping[str, str],
-) -> None:
+def _first_screen(doc: Document, s: Summary, ser: Series | None, pngs: Mapping[str, str]) -> None:
     """Context, key figures and the main charts: what most readers want from a run."""
-    _warnings(doc, summary, s)
+    _warnings(doc, s)
     left, right = Document(""), Document("")
     left.h("Run context")
-    left.table(["", ""], context_rows(summary.get("context") or {}, summary))
+    left.table(["", ""], context_rows(s.context or {}, s))
     right.h("Key figures")
     right.table(["figure", "value"], _key_rows(s))
     doc.row(left, right)
     if rates_meaningful(s):
         doc.chart(plots.timeline(ser), pngs.get("server_timeline"))
-    doc.chart(plots.latency_cdf(summary), pngs.get("latency_cdf"))
+    doc.chart(plots.latency_cdf(s), pngs.get("latency_cdf"))
     doc.h("Run")
-    doc.table(["", ""], _status_rows(summary))
+    doc.table(["", ""], _status_rows(s))
 
 
-def _calls_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
-    allc = dig(summary, "calls", "all") or {}
+def _calls_section(doc: Document, s: Summary) -> None:
+    allc = s.calls.all
     doc.h("Calls by role and endpoint")
-    blocks = dict(dig(summary, "calls", "by_role_endpoint") or {})
+    blocks = dict(s.calls.by_role_endpoint)
     if not blocks:
         doc.p("No calls were measured.")
         return
@@ -211,14 +214,15 @@ def _calls_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> Non
     )
     if any_thin(CALL_COLUMNS, list(blocks.values())):
         doc.p(THIN_NOTE)
-    tokens = s.calls.all.tokens
+    tokens = allc.tokens
     est = tokens.estimated_calls
     if est:
         doc.p(
             f"Token counts of {count(est)} calls are estimated with a tokenizer (the server "
             "sent no usage)."
         )
-    if "tokens" in allc and tokens.calls_reporting_cached == 0 and allc.get("calls"):
+    # A summary from before token counts were kept says nothing of caching.
+    if "tokens" in allc.model_fields_set and tokens.calls_reporting_cached == 0 and allc.calls:
         doc.p("The server reported no cached-token counts, so the cached share is unknown.")
     doc.p(
         "ITL p50 / p99 are over every inter-token gap of every call (within 1 %); ITL mean is "
@@ -239,8 +243,8 @@ def _latency_section(doc: Document, s: Summary, ser: Series | None) -> None:
     doc.chart(plots.prompt_vs_latency(ser))
 
 
-def _turns_section(doc: Document, summary: Mapping[str, Any], pngs: Mapping[str, str]) -> None:
-    turns = {r: rows for r, rows in (summary.get("turns") or {}).items() if rows}
+def _turns_section(doc: Document, s: Summary, pngs: Mapping[str, str]) -> None:
+    turns = {r: rows for r, rows in s.turns.items() if rows}
     if not turns:
         return
     doc.h("By turn index")
@@ -248,7 +252,7 @@ def _turns_section(doc: Document, summary: Mapping[str, Any], pngs: Mapping[str,
         "How latency and caching evolve as the conversation grows: `turn` is the index "
         "of the call among its episode's calls of the same role."
     )
-    doc.chart(plots.by_turn(summary), pngs.get("by_turn"))
+    doc.chart(plots.by_turn(s), pngs.get("by_turn"))
     header = ["turn", "calls", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50"]
     header += ["prompt tok (mean)", "cached share"]
     for role, trows in turns.items():
@@ -257,38 +261,37 @@ def _turns_section(doc: Document, summary: Mapping[str, Any], pngs: Mapping[str,
             header,
             [
                 [
-                    str(r["turn"]),
-                    count(r["calls"]),
-                    secs(r["ttft_s"]["p50"]),
-                    secs(r["ttft_s"]["p90"]),
-                    secs(r["ttft_s"]["p99"]),
-                    secs(r["e2e_s"]["p50"]),
-                    num(r.get("prompt_tokens_mean"), 0),
-                    pct(r.get("cached_share")),
+                    str(r.turn),
+                    count(r.calls),
+                    secs(r.ttft_s["p50"]),
+                    secs(r.ttft_s["p90"]),
+                    secs(r.ttft_s["p99"]),
+                    secs(r.e2e_s["p50"]),
+                    num(r.prompt_tokens_mean, 0),
+                    pct(r.cached_share),
                 ]
                 for r in trows
             ],
         )
 
 
-def _errors_section(doc: Document, summary: Mapping[str, Any], ser: Series | None) -> None:
-    errors = summary.get("errors") or {}
+def _errors_section(doc: Document, s: Summary, ser: Series | None) -> None:
+    errors = s.errors
     doc.h("Errors")
-    if not errors.get("by_kind"):
+    if not errors.by_kind:
         doc.p("No failed calls.")
     else:
-        doc.table(["error kind", "calls"], [[k, count(v)] for k, v in errors["by_kind"].items()])
-        if errors.get("messages"):
+        doc.table(["error kind", "calls"], [[k, count(v)] for k, v in errors.by_kind.items()])
+        if errors.messages:
             doc.p("Most frequent messages per kind (the servers' words, redacted):")
-            doc.table(HEADER, error_rows(summary), align_left=2)
+            doc.table(HEADER, error_rows(s), align_left=2)
         doc.chart(plots.error_timeline(ser))
-    if errors.get("retried_calls"):
-        doc.p(f"{count(errors['retried_calls'])} calls needed more than one attempt.")
+    if errors.retried_calls:
+        doc.p(f"{count(errors.retried_calls)} calls needed more than one attempt.")
 
 
-def _client_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> None:
+def _client_section(doc: Document, s: Summary) -> None:
     sd = s.scheduling.sched_delay_s
-    client = summary.get("client") or {}
     lag = (s.client.event_loop_lag_s if s.client else None) or Describe()
     if not sd.count and not lag.count:
         return
@@ -304,7 +307,7 @@ def _client_section(doc: Document, summary: Mapping[str, Any], s: Summary) -> No
             rows.append([label, count(d.count), *[secs(d.stat(p)) for p in ("p50", "p90", "p99")]])
             rows[-1].append(secs(d.max))
     doc.table(["", "n", "p50", "p90", "p99", "max"], rows)
-    share = client_cpu_share(client)
+    share = client_cpu_share(s.client)
     if share is not None:
         doc.p(f"Client CPU: {pct(share, 0)} of one core over the run.")
 
@@ -313,19 +316,16 @@ SHARED_MARK = "‡"
 
 
 def _server_section(
-    doc: Document,
-    summary: Mapping[str, Any],
-    ser: Series | None,
-    pngs: Mapping[str, str] | None = None,
+    doc: Document, s: Summary, ser: Series | None, pngs: Mapping[str, str] | None = None
 ) -> None:
-    server = dig(summary, "server", "endpoints") or {}
+    server = dig(s.server, "endpoints") or {}
     if not server:
-        if summary.get("gpu"):  # GPU telemetry without the engine's own metrics
+        if s.gpu:  # GPU telemetry without the engine's own metrics
             doc.h("Server-side metrics")
-            _gpu_section(doc, summary["gpu"], ser, pngs or {})
+            _gpu_section(doc, s.gpu, ser, pngs or {})
         return
     doc.h("Server-side metrics")
-    shared = dig(summary, "server", "shared")
+    shared = dig(s.server, "shared")
     mark = SHARED_MARK if shared else ""
     if shared:
         doc.p(
@@ -350,20 +350,20 @@ def _server_section(
         [
             [
                 name,
-                str(s.get("engine")),
-                count(s.get("samples")),
-                f"{num(dig(s, 'running', 'mean'), 1)} / {num(dig(s, 'running', 'max'), 0)}" + mark,
-                f"{num(dig(s, 'waiting', 'mean'), 1)} / {num(dig(s, 'waiting', 'max'), 0)}" + mark,
-                pct(dig(s, "kv_usage", "max")) + mark,
-                pct(s.get("prefix_cache_hit_rate")) + mark,
-                count(s.get("preemptions")) + mark,
-                secs(s.get("ttft_mean_s")) + mark,
-                secs(s.get("queue_mean_s")) + mark,
+                str(e.get("engine")),
+                count(e.get("samples")),
+                f"{num(dig(e, 'running', 'mean'), 1)} / {num(dig(e, 'running', 'max'), 0)}" + mark,
+                f"{num(dig(e, 'waiting', 'mean'), 1)} / {num(dig(e, 'waiting', 'max'), 0)}" + mark,
+                pct(dig(e, "kv_usage", "max")) + mark,
+                pct(e.get("prefix_cache_hit_rate")) + mark,
+                count(e.get("preemptions")) + mark,
+                secs(e.get("ttft_mean_s")) + mark,
+                secs(e.get("queue_mean_s")) + mark,
             ]
-            for name, s in server.items()
+            for name, e in server.items()
         ],
     )
-    srcs = {s.get("prefix_cache_hit_rate_source") for s in server.values()} - {None}
+    srcs = {e.get("prefix_cache_hit_rate_source") for e in server.values()} - {None}
     if srcs:
         doc.p(
             "Hit rate from "
@@ -371,8 +371,8 @@ def _server_section(
             + ", over the measurement window."
         )
     doc.chart(plots.server_kv(ser))
-    if summary.get("gpu"):
-        _gpu_section(doc, summary["gpu"], ser, pngs or {})
+    if s.gpu:
+        _gpu_section(doc, s.gpu, ser, pngs or {})
 
 
 def _gib(mib: Any) -> str:
@@ -423,30 +423,29 @@ def _gpu_section(
 
 
 def build_document(
-    summary: Mapping[str, Any],
+    summary: Summary | Mapping[str, Any],
     series: Series | None = None,
     pngs: Mapping[str, str] | None = None,
 ) -> Document:
     """The report, in the order a reader looks: context and key figures with the main charts,
     then the tables behind them. `series` (from the records) adds the serving charts."""
-    run = summary.get("run") or {}
-    doc = Document(f"agentload report: {run.get('run_id') or 'run'}")
-    pngs = pngs or {}
     s = as_summary(summary)  # parsed once: every section reads this model
-    _first_screen(doc, summary, s, series, pngs)
-    _calls_section(doc, summary, s)
+    doc = Document(f"agentload report: {(s.run or {}).get('run_id') or 'run'}")
+    pngs = pngs or {}
+    _first_screen(doc, s, series, pngs)
+    _calls_section(doc, s)
     _latency_section(doc, s, series)
-    _turns_section(doc, summary, pngs)
+    _turns_section(doc, s, pngs)
     # A replay's sessions are not graded: its own section replaces the episodes'.
     if s.replay:
         replay_section(doc, s.replay)
     elif s.episodes:
         _episodes(doc, s.episodes, rates_meaningful(s))
-    if summary.get("slo"):
-        _slo(doc, summary["slo"])
-    _errors_section(doc, summary, series)
-    _client_section(doc, summary, s)
-    _server_section(doc, summary, series, pngs)
+    if s.slo:
+        _slo(doc, s.slo)
+    _errors_section(doc, s, series)
+    _client_section(doc, s)
+    _server_section(doc, s, series, pngs)
     return doc
 
 
@@ -541,10 +540,10 @@ def _episodes(doc: Document, ep: Episodes, rates: bool = True) -> None:
         )
 
 
-def _slo(doc: Document, slo: Mapping[str, Any]) -> None:
+def _slo(doc: Document, slo: SloBlock) -> None:
     doc.h("SLOs and goodput")
     doc.p(
-        f"Conditions over calls of role `{slo.get('role')}`. A call meets a condition when "
+        f"Conditions over calls of role `{slo.role}`. A call meets a condition when "
         "its own value is within the threshold (a failed call never does); an episode meets "
         "the SLOs when every one of its calls meets every condition."
     )
@@ -553,44 +552,45 @@ def _slo(doc: Document, slo: Mapping[str, Any]) -> None:
         [
             [
                 k,
-                secs(c.get("threshold")),
-                secs(c.get("observed")),
-                "yes" if c.get("met") else "**no**",
-                pct(c.get("attainment")),
+                secs(c.threshold),
+                secs(c.observed),
+                "yes" if c.met else "**no**",
+                pct(c.attainment),
             ]
-            for k, c in (slo.get("conditions") or {}).items()
+            for k, c in slo.conditions.items()
         ],
     )
     doc.table(
         ["figure", "value"],
         [
-            ["all conditions met", "yes" if slo.get("all_met") else "**no**"],
-            ["calls meeting every condition", pct(slo.get("call_attainment"))],
+            ["all conditions met", "yes" if slo.all_met else "**no**"],
+            ["calls meeting every condition", pct(slo.call_attainment)],
             [
                 "episodes meeting the SLOs",
-                f"{count(slo.get('sessions_meeting_slo'))} ({pct(slo.get('session_attainment'))})",
+                f"{count(slo.sessions_meeting_slo)} ({pct(slo.session_attainment)})",
             ],
-            ["successful episodes meeting the SLOs", count(slo.get("good_sessions"))],
-            ["goodput (episodes / min)", num(slo.get("goodput_per_min"))],
+            ["successful episodes meeting the SLOs", count(slo.good_sessions)],
+            ["goodput (episodes / min)", num(slo.goodput_per_min)],
         ],
     )
 
 
-def write_report(out_dir: Path | str, summary: Mapping[str, Any]) -> list[Path]:
+def write_report(out_dir: Path | str, summary: Summary | Mapping[str, Any]) -> list[Path]:
     """report.md, report.html and charts/*.png in `out_dir`; returns the written paths."""
     out_dir = Path(out_dir)
+    s = as_summary(summary)
     samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
     ser = build_series(
         clean_calls(read_jsonl(out_dir / CALLS, warn=False), Integrity()),
         clean_sessions(read_jsonl(out_dir / SESSIONS, warn=False), Integrity()),
         samples,
-        summary.get("window") or {},
+        {"start": s.window.start, "end": s.window.end},
     )
     from agentload.report import charts  # lazy: start-up (matplotlib, when a report is drawn)
 
-    written = charts.write_charts(out_dir, summary, samples)
+    written = charts.write_charts(out_dir, s, samples)
     pngs = {p.stem: f"{charts.CHARTS_DIR}/{p.name}" for p in written}
-    doc = build_document(summary, ser, pngs)
+    doc = build_document(s, ser, pngs)
     md = out_dir / "report.md"
     html_path = out_dir / "report.html"
     atomic_write_bytes(md, to_markdown(doc).encode())

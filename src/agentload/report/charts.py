@@ -14,6 +14,8 @@ matplotlib.use("Agg")  # headless; must precede any figure canvas import
 import numpy as np
 from matplotlib.figure import Figure
 
+from agentload.results.records import Summary
+
 CHARTS_DIR = "charts"
 _DPI = 110
 
@@ -25,9 +27,9 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def latency_cdf(summary: Mapping[str, Any], path: Path) -> Path | None:
+def latency_cdf(s: Summary, path: Path) -> Path | None:
     """TTFT and end-to-end latency CDFs, one line per role."""
-    dists = summary.get("distributions") or {}
+    dists = s.distributions
     if not any(d.get("ttft_s") or d.get("e2e_s") for d in dists.values()):
         return None
     fig = Figure(figsize=(10, 4))
@@ -53,9 +55,9 @@ def latency_cdf(summary: Mapping[str, Any], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def by_turn(summary: Mapping[str, Any], path: Path) -> Path | None:
+def by_turn(s: Summary, path: Path) -> Path | None:
     """TTFT p50 / p90 and cached share against the call's turn index, per role."""
-    turns = summary.get("turns") or {}
+    turns = s.turns
     if not any(turns.values()):
         return None
     fig = Figure(figsize=(10, 4))
@@ -64,12 +66,12 @@ def by_turn(summary: Mapping[str, Any], path: Path) -> Path | None:
     for role, rows in sorted(turns.items()):
         if not rows:
             continue
-        x = [r["turn"] for r in rows]
-        p50 = [np.nan if r["ttft_s"]["p50"] is None else r["ttft_s"]["p50"] for r in rows]
-        p90 = [np.nan if r["ttft_s"]["p90"] is None else r["ttft_s"]["p90"] for r in rows]
+        x = [r.turn for r in rows]
+        p50 = [np.nan if r.ttft_s["p50"] is None else r.ttft_s["p50"] for r in rows]
+        p90 = [np.nan if r.ttft_s["p90"] is None else r.ttft_s["p90"] for r in rows]
         (line,) = ax1.plot(x, p50, marker="o", ms=3, label=f"{role} p50")
         ax1.plot(x, p90, ls="--", color=line.get_color(), label=f"{role} p90")
-        share = [np.nan if r["cached_share"] is None else r["cached_share"] for r in rows]
+        share = [np.nan if r.cached_share is None else r.cached_share for r in rows]
         ax2.plot(x, share, marker="o", ms=3, label=role)
     ax1.set_title("TTFT by turn index")
     ax1.set_xlabel("turn (call index within the episode, per role)")
@@ -160,12 +162,12 @@ def gpu_timeline(samples: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
 
 
 def write_charts(
-    out_dir: Path, summary: Mapping[str, Any], server_samples: Sequence[Mapping[str, Any]]
+    out_dir: Path, s: Summary, server_samples: Sequence[Mapping[str, Any]]
 ) -> list[Path]:
     charts = out_dir / CHARTS_DIR
     made = [
-        latency_cdf(summary, charts / "latency_cdf.png"),
-        by_turn(summary, charts / "by_turn.png"),
+        latency_cdf(s, charts / "latency_cdf.png"),
+        by_turn(s, charts / "by_turn.png"),
         server_timeline(server_samples, charts / "server_timeline.png"),
         gpu_timeline(server_samples, charts / "gpu_timeline.png"),
     ]

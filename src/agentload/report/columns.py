@@ -3,7 +3,8 @@ the sweep table read their columns from here, so a figure is labelled and format
 way everywhere.
 
 A column is (label, path into a summary block or sweep row, format). `console=False` leaves a
-column out of the narrower console table.
+column out of the narrower console table. A summary block is its model (`CallBlock`), read by
+attribute; a sweep row is a dict.
 """
 
 from __future__ import annotations
@@ -12,8 +13,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentload.fmt import DASH, count, num, pct, secs
-from agentload.util import dig
+
+Block = BaseModel | Mapping[str, Any]
+"""What a column reads: a summary block's model (`CallBlock`) or a sweep row."""
+
+
+def _field(block: Any, key: str) -> Any:
+    # A model's field, or its extra (Describe's percentiles: "p50"); a row's key.
+    if isinstance(block, BaseModel):
+        if key in type(block).model_fields:
+            return getattr(block, key)
+        return (block.model_extra or {}).get(key)
+    return block.get(key) if isinstance(block, Mapping) else None
+
+
+def _dig(block: Any, *keys: str) -> Any:
+    for k in keys:
+        block = _field(block, k)
+    return block
 
 
 def _num1(v: Any) -> str:
@@ -31,7 +51,7 @@ THIN_NOTE = (
 )
 
 
-def any_thin(columns: Sequence[Column], blocks: Sequence[Mapping[str, Any]]) -> bool:
+def any_thin(columns: Sequence[Column], blocks: Sequence[Block]) -> bool:
     """Whether a table of these blocks marks a figure (and so needs THIN_NOTE under it)."""
     return any(c.thin(b) and c.value(b) is not None for b in blocks for c in columns)
 
@@ -43,18 +63,17 @@ class Column:
     fmt: Callable[[Any], str]
     console: bool = True
 
-    def value(self, block: Mapping[str, Any]) -> Any:
-        return dig(block, *self.path)
+    def value(self, block: Block) -> Any:
+        return _dig(block, *self.path)
 
-    def cell(self, block: Mapping[str, Any]) -> str:
+    def cell(self, block: Block) -> str:
         text = self.fmt(self.value(block))
         return text + THIN_MARK if text != DASH and self.thin(block) else text
 
-    def thin(self, block: Mapping[str, Any]) -> bool:
+    def thin(self, block: Block) -> bool:
         """Whether the figure is a percentile its sample is too small to carry: the
         distribution's `thin` list (a summary block), or the row's (a sweep row)."""
-        parent = dig(block, *self.path[:-1]) if len(self.path) > 1 else block
-        marks = parent.get("thin") if isinstance(parent, Mapping) else None
+        marks = _dig(block, *self.path[:-1], "thin")
         return isinstance(marks, list) and self.path[-1] in marks
 
 
@@ -104,7 +123,7 @@ SWEEP_COLUMNS: tuple[Column, ...] = (
 )
 
 
-def cells(columns: Sequence[Column], block: Mapping[str, Any]) -> list[str]:
+def cells(columns: Sequence[Column], block: Block) -> list[str]:
     return [c.cell(block) for c in columns]
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentload.fmt import DASH, duration
+from agentload.results.records import Summary
 from agentload.sim.profiles import profile_note
 
 
@@ -72,7 +73,7 @@ def _workload_rows(ctx: Mapping[str, Any]) -> list[list[str]]:
 
 
 def context_rows(
-    ctx: Mapping[str, Any], summary: Mapping[str, Any] | None = None
+    ctx: Mapping[str, Any], summary: Summary | Mapping[str, Any] | None = None
 ) -> list[list[str]]:
     """Rows of the "Run context" table (a context dict from agentload.results.context)."""
     rows: list[list[str]] = []

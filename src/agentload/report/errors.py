@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rich.table import Table
 
 from agentload.fmt import count
+from agentload.results.records import Summary
 
 HEADER = ["error kind", "message (redacted)", "calls"]
 
 
-def error_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+def error_rows(s: Summary) -> list[list[str]]:
     """[kind, message, calls] rows: the kind's most frequent messages, then what is left."""
-    errors = summary.get("errors") or {}
-    messages = errors.get("messages") or {}
+    errors = s.errors
     rows: list[list[str]] = []
-    for kind, n in (errors.get("by_kind") or {}).items():
-        msgs = messages.get(kind) or []
+    for kind, n in errors.by_kind.items():
+        msgs = errors.messages.get(kind) or []
         shown = 0
         for i, m in enumerate(msgs):
             rows.append([kind if i == 0 else "", str(m["message"]), count(m["count"])])
@@ -30,9 +27,9 @@ def error_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def error_table(summary: Mapping[str, Any]) -> Table | None:
+def error_table(s: Summary) -> Table | None:
     """The console's error table, or None when no call failed."""
-    rows = error_rows(summary)
+    rows = error_rows(s)
     if not rows:
         return None
     t = Table(title="agentload: errors", title_justify="left")

@@ -10,19 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentload.results.records import Summary
+from agentload.results.records import ClientBlock, Summary
 
 LAG_P99_S = 0.050
 CPU_SHARE = 0.80
 
 
-def client_warnings(summary: Mapping[str, Any], s: Summary) -> list[str]:
-    """One sentence per sign that the client may have distorted the numbers; `s` is the
-    summary's model (`as_summary`), parsed once by the caller."""
-    client = summary.get("client") or {}
+def client_warnings(s: Summary) -> list[str]:
+    """One sentence per sign that the client may have distorted the numbers."""
     out: list[str] = []
-    typed = s.client
-    lags = typed.event_loop_lag_s if typed else None
+    client = s.client
+    lags = client.event_loop_lag_s if client else None
     lag = lags.stat("p99") if lags else None
     lag_max = lags.max if lags else None
     if lag is not None and lag > LAG_P99_S:
@@ -38,7 +36,7 @@ def client_warnings(summary: Mapping[str, Any], s: Summary) -> list[str]:
             f"the client used {share * 100:.0f}% of a CPU core (above {CPU_SHARE * 100:.0f}%): "
             "it may have limited throughput and delayed timestamps"
         )
-    out.extend(_worker_warnings(client.get("workers")))
+    out.extend(_worker_warnings(client.workers if client else None))
     return out
 
 
@@ -63,10 +61,12 @@ def _worker_warnings(workers: Any) -> list[str]:
     ]
 
 
-def client_cpu_share(client: Mapping[str, Any]) -> float | None:
-    """CPU seconds the client process spent during the run per second of the run."""
-    cpu = client.get("cpu_s")
-    elapsed = client.get("elapsed_s")
-    if cpu is None or not elapsed:
+def client_cpu_share(client: ClientBlock | Mapping[str, Any] | None) -> float | None:
+    """CPU seconds the client process spent during the run per second of the run (summary.json's
+    `client` block, or its model)."""
+    if client is None:
         return None
-    return float(cpu) / float(elapsed)
+    c = client if isinstance(client, ClientBlock) else ClientBlock.model_validate(client)
+    if c.cpu_s is None or not c.elapsed_s:
+        return None
+    return float(c.cpu_s) / float(c.elapsed_s)

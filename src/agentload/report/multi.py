@@ -27,6 +27,7 @@ from agentload.results.context import context_differences, run_context
 from agentload.results.dirs import check_results_dir, is_sweep, load_sweep
 from agentload.results.files import SUMMARY
 from agentload.results.jsonl import ResultsError, atomic_write_bytes
+from agentload.results.records import Summary, as_summary
 from agentload.results.summary import summarize
 
 SCHEMA = "agentload.compare/1"
@@ -63,7 +64,7 @@ class Series:
         return (self.path / str(row["dir"]) if self.sweep else self.path) / "report.html"
 
 
-def _summary(path: Path) -> dict[str, Any]:
+def _summary(path: Path) -> Summary:
     """The run's summary.json, else one computed from its records (a run with --no-report
     still has summary.json; a folder of bare records does not)."""
     p = path / SUMMARY
@@ -75,9 +76,9 @@ def _summary(path: Path) -> dict[str, Any]:
         except OSError as e:
             raise ResultsError(f"{p}: cannot read: {e.strerror or e}") from None
         if isinstance(doc, dict):
-            return doc
+            return as_summary(doc)
 
-    return summarize(path)
+    return as_summary(summarize(path))
 
 
 def load_series(path: Path, label: str) -> Series:
@@ -94,11 +95,10 @@ def load_series(path: Path, label: str) -> Series:
     check_results_dir(path)
 
     s = _summary(path)
-    got = s.get("context")
-    ctx: dict[str, Any] = got if isinstance(got, dict) else run_context(path)
+    ctx: dict[str, Any] = s.context if isinstance(s.context, dict) else run_context(path)
     load = ctx.get("load") or {}
     kind = "rate" if load.get("mode") == "open" else "concurrency"
-    status = (s.get("run") or {}).get("stop_reason")
+    status = (s.run or {}).get("stop_reason")
     row = summary_row(0.0, kind, ".", status, s)
     value = load.get(kind)
     row[kind] = float(value) if isinstance(value, int | float) else None

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from agentload.report.series import Series
+from agentload.results.records import Summary, as_summary
 
 Fig = dict[str, Any]
 
@@ -81,8 +82,8 @@ def fit_legend(fig: Fig) -> Fig:
     return fig
 
 
-def latency_cdf(summary: Mapping[str, Any]) -> Fig | None:
-    dists = summary.get("distributions") or {}
+def latency_cdf(summary: Summary | Mapping[str, Any]) -> Fig | None:
+    dists = as_summary(summary).distributions
     data = []
     for role, d in sorted(dists.items()):
         for key, name, axis in (("ttft_s", "TTFT", "x"), ("e2e_s", "e2e", "x2")):
@@ -193,20 +194,20 @@ def timeline(ser: Series | None) -> Fig | None:
     }
 
 
-def by_turn(summary: Mapping[str, Any]) -> Fig | None:
-    turns = {r: rows for r, rows in (summary.get("turns") or {}).items() if rows}
+def by_turn(summary: Summary | Mapping[str, Any]) -> Fig | None:
+    turns = {r: rows for r, rows in as_summary(summary).turns.items() if rows}
     if not turns:
         return None
     data = []
     for role, rows in sorted(turns.items()):
-        x = [r["turn"] for r in rows]
+        x = [r.turn for r in rows]
         for p, dash in (("p50", "solid"), ("p90", "dash")):
             data.append(
                 {
                     "type": "scatter",
                     "mode": "lines+markers",
                     "x": x,
-                    "y": [r["ttft_s"].get(p) for r in rows],
+                    "y": [r.ttft_s.get(p) for r in rows],
                     "name": f"{role} TTFT {p}",
                     "line": {"dash": dash},
                 }
@@ -216,7 +217,7 @@ def by_turn(summary: Mapping[str, Any]) -> Fig | None:
                 "type": "scatter",
                 "mode": "lines",
                 "x": x,
-                "y": [r.get("cached_share") for r in rows],
+                "y": [r.cached_share for r in rows],
                 "name": f"{role} cached share",
                 "yaxis": "y2",
                 "line": {"dash": "dot"},

@@ -15,11 +15,11 @@ import orjson
 
 from agentload.report.sweep import knee, write_sweep_report
 from agentload.results.jsonl import atomic_write_bytes
-from agentload.results.records import ClientBlock, Episodes, as_summary
+from agentload.results.records import ClientBlock, Episodes, Summary, as_summary
 
 
 def summary_row(
-    point: float, kind: str, dirname: str, status: str | None, s: Mapping[str, Any]
+    point: float, kind: str, dirname: str, status: str | None, s: Summary | Mapping[str, Any]
 ) -> dict[str, Any]:
     """One sweep point's figures from its summary (agent calls; all calls without agents)."""
     summary = as_summary(s)
@@ -71,7 +71,7 @@ def finish_doc(doc: dict[str, Any]) -> None:
 
 
 def rebuild_sweep(
-    root: Path, doc: dict[str, Any], summaries: Mapping[str, Mapping[str, Any]]
+    root: Path, doc: dict[str, Any], summaries: Mapping[str, Summary | Mapping[str, Any]]
 ) -> dict[str, Any]:
     """`doc` (sweep.json, from `load_sweep`) recomputed from each point's summary, written
     back with the sweep's report (`agentload report SWEEP_DIR`)."""

@@ -14,14 +14,13 @@ from agentload.report.context import load_text, noun_of
 from agentload.report.errors import error_table
 from agentload.report.health import client_warnings
 from agentload.report.replay_section import warm_cache_text
-from agentload.results.records import Episodes, ReplayBlock, SloBlock, as_summary
-from agentload.util import dig
+from agentload.results.records import Episodes, ReplayBlock, SloBlock, Summary, as_summary
 
 
-def summary_table(summary: Mapping[str, Any]) -> RenderableType:
+def summary_table(summary: Summary | Mapping[str, Any]) -> RenderableType:
     """Context line, calls per role and endpoint, episodes / SLO figures, client warnings."""
-    window = summary.get("window") or {}
-    ctx = summary.get("context") or {}
+    s = as_summary(summary)
+    ctx = s.context or {}
     parts: list[RenderableType] = []
     models = ", ".join(ctx.get("models") or []) or "–"
     urls = ", ".join(sorted({str(e.get("url")) for e in (ctx.get("endpoints") or {}).values()}))
@@ -30,14 +29,14 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
             f"[bold]{models}[/] @ {urls or '–'}; {load_text(ctx.get('load') or {}, noun_of(ctx))}"
         )
     calls = Table(
-        title=f"agentload: calls (window {duration(window.get('duration_s'))})",
+        title=f"agentload: calls (window {duration(s.window.duration_s)})",
         title_justify="left",
     )
     cols = console_columns(CALL_COLUMNS)
     calls.add_column("role @ endpoint")
     for c in cols:
         calls.add_column(c.label, justify="right")
-    blocks = dig(summary, "calls", "by_role_endpoint") or {}
+    blocks = s.calls.by_role_endpoint
     for name, b in blocks.items():
         calls.add_row(name, *[c.cell(b) for c in cols])
     if any_thin(cols, list(blocks.values())):
@@ -45,19 +44,18 @@ def summary_table(summary: Mapping[str, Any]) -> RenderableType:
         calls.caption_justify = "left"
     parts.append(calls)
 
-    typed = as_summary(summary)
-    rp = typed.replay
+    rp = s.replay
     if rp:
         parts.append(_replay_table(rp))
     # Replayed conversations are not graded: no success rate or pass^k.
-    ep = None if rp else typed.episodes
-    if ep or typed.slo:
-        parts.append(_episodes_table(ep, typed.slo, typed.errors.by_kind))
+    ep = None if rp else s.episodes
+    if ep or s.slo:
+        parts.append(_episodes_table(ep, s.slo, s.errors.by_kind))
 
-    errors = error_table(summary)
+    errors = error_table(s)
     if errors is not None:
         parts.append(errors)
-    parts.extend(f"[yellow]warning:[/] {w}" for w in client_warnings(summary, typed))
+    parts.extend(f"[yellow]warning:[/] {w}" for w in client_warnings(s))
     return Group(*parts)
 
 

@@ -738,6 +738,11 @@ class ClientBlock(_Model):
     sched_delay_s: Describe | None = None
     stop_reason: str | None = None
     elapsed_s: float | None = None
+    cpu_s: float | None = None
+    """CPU seconds of the client process over `elapsed_s` (the driver's, over workers)."""
+    episodes_cancelled: int | None = None
+    workers: list[Any] | None = None
+    """A run over worker processes: each worker's health (agentload.distributed.driver)."""
 
 
 class ProxyBlock(_Model):
