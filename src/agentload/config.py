@@ -35,14 +35,13 @@ from agentload.flags import (
     OUTPUT,
     REPLAY,
     WORKLOAD,
-    comma_list,
     flag,
 )
 from agentload.plugins import AGENTS, USERS, WORKLOADS
 from agentload.redact import REDACTED as _REDACTED
 from agentload.redact import redact as _redact
 from agentload.safeio import NotRegularFile, read_regular
-from agentload.sim.settings import FAULT_KINDS, SimConfig, SimKnobs
+from agentload.sim.settings import SimConfig, SimKnobs, fault_kind_list, is_str_list
 from agentload.units import check_slo_key, parse_duration, parse_slo
 
 CONFIG_SCHEMA = "agentload.config/1"
@@ -498,17 +497,9 @@ class SimSettings(SimKnobs):
 
     @field_validator("fault_kinds", mode="before")
     @classmethod
-    def _split(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return comma_list(value)
-        return value
-
-    @field_validator("fault_kinds")
-    @classmethod
-    def _fault_kinds(cls, value: list[str] | None) -> list[str] | None:
-        for kind in value or ():
-            if kind not in FAULT_KINDS:
-                raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
+    def _kinds(cls, value: Any) -> Any:
+        if isinstance(value, str) or is_str_list(value):
+            return fault_kind_list(value)
         return value
 
     @field_validator("options")

@@ -25,6 +25,19 @@ FaultKind = Literal[
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 
+def is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def fault_kind_list(value: str | list[str]) -> list[str]:
+    """The fault kinds named, comma-separated or repeated; ValueError names one that is not."""
+    kinds = [k for v in ([value] if isinstance(value, str) else value) for k in comma_list(v)]
+    for kind in kinds:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
+    return kinds
+
+
 def _profiles_help() -> str:
     named = ", ".join(f"{n} ({profile_note(p)})" for n, p in BUILTIN_PROFILES.items())
     return (
@@ -237,14 +250,8 @@ class SimConfig(SimKnobs):
     @classmethod
     def _kind_list(cls, value: Any) -> Any:
         # Comma-separated or repeated (the flag); none named: every kind.
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            kinds = [k for v in value for k in comma_list(v)]
-            for kind in kinds:
-                if kind not in FAULT_KINDS:
-                    raise ValueError(f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
-            return kinds or list(FAULT_KINDS)
+        if isinstance(value, str) or is_str_list(value):
+            return fault_kind_list(value) or list(FAULT_KINDS)
         return value
 
     @field_validator("host")
