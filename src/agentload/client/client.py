@@ -9,7 +9,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -144,6 +144,17 @@ def _encode_request(head: bytes, hdrs: dict[str, str], payload: bytes) -> bytes:
     return b"%b%bContent-Length: %d\r\n\r\n%b" % (head, text.encode(), len(payload), payload)
 
 
+class RecordHook(Protocol):
+    """A callback that wraps a client's `on_record` (ChatClient.record_hook)."""
+
+    def __init__(self, inner: Callable[[CallRecord], None] | None) -> None: ...
+
+    def __call__(self, rec: CallRecord) -> None: ...
+
+
+H = TypeVar("H", bound=RecordHook)
+
+
 class ChatClient:
     """Sends chat completions to one endpoint and measures them.
 
@@ -191,6 +202,17 @@ class ChatClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+
+    def record_hook(self, kind: type[H]) -> H:
+        """The hook of type `kind` that stands between this client and its `on_record`
+        (it is given the callback it wraps), installed on first use: one per client, shared
+        by every session that calls through it."""
+        hook = self.on_record
+        if isinstance(hook, kind):
+            return hook
+        made = kind(hook)
+        self.on_record = made
+        return made
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = open_session(

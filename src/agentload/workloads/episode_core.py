@@ -115,12 +115,7 @@ class Tap:
 
 def tap(client: ChatClient) -> Tap:
     """The client's tap (installed on first use): one per client, shared by its episodes."""
-    cb = client.on_record
-    if isinstance(cb, Tap):
-        return cb
-    tap = Tap(cb)
-    client.on_record = tap
-    return tap
+    return client.record_hook(Tap)
 
 
 class _Caller(Protocol):

@@ -90,15 +90,6 @@ class _Hold:
         return rec
 
 
-def _hold(client: ChatClient) -> _Hold:
-    cb = client.on_record
-    if isinstance(cb, _Hold):
-        return cb
-    hold = _Hold(cb)
-    client.on_record = hold
-    return hold
-
-
 class TurnProgress(ProgressTracker):
     """Progress of a replay run whose ETA comes from the client turns left (one call each)
     at the rate turns have been answered, not from conversations."""
@@ -326,7 +317,7 @@ class _Replay:
         self.repeat = repeat
         self.session_id = session_id
         self.client = client
-        self.hold = _hold(client)
+        self.hold = client.record_hook(_Hold)
         self.headers = {SESSION_HEADER: conv.id}
         self.live = self.rc.history == "live"
         self.id_map: dict[str, str] = {}
