@@ -69,7 +69,8 @@ async def run_async(
         say=lambda _m: None,
         install_signals=False,
     )
-    return Summary(out.summary or {}, out.out_dir, out.exit_code, out.stop_reason)
+    data = out.summary.dump() if out.summary is not None else {}
+    return Summary(data, out.out_dir, out.exit_code, out.stop_reason)
 
 
 def run(

@@ -12,7 +12,6 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 log = logging.getLogger("agentload.run")
 
@@ -42,25 +41,23 @@ def judge(
     *,
     stop_reason: str,
     error: str | None,
-    summary: Mapping[str, Any] | None,
+    sessions: int,
+    calls: int,
+    failed_calls: int,
+    failed_by_kind: Mapping[str, int],
     infra_episodes: int,
     max_infra_share: float,
 ) -> Verdict:
-    """The exit code and status of a run that got as far as its summary."""
+    """The exit code and status of a run that got as far as its summary: its measured
+    sessions and calls, and the calls that failed (by kind)."""
     if stop_reason == "interrupted":
         return Verdict(EXIT_INTERRUPTED, "interrupted")
     if stop_reason == "failed":
         return Verdict(EXIT_FAILED, f"failed: {error or 'the run failed'}")
-    s = summary or {}
-    counts = s.get("counts") or {}
-    sessions = int(counts.get("sessions") or 0)
-    calls = int(counts.get("calls") or 0)
-    errors = s.get("errors") or {}
-    failed_calls = int(errors.get("calls_failed") or 0)
     if sessions == 0:
         return Verdict(EXIT_FAILED, "failed: 0 episodes measured")
     if calls and failed_calls >= calls:
-        kinds = ", ".join(f"{k} {n}" for k, n in (errors.get("by_kind") or {}).items())
+        kinds = ", ".join(f"{k} {n}" for k, n in failed_by_kind.items())
         why = f"failed: every one of the {calls} calls failed"
         return Verdict(EXIT_FAILED, f"{why} ({kinds})" if kinds else why)
     if sessions and infra_episodes / sessions > max_infra_share:

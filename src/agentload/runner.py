@@ -52,6 +52,7 @@ from agentload.results.context import run_context
 from agentload.results.jsonl import ResultsError, atomic_write_bytes
 from agentload.results.lock import FolderLocked, ResultsLock
 from agentload.results.recorder import Recorder
+from agentload.results.records import ClientBlock, Summary
 from agentload.results.resume import count_infra_episodes, drop_infra_sessions
 from agentload.results.summary import load_run_meta, summarize, write_summary
 from agentload.scheduler import (
@@ -84,7 +85,7 @@ class RunOutcome:
     out_dir: Path
     exit_code: int
     stop_reason: str
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     scheduler: SchedulerReport | None = None
     report_files: list[Path] = field(default_factory=list)
     message: str = ""
@@ -343,13 +344,13 @@ async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
     _settle(run, rep, verdict)
     if summary is not None:
         try:
-            _write_summary(run, summary)
+            summary = _write_summary(run, summary)
         except Exception as e:
             verdict = Verdict(EXIT_FAILED, f"failed: summary.json could not be written: {_why(e)}")
             _settle(run, rep, verdict)
     if await _interrupted(run) and verdict.code != EXIT_INTERRUPTED:
         verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
-        _settle(run, rep, verdict, summary)
+        summary = _settle(run, rep, verdict, summary)
     files: list[Path] = []
     if run.cfg.report and summary is not None:
         if verdict.code == EXIT_INTERRUPTED and run.finishing_interrupts > 0:
@@ -357,11 +358,14 @@ async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
                 f"interrupted: report skipped (write it with `agentload report {run.out_dir}`)"
             )
         else:
-            files, verdict = _report(run, rep, summary, verdict)
+            files, reported = _report(run, summary, verdict)
+            if reported is not verdict:  # the report failed: the run did
+                verdict = reported
+                summary = _settle(run, rep, verdict, summary)
             if await _interrupted(run) and verdict.code != EXIT_INTERRUPTED:
                 # A signal during the (blocking) report: written, but the run was stopped.
                 verdict = Verdict(EXIT_INTERRUPTED, "interrupted")
-                _settle(run, rep, verdict, summary)
+                summary = _settle(run, rep, verdict, summary)
     if verdict.code == EXIT_FAILED and rep.stop_reason != "failed":
         run.opts.say(f"the {run.workload.noun} ran, but the run {verdict.status}")
     return RunOutcome(run.out_dir, verdict.code, verdict.status, summary, rep, files)
@@ -651,7 +655,7 @@ def client_block(rep: SchedulerReport, cfg: RunConfig, extra: Mapping[str, Any])
     }
 
 
-def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | None, Any]:
+def _summarize(run: RunState, rep: SchedulerReport) -> tuple[Summary | None, Verdict]:
     """(summary, verdict); odd records or a full disk must not leave run.json "running"."""
 
     out_dir = run.out_dir
@@ -669,14 +673,18 @@ def _summarize(run: RunState, rep: SchedulerReport) -> tuple[dict[str, Any] | No
             extra.update(run.sched.client_extra(cpu_s))
         block = client_block(rep, run.cfg, extra)
         block["event_loop_lag_hist"] = lag_histogram(run.sched.lag.samples if run.sched else [])
-        summary["client"] = combine_client(out_dir, block, resume=run.opts.resume)
-        stopped = (summary.get("errors") or {}).get("engine_stopped")
+        client = ClientBlock(**combine_client(out_dir, block, resume=run.opts.resume))
+        summary = summary.model_copy(update={"client": client})
+        stopped = summary.errors.engine_stopped
         if stopped:  # the likeliest cause of a dead engine, before the verdict
-            run.opts.say(str(stopped["message"]))
+            run.opts.say(stopped.message)
         verdict = judge(
             stop_reason=rep.stop_reason,
             error=rep.error,
-            summary=summary,
+            sessions=summary.counts.sessions,
+            calls=summary.counts.calls,
+            failed_calls=summary.errors.calls_failed,
+            failed_by_kind=summary.errors.by_kind,
             infra_episodes=count_infra_episodes(out_dir),
             max_infra_share=run.cfg.load.max_infra_error_share,
         )
@@ -696,9 +704,10 @@ async def _interrupted(run: RunState) -> bool:
 
 
 def _settle(
-    run: RunState, rep: SchedulerReport, verdict: Any, summary: dict[str, Any] | None = None
-) -> None:
-    """run.json takes the verdict (and summary.json's copy of run.json, when given)."""
+    run: RunState, rep: SchedulerReport, verdict: Verdict, summary: Summary | None = None
+) -> Summary | None:
+    """run.json takes the verdict (and summary.json's copy of run.json, when given); the
+    summary as written."""
     run.meta.update(
         ended_at=time.time(),
         status=verdict.status,
@@ -711,20 +720,20 @@ def _settle(
         run.opts.say(f"cannot update run.json: {_why(e)}")
     if summary is not None:
         with contextlib.suppress(Exception):
-            _write_summary(run, summary)
+            return _write_summary(run, summary)
+    return summary
 
 
-def _write_summary(run: RunState, summary: dict[str, Any]) -> None:
-
-    # The summary embeds run.json: take the final status, not the "running" it read.
-    summary["run"] = load_run_meta(run.out_dir)
-    summary["context"] = run_context(run.out_dir)
+def _write_summary(run: RunState, summary: Summary) -> Summary:
+    """summary.json with the final run.json (not the "running" it read); the summary written."""
+    meta = {"run": load_run_meta(run.out_dir), "context": run_context(run.out_dir)}
+    summary = summary.model_copy(update=meta)
     write_summary(run.out_dir, summary)
+    return summary
 
 
-def _report(
-    run: RunState, rep: SchedulerReport, summary: dict[str, Any], verdict: Any
-) -> tuple[list[Path], Any]:
+def _report(run: RunState, summary: Summary, verdict: Verdict) -> tuple[list[Path], Verdict]:
+    """The report's files; a new verdict when the report could not be written."""
     try:
         from agentload.report import write_report  # lazy: optional (a run is useful without)
     except ImportError:  # the report package is optional for a run to be useful
@@ -736,9 +745,7 @@ def _report(
         log.debug("report failed", exc_info=True)
         if verdict.code == EXIT_INTERRUPTED:
             return [], verdict
-        verdict = Verdict(EXIT_FAILED, f"failed: the report could not be written: {_why(e)}")
-        _settle(run, rep, verdict, summary)
-        return [], verdict
+        return [], Verdict(EXIT_FAILED, f"failed: the report could not be written: {_why(e)}")
 
 
 async def open_executor(

@@ -271,7 +271,7 @@ async def test_run_summary_and_console_show_the_messages(tmp_path: Path) -> None
         }
     )
     res = await execute_run(cfg, progress="off", say=lambda _m: None, install_signals=False)
-    errors = res.summary["errors"]
+    errors = res.summary.dump()["errors"]
     assert errors["by_kind"]["http_500"] > 0
     (entry,) = errors["messages"]["http_500"]
     assert entry["message"] == "Internal server error (injected by agentload sim)"

@@ -53,4 +53,4 @@ async def test_every_malformed_call_is_recorded(tmp_path: Path, bad: str) -> Non
     calls = load_jsonl(out / "calls.jsonl")
     assert sent > 0 and len(calls) == sent
     assert {c["error_kind"] for c in calls} == {"malformed_stream"}
-    assert res.summary["errors"]["calls_failed"] == sent
+    assert res.summary.errors.calls_failed == sent

@@ -141,6 +141,6 @@ def test_a_thread_executor_runs_a_whole_run(tmp_path: Path) -> None:
     assert all(s["run_id"] == sessions[0]["run_id"] and s["attempt"] == 0 for s in sessions)
     calls = [orjson.loads(line) for line in (out / "calls.jsonl").read_bytes().splitlines()]
     assert {c["session_id"] for c in calls} == {s["session_id"] for s in sessions}
-    summary = outcome.summary or {}
+    summary = outcome.summary.dump() if outcome.summary else {}
     assert summary["client"]["threads"] == 2
     assert summary["episodes"]["episodes"] == 6

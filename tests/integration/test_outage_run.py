@@ -15,6 +15,7 @@ import pytest
 from agentload import runner as runner_mod
 from agentload.config import build_config
 from agentload.results.jsonl import load_jsonl
+from agentload.results.records import Summary
 from agentload.runner import execute_run
 from agentload.sim import SimConfig, SimProcess
 
@@ -86,7 +87,7 @@ async def test_standalone_server_down_for_4s_burns_no_episode(tmp_path: Path) ->
     assert terms.get("infra_error", 0) == 0, terms  # 0 burned
     keys = [(s["task_id"], s["trial"]) for s in sessions]
     assert len(set(keys)) == 120  # and no duplicates
-    outages = res.summary["client"]["outages"]
+    outages = res.summary.dump()["client"]["outages"]
     assert outages["count"] >= 1
     assert 2.0 <= outages["paused_s"] <= up_after + 5.0
     assert outages["episodes_retried"] >= 1
@@ -273,7 +274,7 @@ async def test_interrupt_while_the_summary_is_written(
 
     real = summary_mod.summarize
 
-    def interrupted(*a: Any, **k: Any) -> dict[str, Any]:
+    def interrupted(*a: Any, **k: Any) -> Summary:
         os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C arriving during the summary
         return real(*a, **k)
 

@@ -69,7 +69,7 @@ async def test_infra_error_episodes_are_left_out_of_success(
     assert wins == len(finished)  # the oracle agent
 
     for ep in (
-        summarize(out)["episodes"],
+        summarize(out).dump()["episodes"],
         orjson.loads((out / "summary.json").read_bytes())["episodes"],
     ):
         assert ep["success_rate"] == pytest.approx(1.0)

@@ -69,7 +69,7 @@ async def test_capped_replay_counts_its_calls_and_resumes_at_the_first_unsent_tu
         )
         summary = orjson.loads((out / "summary.json").read_bytes())
         assert summary["counts"]["calls"] == len(finished)  # every finished call counts
-        assert res.summary["calls"]["all"]["calls"] == len(finished)
+        assert res.summary.calls.all.calls == len(finished)
         first_round = len(srv.seen)
 
         full = _cfg(out, ds, srv.base_url)

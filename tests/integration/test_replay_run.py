@@ -381,7 +381,7 @@ async def test_tail_window_ends_when_the_first_slot_runs_dry(tmp_path: Path) -> 
         )
     assert res.exit_code == 0
     sessions = {s["task_id"]: s for s in load_jsonl(tmp_path / "out" / "sessions.jsonl")}
-    rp = res.summary["replay"]
+    rp = res.summary.dump()["replay"]
     perf, full = rp["windows"]["performance"], rp["windows"]["complete"]
     t0 = min(s["start_ns"] for s in sessions.values())
     # from the monotonic clock: first start -> conv-003's end
@@ -420,7 +420,7 @@ async def test_a_replay_describes_itself(tmp_path: Path) -> None:
         )
         res = await _run(cfg)
     assert res.exit_code == 0
-    summary = res.summary or {}
+    summary = res.summary.dump() if res.summary else {}
     assert summary["run"]["sampling"]["agent"]["max_tokens"].startswith(
         "each turn's recorded answer length"
     )
@@ -477,7 +477,7 @@ async def test_a_second_replay_on_a_warm_cache_is_warned_about(tmp_path: Path) -
             )
             res = await _run(cfg)
             assert res.exit_code == 0
-            summaries.append(res.summary or {})
+            summaries.append(res.summary.dump() if res.summary else {})
     cold, warm = (s["replay"]["warm_cache"] for s in summaries)
     assert cold is None
     assert warm is not None and warm["cached_share"] > 0.5

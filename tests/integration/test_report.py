@@ -10,18 +10,19 @@ from test_results_helpers import SLO, build_run
 
 from agentload.report import summary_table, write_report
 from agentload.results import summarize
+from agentload.results.records import Summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[Path]]:
+def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary, list[Path]]:
     out = build_run(tmp_path_factory.mktemp("rep") / "out")
     summary = summarize(out, slo=SLO)
     return out, summary, write_report(out, summary)
 
 
-def test_files_written(reported: tuple[Path, dict, list[Path]]) -> None:
+def test_files_written(reported: tuple[Path, Summary, list[Path]]) -> None:
     out, _, files = reported
     names = {p.relative_to(out).as_posix() for p in files}
     assert names == {
@@ -37,7 +38,7 @@ def test_files_written(reported: tuple[Path, dict, list[Path]]) -> None:
             assert p.read_bytes()[:8] == PNG_MAGIC
 
 
-def test_key_numbers_in_markdown(reported: tuple[Path, dict, list[Path]]) -> None:
+def test_key_numbers_in_markdown(reported: tuple[Path, Summary, list[Path]]) -> None:
     out, summary, _ = reported
     md = (out / "report.md").read_text()
     assert "# agentload report: r1" in md
@@ -46,8 +47,7 @@ def test_key_numbers_in_markdown(reported: tuple[Path, dict, list[Path]]) -> Non
     assert "| goodput (episodes / min) | 1.50 |" in md
     assert "| episodes / min | 4.50 |" in md
     # agent TTFT p50 over the 17 measured calls is 0.2 s; p90 and p99 from the summary
-    agent = summary["calls"]["by_role"]["agent"]["ttft_s"]
-    assert agent["p50"] == pytest.approx(0.2)
+    assert summary.calls.by_role["agent"].ttft_s.stat("p50") == pytest.approx(0.2)
     assert "| agent TTFT p50 / p90 / p99 | 200 ms / " in md
     assert "| timeout_first_token | 1 |" in md
     assert "| ttft_p90 | 500 ms | 300 ms | yes |" in md
@@ -57,7 +57,7 @@ def test_key_numbers_in_markdown(reported: tuple[Path, dict, list[Path]]) -> Non
     assert "| 2 | 6 | 300 ms |" in md  # by-turn row: turn 2, 6 calls, TTFT p50
 
 
-def test_html_mirrors_markdown(reported: tuple[Path, dict, list[Path]]) -> None:
+def test_html_mirrors_markdown(reported: tuple[Path, Summary, list[Path]]) -> None:
     out, _, _ = reported
     html = (out / "report.html").read_text()
     assert html.startswith("<!doctype html>")
@@ -67,7 +67,7 @@ def test_html_mirrors_markdown(reported: tuple[Path, dict, list[Path]]) -> None:
     assert html.count('<div class="chart"') >= 3
 
 
-def test_console_table(reported: tuple[Path, dict, list[Path]]) -> None:
+def test_console_table(reported: tuple[Path, Summary, list[Path]]) -> None:
     _, summary, _ = reported
     console = Console(record=True, width=160)
     console.print(summary_table(summary))
@@ -93,8 +93,8 @@ def test_report_without_episodes_or_server(tmp_path: Path) -> None:
                 )
             )
     summary = summarize(tmp_path)
-    assert summary["episodes"] is None and summary["server"] is None
-    assert summary["window"]["source"] == "calls"
+    assert summary.episodes is None and summary.server is None
+    assert summary.window.source == "calls"
     files = write_report(tmp_path, summary)
     # no turn indices, no server samples: no by-turn or timeline chart
     assert {p.name for p in files} == {"report.md", "report.html", "latency_cdf.png"}

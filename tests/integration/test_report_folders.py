@@ -16,6 +16,7 @@ from agentload.cli import app
 from agentload.client.record import CallRecord
 from agentload.report import plots
 from agentload.results import Recorder, records
+from agentload.results.records import ClientBlock
 from agentload.results.summary import summarize
 
 NOT_RESULTS = "no calls.jsonl or sessions.jsonl (not a results directory?)"
@@ -163,8 +164,7 @@ def test_the_report_parses_the_summary_once(tmp_path: Path, summary_parses: list
     from agentload.report import summary_table, write_report
 
     out = _calls(tmp_path / "run")
-    summary = summarize(out)
-    summary["client"] = {"cpu_s": 9.0, "elapsed_s": 10.0}
+    summary = summarize(out).model_copy(update={"client": ClientBlock(cpu_s=9.0, elapsed_s=10.0)})
     written = write_report(out, summary)
     assert len(summary_parses) == 1
     assert "used 90% of a CPU core" in written[0].read_text()  # the client warning still shows
@@ -179,7 +179,7 @@ def test_export_computes_the_turn_table_alone(
     import agentload.results.summary as summary_mod
 
     out = _calls(tmp_path / "run", n=5)
-    turns = summarize(out)["turns"]["agent"]
+    turns = summarize(out).dump()["turns"]["agent"]
 
     def no_summary(*a: Any, **kw: Any) -> None:
         raise AssertionError("export summarized the whole run")

@@ -88,9 +88,9 @@ def _odd_run(tmp_path: Path) -> Path:
 
 
 def test_odd_records_are_flagged_not_fatal(tmp_path: Path) -> None:
-    clean = summarize(build_run(tmp_path / "clean"))
+    clean = summarize(build_run(tmp_path / "clean")).dump()
     out = _odd_run(tmp_path)
-    s = summarize(out)
+    s = summarize(out).dump()
     integ = s["integrity"]
     calls, sessions = integ["files"]["calls.jsonl"], integ["files"]["sessions.jsonl"]
     assert calls["flagged_records"] == 3  # "many", negative/NaN, itl+turn (nulls are fine)
@@ -129,7 +129,7 @@ def test_report_cli_on_odd_records(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("jump_s", [3600.0, -3600.0])
 def test_wall_clock_step_does_not_change_rates(tmp_path: Path, jump_s: float) -> None:
-    clean = summarize(build_run(tmp_path / "clean"))
+    clean = summarize(build_run(tmp_path / "clean")).dump()
     out = build_run(tmp_path / "stepped")
     # The wall clock jumps by an hour half-way through: started_at moves, the *_ns do not.
     for name in ("sessions.jsonl", "calls.jsonl"):
@@ -140,7 +140,7 @@ def test_wall_clock_step_does_not_change_rates(tmp_path: Path, jump_s: float) ->
                 rec["started_at"] += jump_s
             lines.append(orjson.dumps(rec))
         (out / name).write_bytes(b"\n".join(lines) + b"\n")
-    s = summarize(out)
+    s = summarize(out).dump()
     assert s["window"]["duration_s"] == pytest.approx(WINDOW_S)
     assert s["window"]["active_s"] == pytest.approx(WINDOW_S)
     assert s["window"]["clock"] == "monotonic"
@@ -179,7 +179,7 @@ def test_window_spans_resume_attempts(tmp_path: Path) -> None:
         rec.record_episode(session(0, 0, T0, 5_000_000_000))
         rec.record_episode(session(1, 0, T0 + 5, 10_000_000_000))  # ends at T0 + 15
         rec.record_episode(session(2, 1, T0 + 100, 7))  # another process: origin near 0
-    s = summarize(tmp_path)
+    s = summarize(tmp_path).dump()
     assert s["window"]["duration_s"] == pytest.approx(110.0)
     assert s["window"]["active_s"] == pytest.approx(25.0)
     # Rates are over the time the run ran (15 s, then 10 s), not the 85 s it was stopped.

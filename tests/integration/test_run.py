@@ -76,7 +76,7 @@ async def test_run_writes_every_file_and_numbers_agree(tmp_path: Path) -> None:
     assert all(s["sched_delay_s"] >= 0 and s["intended_start_ns"] for s in sessions)
     assert len(load_jsonl(out / "trajectories.jsonl")) == len(sessions)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary == json.loads(json.dumps(res.summary))
+    assert summary == json.loads(json.dumps(res.summary.dump()))
     warm_ids = {s["session_id"] for s in warm}
     mcalls = [c for c in calls if c["session_id"] not in warm_ids]
     assert summary["counts"]["sessions"] == 12
@@ -223,11 +223,11 @@ async def test_open_loop_rate_within_5_percent(tmp_path: Path) -> None:
     )
     res = await execute_run(cfg, progress="off", say=_quiet, install_signals=False)
     assert res.exit_code == 0
-    client = res.summary["client"]
+    client = res.summary.dump()["client"]
     assert client["episodes_finished"] == 80
     assert client["rate_achieved"] == pytest.approx(40.0, rel=0.05)
     assert client["rate_offered"] == pytest.approx(40.0, rel=0.05)
-    assert res.summary["scheduling"]["sched_delay_s"]["count"] == 80
+    assert res.summary.scheduling.sched_delay_s.count == 80
 
 
 async def test_faults_are_counted_and_nothing_lost(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ async def test_faults_are_counted_and_nothing_lost(tmp_path: Path) -> None:
     failed = [c for c in calls if c["status"] == "error"]
     retried = [c for c in calls if (c.get("attempts") or 1) > 1]
     assert failed or retried  # faults were injected and seen
-    s = res.summary
+    s = res.summary.dump()
     assert s["counts"]["sessions"] == 8 and s["counts"]["calls"] == len(calls)
     assert s["errors"]["calls_failed"] == len(failed)
     assert sum(s["errors"]["by_kind"].values()) == len(failed)

@@ -138,7 +138,7 @@ async def test_seed_that_kills_the_engine_is_warned_about_and_named(tmp_path: Pa
     assert said.index(warned[0]) < next(i for i, m in enumerate(said) if "requests:" in m) + 1
 
     assert res.exit_code == 1
-    stopped = res.summary["errors"]["engine_stopped"]
+    stopped = res.summary.dump()["errors"]["engine_stopped"]
     assert 1 <= stopped["ok_calls"] == engine.ok_calls - 2  # less preflight's two probes
     print(stopped["message"])
     assert stopped["in_flight"] and stopped["in_flight"][0]["role"] == "agent"

@@ -196,7 +196,7 @@ async def test_server_deltas_agree_with_client_records_on_the_simulator(tmp_path
                         msgs.append(res.message())
 
                 await asyncio.gather(*(conversation(i) for i in range(3)))
-    summary = summarize(tmp_path)
+    summary = summarize(tmp_path).dump()  # as summary.json holds it
     tokens = summary["calls"]["all"]["tokens"]
     server = summary["server"]["endpoints"]["sim"]
     assert summary["counts"]["calls"] == 9 and tokens["prompt"] > 0

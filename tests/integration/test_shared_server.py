@@ -43,7 +43,7 @@ async def _run(out: Path, foreign: int) -> dict[str, Any]:
         await asyncio.gather(run, other_client())
         outcome = run.result()
         assert outcome.exit_code == 0
-        return outcome.summary or {}
+        return outcome.summary.dump() if outcome.summary else {}
 
 
 def test_other_clients_traffic_is_named_beside_the_server_figures(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_small_run_marks_its_tail_percentiles(small_run: Path) -> None:
-    s = summarize(small_run)
+    s = summarize(small_run).dump()
     calls = s["calls"]["by_role"]["agent"]
     n = calls["ttft_s"]["count"]
     assert 0 < n < 100

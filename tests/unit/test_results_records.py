@@ -168,8 +168,8 @@ def test_summary_round_trip_through_summary_json(tmp_path: Path) -> None:
     assert loaded.calls.all.calls == 4 and loaded.calls.by_role["agent"].ok == 4
     assert loaded.calls.all.ttft_s.stat("p50") == pytest.approx(0.1)
     assert loaded.counts.sessions == 2
-    # Same JSON as the dict it came from (numbers equal; keys and nesting identical).
-    assert json.loads(path.read_text()) == json.loads(orjson.dumps(summary))
+    # Same JSON as the model it came from (numbers equal; keys and nesting identical).
+    assert json.loads(path.read_text()) == json.loads(orjson.dumps(summary.dump()))
     assert loaded.dump() == json.loads(path.read_text())
 
 
@@ -198,10 +198,9 @@ def test_a_newer_session_version_is_refused_with_file_line(tmp_path: Path) -> No
 
 def test_a_newer_summary_is_refused_naming_its_line(tmp_path: Path) -> None:
     _episode_run(tmp_path)
-    summary = summarize(tmp_path)
-    summary["schema_version"] = SUMMARY_VERSION + 1
+    summary = summarize(tmp_path).model_copy(update={"schema_version": SUMMARY_VERSION + 1})
     path = tmp_path / "summary.json"
-    path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    path.write_bytes(orjson.dumps(summary.dump(), option=orjson.OPT_INDENT_2))
     with pytest.raises(ResultsError) as e:
         load_summary(path)
     assert str(e.value) == (
@@ -318,8 +317,8 @@ def _replay_run(out: Path) -> None:
 def test_a_replay_summary_has_no_episodes_block(tmp_path: Path) -> None:
     _replay_run(tmp_path)
     summary = summarize(tmp_path)
-    assert "episodes" not in summary
-    assert summary["replay"]["conversations"] == 2
+    assert "episodes" not in summary.dump()  # absent, not null
+    assert summary.replay is not None and summary.replay.conversations == 2
     path = write_summary(tmp_path, summary)
     assert "episodes" not in json.loads(path.read_text())
     assert load_summary(path).episodes is None
@@ -333,9 +332,9 @@ def test_a_replay_summary_has_no_episodes_block(tmp_path: Path) -> None:
 def test_an_episode_summary_keeps_its_episodes_block_and_no_replay(tmp_path: Path) -> None:
     _episode_run(tmp_path)
     summary = summarize(tmp_path)
-    assert summary["episodes"]["successes"] == 2
-    assert "replay" not in summary
-    assert isinstance(Summary.model_validate(summary).episodes, object)
+    assert summary.episodes is not None and summary.episodes.successes == 2
+    assert "replay" not in summary.dump()
+    assert Summary.model_validate(summary.dump()).episodes == summary.episodes
     assert TrajectoryRecord.model_validate(_trajectory("s1")).reward == 1.0
 
 

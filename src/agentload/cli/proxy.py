@@ -22,6 +22,7 @@ from agentload.units import parse_duration
 
 if TYPE_CHECKING:
     from agentload.proxy.service import ProxyConfig
+    from agentload.results.records import Summary
 
 
 @app.command(
@@ -84,7 +85,7 @@ def proxy_command(
         (header_timeout, body_timeout, keepalive_timeout, max_body, max_connections),
     )
     summary = _serve(cfg, duration)
-    _say_figures(summary.get("proxy", {}), out, json_out)
+    _say_figures(summary.proxy.dump() if summary and summary.proxy else {}, out, json_out)
 
 
 def _proxy_config(
@@ -126,7 +127,7 @@ def _proxy_config(
     )
 
 
-def _serve(cfg: ProxyConfig, duration: float | None) -> dict[str, Any]:
+def _serve(cfg: ProxyConfig, duration: float | None) -> Summary | None:
     """Run the proxy until it stops; its summary. Exit 2 on results already in --out,
     1 when it cannot listen."""
     # lazy: start-up: a command's machinery loads when it runs, not for --help

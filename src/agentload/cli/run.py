@@ -36,6 +36,7 @@ from agentload.config import (
     set_path,
 )
 from agentload.report.context import noun_of
+from agentload.results.records import as_summary, summary_json
 from agentload.runner import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -404,25 +405,30 @@ def _mlflow(args: RunArgs, say: Any, log: Any, what: str = "run") -> bool:
 
 
 def _finish_run(out: RunOutcome, args: RunArgs) -> int:
-    if args.json_out:
-        sys.stdout.write(orjson.dumps(out.summary, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if args.json_out:  # the bytes of summary.json (null when there is none)
+        sys.stdout.buffer.write(summary_json(out.summary) if out.summary else b"null\n")
+        sys.stdout.flush()
     elif not args.quiet:
         try:
             # lazy: start-up: a command's machinery loads when it runs, not for --help
             from agentload.report import summary_table
 
-            _console().print(summary_table(out.summary or {}))
+            _console().print(summary_table(as_summary(out.summary)))
         except ImportError:
             pass
-        client = (out.summary or {}).get("client") or {}
-        described = ((out.summary or {}).get("run") or {}).get("synthetic") or {}
+        s = as_summary(out.summary)
+        client = s.client.dump() if s.client else {}
+        described = (s.run or {}).get("synthetic") or {}
         if described.get("description"):
             print(described["description"])
-        lag = (client.get("event_loop_lag_s") or {}).get("p99")
-        noun = noun_of((out.summary or {}).get("context") or {})
+        lag = (
+            s.client.event_loop_lag_s.stat("p99")
+            if s.client and s.client.event_loop_lag_s
+            else None
+        )
         print(
-            f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun} in "
-            f"{client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
+            f"{out.stop_reason}: {client.get('episodes_finished', 0)} {noun_of(s.context or {})} "
+            f"in {client.get('elapsed_s', 0.0):.1f} s; event-loop lag p99 "
             f"{'-' if lag is None else f'{lag * 1000:.1f} ms'}; results in {out.out_dir}"
         )
         if client.get("workers"):  # a run over workers (the driver is imported only then)

@@ -56,6 +56,7 @@ from agentload.proxy.upstream import REPLY_SKIP, REQUEST_SKIP, Http1Error, Relay
 from agentload.redact import redact_url, url_secrets
 from agentload.report.build import write_report
 from agentload.results.recorder import Recorder
+from agentload.results.records import ProxyBlock, Summary
 from agentload.results.summary import summarize, write_summary
 from agentload.stats import percentile_sorted
 from agentload.wire import ROLE_HEADER
@@ -263,8 +264,9 @@ class ProxyServer:
             self.port = self._listener.sockets[0].getsockname()[1]
         return self
 
-    async def stop(self) -> dict[str, Any]:
-        """Stop serving and write the session records and the summary; returns the summary."""
+    async def stop(self) -> Summary | None:
+        """Stop serving and write the session records and the summary; returns the summary
+        (None when the records go to a sink of the caller's)."""
         if self._listener is not None:
             listener, self._listener = self._listener, None
             await close_callers(listener, self._callers, grace_s=5.0)
@@ -290,17 +292,20 @@ class ProxyServer:
             "chunk_s": _quantiles(self.chunk_s),
         }
 
-    def _finish_results(self) -> dict[str, Any]:
+    def _finish_results(self) -> Summary | None:
         rec = self._recorder
         self._recorder = None
         if not isinstance(rec, Recorder):  # none, or a sink that keeps its own records
-            return {}
+            return None
 
         try:
             for s in self.sessions.values():
                 rec.record_episode(*s.records(self.run_id))
-            proxy = {"upstream": redact_url(self.root), "sessions": len(self.sessions)}
-            proxy.update(self.overhead())
+            proxy = {
+                "upstream": redact_url(self.root),
+                "sessions": len(self.sessions),
+                **self.overhead(),
+            }
             rec.write_meta(
                 {
                     "run_id": self.run_id,
@@ -312,8 +317,7 @@ class ProxyServer:
             )
         finally:
             rec.close()
-        summary = summarize(self.config.out)
-        summary["proxy"] = proxy
+        summary = summarize(self.config.out).model_copy(update={"proxy": ProxyBlock(**proxy)})
         write_summary(self.config.out, summary)
         write_report(self.config.out, summary)
         return summary
@@ -641,7 +645,7 @@ stops with it), and the proxy has no configuration to reload, so it ends the run
 rather than killing it with run.json left `running`."""
 
 
-async def serve(config: ProxyConfig, duration_s: float | None = None) -> dict[str, Any]:
+async def serve(config: ProxyConfig, duration_s: float | None = None) -> Summary | None:
     """Run until `duration_s` passes, SIGTERM or SIGHUP arrives, or the task is cancelled
     (Ctrl-C); returns the summary."""
     proxy = ProxyServer(config)

@@ -58,7 +58,9 @@ def tables(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return {
         "calls": [_flatten(c) for c in calls.records],
         "sessions": [_flatten(s) for s in sessions.records],
-        "turns": [{"role": role, **_flatten(r)} for role, trows in turns.items() for r in trows],
+        "turns": [
+            {"role": role, **_flatten(r.dump())} for role, trows in turns.items() for r in trows
+        ],
     }
 
 

@@ -562,7 +562,8 @@ class Window(_Model):
     wall_clock_step_s: float | None = None
 
     def rate_seconds(self) -> float | None:
-        """The seconds a rate divides by (`duration_s` for a window from before `running_s`)."""
+        """The seconds every rate of a run divides by: the time it ran, downtime between
+        attempts excluded (`duration_s` for a window written before `running_s` existed)."""
         running = self.running_s if self.running_s is not None else self.duration_s
         return running or None
 

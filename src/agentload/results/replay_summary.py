@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from agentload import stats
-from agentload.results.records import SessionRecord
+from agentload.results.records import (
+    Describe,
+    ReplayBlock,
+    ReplayTurn,
+    ReplayWindow,
+    SessionRecord,
+    UpperBound,
+)
 
 EARLY_STOPPING_CONFIDENCE = 0.99
 
@@ -47,30 +54,26 @@ def quantile_upper_bound(
     return None
 
 
-def _early(values: Sequence[float | None]) -> dict[str, Any]:
-    return {
-        "confidence": EARLY_STOPPING_CONFIDENCE,
-        "p90": quantile_upper_bound(values, 0.90),
-        "p99": quantile_upper_bound(values, 0.99),
-    }
+def _early(values: Sequence[float | None]) -> UpperBound:
+    return UpperBound(
+        confidence=EARLY_STOPPING_CONFIDENCE,
+        p90=quantile_upper_bound(values, 0.90),
+        p99=quantile_upper_bound(values, 0.99),
+    )
 
 
-def _desc(values: Sequence[float | None]) -> dict[str, Any]:
-    return stats.describe([v for v in values if v is not None and math.isfinite(v)])
+def _desc(values: Sequence[float | None]) -> Describe:
+    return Describe(**stats.describe([v for v in values if v is not None and math.isfinite(v)]))
 
 
-def _brief(values: Sequence[float | None]) -> dict[str, Any]:
+def _brief(values: Sequence[float | None]) -> Describe:
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if v.size == 0:
-        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None}
+        return Describe(count=0, mean=None, p50=None, p90=None, p99=None)
     p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {
-        "count": int(v.size),
-        "mean": float(v.mean()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-    }
+    return Describe(
+        count=int(v.size), mean=float(v.mean()), p50=float(p50), p90=float(p90), p99=float(p99)
+    )
 
 
 class _Clock:
@@ -112,7 +115,7 @@ def _window(
     calls: list[Mapping[str, Any]],
     clock: _Clock,
     conversations: int,
-) -> dict[str, Any]:
+) -> ReplayWindow:
     inside = []
     for c in calls:
         c0, c1 = clock.call(c)
@@ -121,26 +124,26 @@ def _window(
     ok = [c for c in inside if c.get("status", "ok") == "ok"]
     dur = max(0.0, end - start)
     out_tok = sum(int(c.get("completion_tokens") or 0) for c in ok)
-    return {
-        "window": name,
-        "start": start,
-        "end": end,
-        "duration_s": dur,
-        "conversations_ended": conversations,
-        "calls": len(inside),
-        "failed_calls": len(inside) - len(ok),
-        "calls_per_s": len(inside) / dur if dur > 0 else None,
-        "output_tokens": out_tok,
-        "output_tokens_per_s": out_tok / dur if dur > 0 else None,
-        "ttft_s": _brief([c.get("ttft_s") for c in ok]),
-        "e2e_s": _brief([c.get("e2e_s") for c in ok]),
-        "ttft_s_upper_bound": _early([c.get("ttft_s") for c in ok]),
-    }
+    return ReplayWindow(
+        window=name,
+        start=start,
+        end=end,
+        duration_s=dur,
+        conversations_ended=conversations,
+        calls=len(inside),
+        failed_calls=len(inside) - len(ok),
+        calls_per_s=len(inside) / dur if dur > 0 else None,
+        output_tokens=out_tok,
+        output_tokens_per_s=out_tok / dur if dur > 0 else None,
+        ttft_s=_brief([c.get("ttft_s") for c in ok]),
+        e2e_s=_brief([c.get("e2e_s") for c in ok]),
+        ttft_s_upper_bound=_early([c.get("ttft_s") for c in ok]),
+    )
 
 
 def replay_summary(
     sessions: Sequence[SessionRecord], calls: Sequence[Mapping[str, Any]]
-) -> dict[str, Any] | None:
+) -> ReplayBlock | None:
     """The "replay" block from the measured sessions and their calls; None when the run
     replayed nothing."""
     conv = [s for s in sessions if s.kind == "replay"]
@@ -168,45 +171,45 @@ def replay_summary(
         prompt = sum(int(c.get("prompt_tokens") or 0) for c in ok)
         cached = sum(int(c.get("cached_tokens") or 0) for c in ok)
         turns.append(
-            {
-                "turn": t,
-                "calls": len(cs),
-                "failed": len(cs) - len(ok),
-                "diverged": sum(1 for c in cs if c["replay"].get("diverged")),
-                "ttft_s": _brief([c.get("ttft_s") for c in ok]),
-                "cached_share": cached / prompt if prompt else None,
-                "prompt_tokens_mean": prompt / len(ok) if ok else None,
-            }
+            ReplayTurn(
+                turn=t,
+                calls=len(cs),
+                failed=len(cs) - len(ok),
+                diverged=sum(1 for c in cs if c["replay"].get("diverged")),
+                ttft_s=_brief([c.get("ttft_s") for c in ok]),
+                cached_share=cached / prompt if prompt else None,
+                prompt_tokens_mean=prompt / len(ok) if ok else None,
+            )
         )
     recorded = [c["replay"].get("recorded_output_tokens") for c in rcalls]
     actual = [c.get("completion_tokens") for c in rcalls]
     pairs = [(r, a) for r, a in zip(recorded, actual, strict=True) if r and a is not None]
-    return {
-        "conversations": len(conv),
-        "history": sorted({str(s.history) for s in conv}),
-        "terminations": dict(Counter(str(s.termination) for s in conv).most_common()),
-        "turns": counts["turns"],
-        "turns_sent": counts["turns_sent"],
-        "turns_aborted": counts["turns_aborted"],
-        "divergences": counts["divergences"],
-        "conversation_duration_s": _desc([b - a for a, b in spans]),
-        "conversation_duration_s_upper_bound": _early([b - a for a, b in spans]),
-        "send_lag_s": _desc([c["replay"].get("send_lag_s") for c in rcalls]),
-        "output_tokens": {
+    return ReplayBlock(
+        conversations=len(conv),
+        history=sorted({str(s.history) for s in conv}),
+        terminations=dict(Counter(str(s.termination) for s in conv).most_common()),
+        turns=counts["turns"],
+        turns_sent=counts["turns_sent"],
+        turns_aborted=counts["turns_aborted"],
+        divergences=counts["divergences"],
+        conversation_duration_s=_desc([b - a for a, b in spans]),
+        conversation_duration_s_upper_bound=_early([b - a for a, b in spans]),
+        send_lag_s=_desc([c["replay"].get("send_lag_s") for c in rcalls]),
+        output_tokens={
             "recorded": int(sum(r for r, _ in pairs)),
             "actual": int(sum(a for _, a in pairs)),
             "matching_calls": sum(1 for r, a in pairs if r == a),
             "calls": len(pairs),
         },
-        "windows": {
+        windows={
             "performance": _window(
                 "performance", first, tail, rcalls, clock, sum(1 for e in ends if e <= tail)
             ),
             "complete": _window("complete", first, last_end, rcalls, clock, len(conv)),
         },
-        "by_turn": turns,
-        "warm_cache": warm_cache(rcalls, clock),
-    }
+        by_turn=turns,
+        warm_cache=warm_cache(rcalls, clock),
+    )
 
 
 # The first call of a replay can reuse nothing of this run: a cached share above this says the

@@ -32,13 +32,30 @@ from agentload.results.jsonl import JsonlRead, read_jsonl
 from agentload.results.records import (
     SUMMARY_SCHEMA,
     SUMMARY_VERSION,
+    CallBlock,
+    CallsSection,
+    Describe,
+    EngineStopped,
+    EpisodeGroup,
+    Episodes,
+    Errors,
+    IntegrityBlock,
+    ItlBlock,
+    Scheduling,
     SessionRecord,
+    SloBlock,
+    SloCondition,
     Summary,
+    SummaryCounts,
+    Throughput,
+    Tokens,
+    TurnRow,
+    Window,
     write_summary_file,
 )
 from agentload.results.replay_summary import replay_summary
 from agentload.results.validate import Integrity, clean_calls, clean_samples, clean_sessions
-from agentload.results.window import EMPTY_WINDOW, call_window, rate_seconds, session_window
+from agentload.results.window import EMPTY_WINDOW, call_window, session_window
 from agentload.scheduler.outage import is_infra_failure
 from agentload.servermetrics.summary import summarize_gpu, summarize_server
 from agentload.units import check_slo_key, parse_duration
@@ -111,11 +128,11 @@ class CallArrays:
         self.itl_hist = [c.get("itl_hist") for c in calls]
 
 
-def _desc(values: np.ndarray) -> dict[str, Any]:
+def _desc(values: np.ndarray) -> Describe:
     """`agentload.stats.describe` computed on an array without a Python-level pass."""
     v = values[np.isfinite(values)]
     if v.size == 0:
-        return stats.describe([])
+        return Describe(**stats.describe([]))
     out: dict[str, Any] = {
         "count": int(v.size),
         "mean": float(v.mean()),
@@ -127,7 +144,7 @@ def _desc(values: np.ndarray) -> dict[str, Any]:
     out.update({stats.pct_key(p): float(q) for p, q in zip(stats.PERCENTILES, qs, strict=True)})
     if thin := stats.thin_percentiles(int(v.size)):
         out["thin"] = thin  # percentiles too few values carry (agentload.stats.min_samples)
-    return out
+    return Describe(**out)
 
 
 def _brief(values: np.ndarray, ps: Sequence[float] = TURN_PERCENTILES) -> dict[str, Any]:
@@ -138,74 +155,74 @@ def _brief(values: np.ndarray, ps: Sequence[float] = TURN_PERCENTILES) -> dict[s
     return out
 
 
-def _tokens(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+def _tokens(a: CallArrays, m: np.ndarray) -> Tokens:
     prompt = a.prompt[m]
     cached = a.cached[m]
     reported = np.isfinite(cached) & np.isfinite(prompt)
     prompt_reported = float(prompt[reported].sum())
     cached_sum = float(np.nansum(cached))
-    return {
-        "prompt": int(np.nansum(prompt)),
-        "cached": int(cached_sum),
-        "completion": int(np.nansum(a.completion[m])),
-        "reasoning": int(np.nansum(a.reasoning[m])),
-        "calls_reporting_cached": int(reported.sum()),
-        "cached_share": _ratio(float(cached[reported].sum()), prompt_reported),
-        "estimated_calls": int(a.estimated[m].sum()),
-    }
+    return Tokens(
+        prompt=int(np.nansum(prompt)),
+        cached=int(cached_sum),
+        completion=int(np.nansum(a.completion[m])),
+        reasoning=int(np.nansum(a.reasoning[m])),
+        calls_reporting_cached=int(reported.sum()),
+        cached_share=_ratio(float(cached[reported].sum()), prompt_reported),
+        estimated_calls=int(a.estimated[m].sum()),
+    )
 
 
-def _itl(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+def _itl(a: CallArrays, m: np.ndarray) -> ItlBlock:
     sel = m & a.ok & (a.itl_count > 0) & np.isfinite(a.itl_mean)
     counts = a.itl_count[sel]
     gaps = float(counts.sum())
-    return {
-        "calls": int(sel.sum()),
-        "gaps": int(gaps),
+    return ItlBlock(
+        calls=int(sel.sum()),
+        gaps=int(gaps),
         # Exact mean of all gaps of all calls: the per-call means weighted by their gap counts.
-        "mean": _ratio(float((a.itl_mean[sel] * counts).sum()), gaps),
-        "max": _num(np.nanmax(a.itl_max[sel])) if sel.any() else None,
+        mean=_ratio(float((a.itl_mean[sel] * counts).sum()), gaps),
+        max=_num(np.nanmax(a.itl_max[sel])) if sel.any() else None,
         # Every gap of every call, from the per-call histograms (within 1 %).
-        "all_gaps": _all_gaps(a, sel),
+        all_gaps=_all_gaps(a, sel),
         # Distributions over calls of each call's own ITL percentile.
-        "per_call_p50": _desc(a.itl_p50[sel]),
-        "per_call_p90": _desc(a.itl_p90[sel]),
-        "per_call_p99": _desc(a.itl_p99[sel]),
-    }
+        per_call_p50=_desc(a.itl_p50[sel]),
+        per_call_p90=_desc(a.itl_p90[sel]),
+        per_call_p99=_desc(a.itl_p99[sel]),
+    )
 
 
-def _all_gaps(a: CallArrays, sel: np.ndarray) -> dict[str, Any]:
+def _all_gaps(a: CallArrays, sel: np.ndarray) -> Describe:
 
     ks, ns = itlhist.merge(a.itl_hist[i] for i in np.flatnonzero(sel))
     qs = itlhist.quantiles(ks, ns, stats.PERCENTILES)
     out: dict[str, Any] = {"count": int(ns.sum()), "relative_error": itlhist.RELATIVE_ERROR}
     out.update({stats.pct_key(p): q for p, q in zip(stats.PERCENTILES, qs, strict=True)})
-    return out
+    return Describe(**out)
 
 
-def _call_block(a: CallArrays, m: np.ndarray, window_s: float | None) -> dict[str, Any]:
+def _call_block(a: CallArrays, m: np.ndarray, window_s: float | None) -> CallBlock:
     ok = m & a.ok
     tokens = _tokens(a, m)
     n_ok = int(ok.sum())
-    return {
-        "calls": int(m.sum()),
-        "ok": n_ok,
-        "failed": int(m.sum()) - n_ok,
-        "ttft_s": _desc(a.ttft[ok]),
-        "e2e_s": _desc(a.e2e[ok]),
-        "tpot_s": _desc(a.tpot[ok]),
-        "itl_s": _itl(a, m),
-        "tokens": tokens,
-        "throughput": {
-            "calls_per_s": _ratio(n_ok, window_s or 0.0),
-            "output_tokens_per_s": _ratio(tokens["completion"], window_s or 0.0),
-            "prompt_tokens_per_s": _ratio(tokens["prompt"], window_s or 0.0),
-        },
-    }
+    return CallBlock(
+        calls=int(m.sum()),
+        ok=n_ok,
+        failed=int(m.sum()) - n_ok,
+        ttft_s=_desc(a.ttft[ok]),
+        e2e_s=_desc(a.e2e[ok]),
+        tpot_s=_desc(a.tpot[ok]),
+        itl_s=_itl(a, m),
+        tokens=tokens,
+        throughput=Throughput(
+            calls_per_s=_ratio(n_ok, window_s or 0.0),
+            output_tokens_per_s=_ratio(tokens.completion, window_s or 0.0),
+            prompt_tokens_per_s=_ratio(tokens.prompt, window_s or 0.0),
+        ),
+    )
 
 
-def _by_turn(a: CallArrays, m: np.ndarray) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _by_turn(a: CallArrays, m: np.ndarray) -> list[TurnRow]:
+    rows: list[TurnRow] = []
     turns = a.turn[m]
     if turns.size == 0:
         return rows
@@ -222,16 +239,16 @@ def _by_turn(a: CallArrays, m: np.ndarray) -> list[dict[str, Any]]:
         ok = sel & a.ok
         tok = _tokens(a, sel)
         rows.append(
-            {
-                "turn": int(t),
-                "calls": int(sel.sum()),
-                "ttft_s": _brief(a.ttft[ok]),
-                "e2e_s": _brief(a.e2e[ok], (50, 90)),
-                "prompt_tokens_mean": _num(np.nanmean(a.prompt[sel]))
+            TurnRow(
+                turn=int(t),
+                calls=int(sel.sum()),
+                ttft_s=_brief(a.ttft[ok]),
+                e2e_s=_brief(a.e2e[ok], (50, 90)),
+                prompt_tokens_mean=_num(np.nanmean(a.prompt[sel]))
                 if np.isfinite(a.prompt[sel]).any()
                 else None,
-                "cached_share": tok["cached_share"],
-            }
+                cached_share=tok.cached_share,
+            )
         )
     return rows
 
@@ -287,12 +304,12 @@ def _slo_block(
     sessions: Sequence[SessionRecord],
     success: np.ndarray,
     window_s: float | None,
-) -> dict[str, Any]:
+) -> SloBlock:
     roles = set(a.role[m_calls].tolist())
     slo_role = "agent" if "agent" in roles or not roles else None
     m = m_calls & (a.role == slo_role) if slo_role else m_calls.copy()
     meet_all = np.ones(a.n, dtype=bool)
-    conditions: dict[str, Any] = {}
+    conditions: dict[str, SloCondition] = {}
     for key, threshold in slo.items():
         metric, stat = check_slo_key(key)
         vals, raw = _per_call_values(a, metric, stat)
@@ -301,31 +318,31 @@ def _slo_block(
         meet_all &= meet
         # itl_mean is gap-weighted, as calls.*.itl_s.mean
         itl_mean = metric == "itl" and stat == "mean"
-        observed = _itl(a, m)["mean"] if itl_mean else _stat(raw[m], stat)
-        conditions[key] = {
-            "metric": metric,
-            "stat": stat,
-            "threshold": float(threshold),
-            "observed": observed,
-            "met": observed is not None and observed <= float(threshold),
-            "attainment": _ratio(float(meet[m].sum()), float(m.sum())),
-        }
+        observed = _itl(a, m).mean if itl_mean else _stat(raw[m], stat)
+        conditions[key] = SloCondition(
+            metric=metric,
+            stat=stat,
+            threshold=float(threshold),
+            observed=observed,
+            met=observed is not None and observed <= float(threshold),
+            attainment=_ratio(float(meet[m].sum()), float(m.sum())),
+        )
     # Sessions: every SLO-role call of the episode must meet every per-call threshold.
     missed: set[str] = {str(s) for s in a.session_id[m & ~meet_all] if s is not None}
     meets = np.array([str(s.session_id) not in missed for s in sessions], dtype=bool)
     good = meets & success
     minutes = window_s / 60 if window_s else 0.0
-    return {
-        "thresholds": {k: float(v) for k, v in slo.items()},
-        "role": slo_role or "all",
-        "conditions": conditions,
-        "all_met": all(c["met"] for c in conditions.values()),
-        "call_attainment": _ratio(float(meet_all[m].sum()), float(m.sum())),
-        "sessions_meeting_slo": int(meets.sum()),
-        "session_attainment": _ratio(float(meets.sum()), float(len(sessions))),
-        "good_sessions": int(good.sum()),
-        "goodput_per_min": _ratio(float(good.sum()), minutes),
-    }
+    return SloBlock(
+        thresholds={k: float(v) for k, v in slo.items()},
+        role=slo_role or "all",
+        conditions=conditions,
+        all_met=all(c.met for c in conditions.values()),
+        call_attainment=_ratio(float(meet_all[m].sum()), float(m.sum())),
+        sessions_meeting_slo=int(meets.sum()),
+        session_attainment=_ratio(float(meets.sum()), float(len(sessions))),
+        good_sessions=int(good.sum()),
+        goodput_per_min=_ratio(float(good.sum()), minutes),
+    )
 
 
 # ---- episodes -----------------------------------------------------------------------------
@@ -343,37 +360,41 @@ def _pass_k(sessions: Sequence[SessionRecord]) -> dict[str, float]:
     return {str(k): v for k, v in stats.pass_hat_k(by_task).items()}
 
 
-def _episode_group(sessions: Sequence[SessionRecord]) -> dict[str, Any]:
+def _group_figures(sessions: Sequence[SessionRecord]) -> dict[str, Any]:
     """Success, reward and pass^k of fully graded episodes; episodes whose reward is partial
     (τ²'s natural-language assertions with no judge) are counted apart, and so are episodes
     that ended on infrastructure errors: they say nothing about the agent's task."""
     infra = [s for s in sessions if s.termination == INFRA]
     if infra:
-        out = _episode_group([s for s in sessions if s.termination != INFRA])
-        out.setdefault("graded_episodes", out["episodes"])
-        out["episodes"] = len(sessions)
-        out["tasks"] = len({str(s.task_id) for s in sessions})
-        out["infra_error"] = {
-            "episodes": len(infra),
-            "tasks": len({str(s.task_id) for s in infra}),
-            "note": "ended on infrastructure errors: left out of success rate, mean reward "
-            "and pass^k (`agentload run --resume` runs them again)",
+        graded = _group_figures([s for s in sessions if s.termination != INFRA])
+        return {
+            **graded,
+            "graded_episodes": graded.get("graded_episodes", graded["episodes"]),
+            "episodes": len(sessions),
+            "tasks": len({str(s.task_id) for s in sessions}),
+            "infra_error": {
+                "episodes": len(infra),
+                "tasks": len({str(s.task_id) for s in infra}),
+                "note": "ended on infrastructure errors: left out of success rate, mean reward "
+                "and pass^k (`agentload run --resume` runs them again)",
+            },
         }
-        return out
     partial = [s for s in sessions if s.reward_partial]
     if partial:
-        out = _episode_group([s for s in sessions if not s.reward_partial])
-        out["graded_episodes"] = out["episodes"]
-        out["episodes"] = len(sessions)
-        out["tasks"] = len({str(s.task_id) for s in sessions})
-        out["partial"] = {
-            "episodes": len(partial),
-            "tasks": len({str(s.task_id) for s in partial}),
-            "successes_without_judge": sum(_success(s) for s in partial),
-            "note": "natural-language assertions not judged (no judge endpoint): left out "
-            "of success rate, mean reward and pass^k",
+        graded = _group_figures([s for s in sessions if not s.reward_partial])
+        return {
+            **graded,
+            "graded_episodes": graded["episodes"],
+            "episodes": len(sessions),
+            "tasks": len({str(s.task_id) for s in sessions}),
+            "partial": {
+                "episodes": len(partial),
+                "tasks": len({str(s.task_id) for s in partial}),
+                "successes_without_judge": sum(_success(s) for s in partial),
+                "note": "natural-language assertions not judged (no judge endpoint): left out "
+                "of success rate, mean reward and pass^k",
+            },
         }
-        return out
     n = len(sessions)
     succ = sum(_success(s) for s in sessions)
     rewards = [s.reward for s in sessions if s.reward is not None]
@@ -396,44 +417,51 @@ def _dur(s: SessionRecord, key: str) -> float:
     return v if v is not None else NAN
 
 
-def _episodes(
-    sessions: list[SessionRecord],
-    window_s: float | None,
-    a: CallArrays,
-    m: np.ndarray,
-) -> dict[str, Any]:
-    out = _episode_group(sessions)
-    by_domain: dict[str, list[SessionRecord]] = defaultdict(list)
-    for s in sessions:
-        by_domain[str(s.domain or "none")].append(s)
-    out["by_domain"] = {d: _episode_group(v) for d, v in sorted(by_domain.items())}
-    out["terminations"] = dict(Counter(str(s.termination) for s in sessions).most_common())
-    out["with_error"] = sum(1 for s in sessions if s.error)
-    totals = np.array([_dur(s, "total_s") for s in sessions])
-    out["duration_s"] = _desc(totals)
-    split: dict[str, Any] = {}
+def _time_split(sessions: Sequence[SessionRecord], totals: np.ndarray) -> dict[str, float | None]:
+    """Seconds of the episodes spent in the LLM, tools and the user, and their shares."""
+    split: dict[str, float | None] = {}
     total_sum = float(np.nansum(totals))
     for key in ("llm_s", "tool_s", "user_s"):
         v = float(np.nansum([_dur(s, key) for s in sessions]))
         split[key] = v
         split[key.replace("_s", "_share")] = _ratio(v, total_sum)
     split["total_s"] = total_sum
-    out["time_split"] = split
+    return split
+
+
+def _episodes(
+    sessions: list[SessionRecord],
+    window_s: float | None,
+    a: CallArrays,
+    m: np.ndarray,
+) -> Episodes:
+    figures = _group_figures(sessions)
+    by_domain: dict[str, list[SessionRecord]] = defaultdict(list)
+    for s in sessions:
+        by_domain[str(s.domain or "none")].append(s)
+    totals = np.array([_dur(s, "total_s") for s in sessions])
     counts: defaultdict[str, int | float] = defaultdict(int)
     for s in sessions:
         for k, v in (s.counts or {}).items():
             if isinstance(v, int | float):
                 counts[k] += v
-    out["counts"] = dict(counts)
     minutes = window_s / 60 if window_s else 0.0
-    out["episodes_per_min"] = _ratio(len(sessions), minutes)
-    out["successes_per_min"] = _ratio(out["successes"], minutes)
     tok = _tokens(a, m)
-    out["tokens_per_success"] = {
-        "prompt": _ratio(tok["prompt"], out["successes"]),
-        "completion": _ratio(tok["completion"], out["successes"]),
-    }
-    return out
+    return Episodes(
+        **figures,
+        by_domain={d: EpisodeGroup(**_group_figures(v)) for d, v in sorted(by_domain.items())},
+        terminations=dict(Counter(str(s.termination) for s in sessions).most_common()),
+        with_error=sum(1 for s in sessions if s.error),
+        duration_s=_desc(totals),
+        time_split=_time_split(sessions, totals),
+        counts=dict(counts),
+        episodes_per_min=_ratio(len(sessions), minutes),
+        successes_per_min=_ratio(figures["successes"], minutes),
+        tokens_per_success={
+            "prompt": _ratio(tok.prompt, figures["successes"]),
+            "completion": _ratio(tok.completion, figures["successes"]),
+        },
+    )
 
 
 # ---- window -------------------------------------------------------------------------------
@@ -446,14 +474,14 @@ def _beyond_sessions(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray
     return any(sid is not None and str(sid) not in done for sid in a.session_id[m].tolist())
 
 
-def _window(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray) -> dict[str, Any]:
+def _window(sessions: list[SessionRecord], a: CallArrays, m: np.ndarray) -> Window:
     """First start -> last end of the measured episodes (calls when there are none), from the
     monotonic clock (agentload.results.window)."""
     if sessions and not _beyond_sessions(sessions, a, m):
-        return session_window(sessions)
+        return Window(**session_window(sessions))
     if m.any():
-        return call_window(a.started_at[m], a.end_ns[m], a.total_s[m])
-    return EMPTY_WINDOW.copy()
+        return Window(**call_window(a.started_at[m], a.end_ns[m], a.total_s[m]))
+    return Window(**EMPTY_WINDOW)
 
 
 # ---- entry points -------------------------------------------------------------------------
@@ -545,40 +573,45 @@ def _finished_replay_calls(calls: Sequence[Mapping[str, Any]]) -> np.ndarray:
     )
 
 
-def _calls_section(a: CallArrays, m: np.ndarray, window_s: float | None) -> dict[str, Any]:
+def _calls_section(a: CallArrays, m: np.ndarray, window_s: float | None) -> CallsSection:
     """`calls`: the call block of all measured calls, per role, endpoint and both."""
     roles = sorted(set(a.role[m].tolist()))
     endpoints = sorted(set(a.endpoint[m].tolist()))
     combos = sorted({(r, e) for r, e in zip(a.role[m], a.endpoint[m], strict=True)})
-    return {
-        "all": _call_block(a, m, window_s),
-        "by_role": {r: _call_block(a, m & (a.role == r), window_s) for r in roles},
-        "by_endpoint": {e: _call_block(a, m & (a.endpoint == e), window_s) for e in endpoints},
-        "by_role_endpoint": {
+    return CallsSection(
+        all=_call_block(a, m, window_s),
+        by_role={r: _call_block(a, m & (a.role == r), window_s) for r in roles},
+        by_endpoint={e: _call_block(a, m & (a.endpoint == e), window_s) for e in endpoints},
+        by_role_endpoint={
             f"{r}@{e}": _call_block(a, m & (a.role == r) & (a.endpoint == e), window_s)
             for r, e in combos
         },
-    }
+    )
 
 
-def _errors(a: CallArrays, m: np.ndarray, all_calls: list[dict[str, Any]]) -> dict[str, Any]:
+def _errors(
+    a: CallArrays, m: np.ndarray, all_calls: list[dict[str, Any]], meta: Mapping[str, Any] | None
+) -> Errors:
     failed = m & ~a.ok
     roles = sorted(set(a.role[m].tolist()))
-    return {
-        "calls_failed": int(failed.sum()),
-        "error_rate": _ratio(float(failed.sum()), float(m.sum())),
-        "by_kind": dict(Counter(a.error_kind[failed].tolist()).most_common()),
-        "by_role": {
+    stopped = engine_stopped(a, all_calls, meta)
+    return Errors(
+        calls_failed=int(failed.sum()),
+        error_rate=_ratio(float(failed.sum()), float(m.sum())),
+        by_kind=dict(Counter(a.error_kind[failed].tolist()).most_common()),
+        by_role={
             r: dict(Counter(a.error_kind[failed & (a.role == r)].tolist()).most_common())
             for r in roles
             if (failed & (a.role == r)).any()
         },
-        "retried_calls": int(
+        retried_calls=int(
             sum(1 for i in np.flatnonzero(m) if (all_calls[i].get("attempts") or 1) > 1)
         ),
         # The servers' own words, per kind (redacted): what the counts above do not say.
-        "messages": top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
-    }
+        messages=top_error_messages(all_calls[i] for i in np.flatnonzero(failed)),
+        # Only when the pattern is there: absent from summary.json otherwise.
+        **({"engine_stopped": stopped} if stopped is not None else {}),
+    )
 
 
 def _connection_failure(call: Mapping[str, Any]) -> bool:
@@ -593,7 +626,7 @@ def _connection_failure(call: Mapping[str, Any]) -> bool:
 
 def engine_stopped(
     a: CallArrays, calls: Sequence[Mapping[str, Any]], meta: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
+) -> EngineStopped | None:
     """`errors.engine_stopped`: the server answered, then every call after its last answer
     failed to connect or lost its connection, the way an engine that died looks from the
     client. Says which calls were in flight when it stopped answering and what they carried
@@ -640,39 +673,35 @@ def engine_stopped(
             ": a per-request seed is known to kill vLLM's CPU build (docs/engines.md); "
             "rerun without --request-seed or with --temperature 0"
         )
-    return {
-        "ok_calls": n_ok,
-        "failed_after": len(after),
-        "stopped_at": stopped_at,
-        "in_flight": [
+    return EngineStopped(
+        ok_calls=n_ok,
+        failed_after=len(after),
+        stopped_at=stopped_at,
+        in_flight=[
             {
                 k: c.get(k)
                 for k in ("call_id", "session_id", "role", "turn", "started_at", "prompt_tokens")
             }
             for c in in_flight[:10]
         ],
-        "sent": sent,
-        "message": text,
-    }
+        sent=sent,
+        message=text,
+    )
 
 
-def turn_table(a: CallArrays, m: np.ndarray) -> dict[str, list[dict[str, Any]]]:
+def turn_table(a: CallArrays, m: np.ndarray) -> dict[str, list[TurnRow]]:
     """`turns`: per role, latency by turn index (also `agentload export`'s turns table)."""
     return {r: _by_turn(a, m & (a.role == r)) for r in sorted(set(a.role[m].tolist()))}
 
 
-def _per_role(a: CallArrays, m: np.ndarray) -> dict[str, Any]:
-    """`turns` and `distributions`: per role, latency by turn index and CDF grids."""
-    roles = sorted(set(a.role[m].tolist()))
+def _distributions(a: CallArrays, m: np.ndarray) -> dict[str, dict[str, list[float] | None]]:
+    """`distributions`: per role, the CDF grids of TTFT and end-to-end latency."""
     return {
-        "turns": turn_table(a, m),
-        "distributions": {
-            r: {
-                "ttft_s": _quantile_grid(a.ttft[m & a.ok & (a.role == r)]),
-                "e2e_s": _quantile_grid(a.e2e[m & a.ok & (a.role == r)]),
-            }
-            for r in roles
-        },
+        r: {
+            "ttft_s": _quantile_grid(a.ttft[m & a.ok & (a.role == r)]),
+            "e2e_s": _quantile_grid(a.e2e[m & a.ok & (a.role == r)]),
+        }
+        for r in sorted(set(a.role[m].tolist()))
     }
 
 
@@ -686,8 +715,8 @@ def _graded(sessions: Sequence[SessionRecord]) -> bool:
     return any(s.kind not in UNGRADED_KINDS for s in sessions)
 
 
-def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """Read the JSONL files of `out_dir` and return the summary dict (see docs/results.md).
+def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) -> Summary:
+    """Read the JSONL files of `out_dir` and build the summary (see docs/results.md).
 
     `slo=None` takes the thresholds from config.yaml's `slo` when present.
     """
@@ -699,46 +728,47 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     run = load_measured(out_dir)
     a, m, sessions, all_calls = run.calls, run.measured, run.sessions, run.raw_calls
     window = _window(sessions, a, m)
-    window_s = rate_seconds(window)
+    window_s = window.rate_seconds()
     success = np.array([_success(s) for s in sessions], dtype=bool)
     delays = [NAN if s.sched_delay_s is None else s.sched_delay_s for s in sessions]
-    summary: dict[str, Any] = {
-        "schema": SUMMARY_SCHEMA,
-        "schema_version": SUMMARY_VERSION,
-        "agentload_version": __version__,
-        "generated_at": time.time(),
-        "run": load_run_meta(out_dir),
-        "context": run_context(out_dir),
-        "window": window,
-        "counts": {
-            "calls": int(m.sum()),
-            "warmup_calls": int(run.warmup.sum()),
-            "unfinished_calls": int(run.unfinished.sum()),
-            "sessions": len(sessions),
-            "warmup_sessions": run.warmup_sessions,
-        },
-        "calls": _calls_section(a, m, window_s),
-        **_per_role(a, m),
-    }
+    meta = load_run_meta(out_dir)
+    calls = _calls_section(a, m, window_s)
+    # A block of one workload kind is absent (not null) from the others' summaries.
+    optional: dict[str, Any] = {}
     if _graded(sessions) or not sessions:
-        summary["episodes"] = _episodes(sessions, window_s, a, m) if sessions else None
-    summary["slo"] = _slo_block(slo, a, m, sessions, success, window_s) if slo else None
-    summary["errors"] = _errors(a, m, all_calls)
-    stopped = engine_stopped(a, all_calls, summary["run"])
-    if stopped is not None:
-        summary["errors"]["engine_stopped"] = stopped
-    summary["scheduling"] = {"sched_delay_s": _desc(np.array(delays, dtype=float))}
-    summary["server"] = _server(out_dir, window, run.integrity, run_calls=a.n)
-    gpu = _gpu(out_dir, window, summary["calls"]["all"]["tokens"].get("completion"))
+        optional["episodes"] = _episodes(sessions, window_s, a, m) if sessions else None
+    gpu = _gpu(out_dir, window, calls.all.tokens.completion)
     if gpu is not None:
-        summary["gpu"] = gpu
-    # What the readers skipped, flagged or counted once (agentload.results.validate).
-    summary["integrity"] = run.integrity.to_dict()
-
+        optional["gpu"] = gpu
     replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
     if replay is not None:
-        summary["replay"] = replay
-    return summary
+        optional["replay"] = replay
+    return Summary(
+        schema=SUMMARY_SCHEMA,
+        schema_version=SUMMARY_VERSION,
+        agentload_version=__version__,
+        generated_at=time.time(),
+        run=meta,
+        context=run_context(out_dir),
+        window=window,
+        counts=SummaryCounts(
+            calls=int(m.sum()),
+            warmup_calls=int(run.warmup.sum()),
+            unfinished_calls=int(run.unfinished.sum()),
+            sessions=len(sessions),
+            warmup_sessions=run.warmup_sessions,
+        ),
+        calls=calls,
+        turns=turn_table(a, m),
+        distributions=_distributions(a, m),
+        slo=_slo_block(slo, a, m, sessions, success, window_s) if slo else None,
+        errors=_errors(a, m, all_calls, meta),
+        scheduling=Scheduling(sched_delay_s=_desc(np.array(delays, dtype=float))),
+        server=_server(out_dir, window, run.integrity, run_calls=a.n),
+        # What the readers skipped, flagged or counted once (agentload.results.validate).
+        integrity=IntegrityBlock(**run.integrity.to_dict()),
+        **optional,
+    )
 
 
 def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
@@ -759,7 +789,7 @@ def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
 
 def _server(
     out_dir: Path,
-    window: Mapping[str, Any],
+    window: Window,
     integ: Integrity | None = None,
     run_calls: int | None = None,
 ) -> dict[str, Any] | None:
@@ -767,18 +797,18 @@ def _server(
     if not samples:
         return None
 
-    span = (window.get("start"), window.get("end"))
+    span = (window.start, window.end)
     return summarize_server(samples, window=span, run_calls=run_calls)
 
 
-def _gpu(out_dir: Path, window: Mapping[str, Any], output_tokens: Any) -> dict[str, Any] | None:
+def _gpu(out_dir: Path, window: Window, output_tokens: float | None) -> dict[str, Any] | None:
     """`gpu`: DCGM telemetry (`--gpu-metrics`) over the window, with J per output token."""
     # The samples' problems are already counted in `integrity` by _server.
     samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
     if not samples:
         return None
 
-    span = (window.get("start"), window.get("end"))
+    span = (window.start, window.end)
     tokens = float(output_tokens) if output_tokens is not None else None
     return summarize_gpu(samples, window=span, output_tokens=tokens)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from agentload.results.records import SessionRecord
+from agentload.results.records import SessionRecord, Window
 
 log = logging.getLogger("agentload.results")
 
@@ -40,10 +40,8 @@ EMPTY_WINDOW: dict[str, Any] = {
 
 
 def rate_seconds(window: Mapping[str, Any]) -> float | None:
-    """The seconds every rate of a run divides by: the time it ran, downtime between
-    attempts excluded (`duration_s` for a window written before `running_s` existed)."""
-    running = window.get("running_s")
-    return (running if running is not None else window.get("duration_s")) or None
+    """The seconds every rate of a run divides by (`Window.rate_seconds`)."""
+    return Window(**window).rate_seconds()
 
 
 @dataclass
