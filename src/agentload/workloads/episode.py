@@ -23,7 +23,6 @@ from agentload.agents.users import is_stop, make_user
 from agentload.client import CallRecord, ChatClient
 from agentload.domains import Environment, get_domain
 from agentload.results.records import SESSION_SCHEMA, TRAJECTORY_SCHEMA
-from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 # The parts every episode loop shares live in episode_core (below τ²'s loop, which this
 # module runs); they are importable from here too, where the episode's users find them.
@@ -45,7 +44,6 @@ from agentload.workloads.episode_core import (
     grade_environment,
     next_user_message,
     request_seed_for,
-    tap,
 )
 
 __all__ = [
@@ -91,31 +89,9 @@ class _Episode(ModelCalls):
             options.agent, self.domain, self.task, keep_reasoning=options.keep_reasoning
         )
         self.user = make_user(options.user, self.task, max_turns=options.max_user_turns)
-        self.clients = clients
-        for role, needed in (("agent", self.agent.uses_llm), ("user", self.user.uses_llm)):
-            if needed and clients.get(role) is None:
-                raise ValueError(
-                    f"agent {options.agent!r} / user {options.user!r} needs clients[{role!r}]"
-                )
-        self.taps = {role: tap(c) for role, c in clients.items() if c is not None}
-        self.headers = {
-            role: {
-                SESSION_HEADER: spec.session_id,
-                ROLE_HEADER: role,
-                TASK_HEADER: spec.task_id,
-                EPISODE_HEADER: str(spec.seed),
-            }
-            for role in ("agent", "user")
-        }
-        self.extra_body = (
-            {"chat_template_kwargs": options.chat_template_kwargs}
-            if options.chat_template_kwargs
-            else None
-        )
+        self._connect(clients, ("agent", "user"))
         self.env: Environment | None = None
         self.transfer_tool = transfer_tool_name(self.domain)
-        self.latency_rng = options.tool_latency.sampler(spec.seed)
-        self.request_seed = request_seed_for(options.request_seed, spec.seed)
         self.calls: list[CallRecord] = []
         self.turns = {"agent": 0, "user": 0}
         self.counts = dict.fromkeys(COUNT_KEYS, 0)

@@ -25,6 +25,7 @@ from agentload.config import ToolLatencyConfig, WorkloadConfig
 from agentload.domains import Environment
 from agentload.domains.base import Domain, Grade, Task, grade_db_hash, hash_db
 from agentload.results.records import EpisodeSessionLine, EpisodeTrajectoryLine, Line
+from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 
 log = logging.getLogger("agentload.episode")
 
@@ -178,6 +179,40 @@ class Stop(Exception):
 class ModelCalls:
     """The measured model calls of an episode loop (built-in or τ²): `agent_llm` and
     `user_llm` as the strategies call them, `_call` for any role."""
+
+    spec: EpisodeSpec
+    options: EpisodeOptions
+    agent: Any
+    user: Any
+
+    def _connect(self, clients: Mapping[str, ChatClient], roles: Sequence[str]) -> None:
+        """The clients the episode calls through (and their taps), and what every call of a
+        role sends beside its messages: headers, extra body, request seed. ValueError when
+        the agent or user strategy needs a client it was not given."""
+        spec, options = self.spec, self.options
+        for role, needed in (("agent", self.agent.uses_llm), ("user", self.user.uses_llm)):
+            if needed and clients.get(role) is None:
+                raise ValueError(
+                    f"agent {options.agent!r} / user {options.user!r} needs clients[{role!r}]"
+                )
+        self.clients = clients
+        self.taps = {role: tap(c) for role, c in clients.items() if c is not None}
+        self.headers = {
+            role: {
+                SESSION_HEADER: spec.session_id,
+                ROLE_HEADER: role,
+                TASK_HEADER: spec.task_id,
+                EPISODE_HEADER: str(spec.seed),
+            }
+            for role in roles
+        }
+        self.extra_body = (
+            {"chat_template_kwargs": options.chat_template_kwargs}
+            if options.chat_template_kwargs
+            else None
+        )
+        self.request_seed = request_seed_for(options.request_seed, spec.seed)
+        self.latency_rng = options.tool_latency.sampler(spec.seed)
 
     async def _call(
         self, role: str, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] | None

@@ -43,7 +43,6 @@ from agentload.domains.tau2.prompts import (
     user_system_prompt,
 )
 from agentload.domains.tau2.toolkit import World
-from agentload.wire import EPISODE_HEADER, ROLE_HEADER, SESSION_HEADER, TASK_HEADER
 from agentload.workloads.episode_core import (
     COUNT_KEYS,
     EpisodeOptions,
@@ -54,8 +53,6 @@ from agentload.workloads.episode_core import (
     drive,
     failed,
     finish,
-    request_seed_for,
-    tap,
 )
 
 log = logging.getLogger("agentload.tau2")
@@ -213,29 +210,7 @@ class Tau2Episode(ModelCalls):
                 options.agent, domain, self.task, keep_reasoning=options.keep_reasoning
             )
         self.user = Tau2User(domain, self.task, strategy=options.user)
-        self.clients = clients
-        for role, needed in (("agent", self.agent.uses_llm), ("user", self.user.uses_llm)):
-            if needed and clients.get(role) is None:
-                raise ValueError(
-                    f"agent {options.agent!r} / user {options.user!r} needs clients[{role!r}]"
-                )
-        self.taps = {role: tap(c) for role, c in clients.items() if c is not None}
-        self.headers = {
-            role: {
-                SESSION_HEADER: spec.session_id,
-                ROLE_HEADER: role,
-                TASK_HEADER: spec.task_id,
-                EPISODE_HEADER: str(spec.seed),
-            }
-            for role in ("agent", "user", "judge")
-        }
-        self.extra_body = (
-            {"chat_template_kwargs": options.chat_template_kwargs}
-            if options.chat_template_kwargs
-            else None
-        )
-        self.request_seed = request_seed_for(options.request_seed, spec.seed)
-        self.latency_rng = options.tool_latency.sampler(spec.seed)
+        self._connect(clients, ("agent", "user", "judge"))
         self.world: World | None = None
         self.trajectory: list[dict[str, Any]] = []  # τ²'s messages, user tool calls included
         self.calls: list[CallRecord] = []
