@@ -247,17 +247,12 @@ async def user_reply(
     """
     check_strategy(strategy)
     turn = _Turn(strategy, messages, llm, tools)
-    res = await turn.call(messages, True)
-    if not res.ok:
-        return turn.failed()
-    first = _draft(strategy, res)
-    if strategy in ("llm", "react") or first.tool_calls:
-        return turn.reply(first)
-    verdict = await turn.accepted(first)
-    if verdict is None:
-        return turn.failed()
-    if verdict:
-        return turn.reply(first)
+    if strategy in ("llm", "react"):  # no check: the first draft is the reply
+        res = await turn.call(messages, True)
+        return turn.reply(_draft(strategy, res)) if res.ok else turn.failed()
+    first = await turn.attempt(messages)
+    if isinstance(first, UserReply):
+        return first
     if strategy == "verify":
         return await turn.verify(first)
     return await turn.reflect(first)
@@ -295,21 +290,28 @@ class _Turn:
         res = await self.call(_review(CHECK_PROMPT, self.messages, draft.text), False)
         return verdict_passes(res.content) if res.ok else None
 
+    async def attempt(self, msgs: list[dict[str, Any]]) -> UserReply | _Draft:
+        """A draft and its check: the reply when that settles it (a failed call, a tool
+        call, a draft that passes), else the draft the check rejected."""
+        res = await self.call(msgs, True)
+        if not res.ok:
+            return self.failed()
+        draft = _draft(self.strategy, res)
+        if draft.tool_calls:
+            return self.reply(draft)
+        verdict = await self.accepted(draft)
+        if verdict is None:
+            return self.failed()
+        return self.reply(draft) if verdict else draft
+
     async def verify(self, first: _Draft) -> UserReply:
         """Draft again from scratch until a draft passes the check."""
         draft = first
         for _ in range(VERIFY_ATTEMPTS - 1):
-            res = await self.call(self.messages, True)
-            if not res.ok:
-                return self.failed()
-            draft = _draft(self.strategy, res)
-            if draft.tool_calls:
-                return self.reply(draft)
-            verdict = await self.accepted(draft)
-            if verdict is None:
-                return self.failed()
-            if verdict:
-                break
+            got = await self.attempt(self.messages)
+            if isinstance(got, UserReply):
+                return got
+            draft = got
         return self.reply(draft)  # τ-bench keeps the last draft when none passes
 
     async def reflect(self, first: _Draft) -> UserReply:
@@ -320,17 +322,10 @@ class _Turn:
             if not res.ok:
                 return self.failed()
             note = REFLECTION_NOTE.format(reflection=res.content.strip() or "(no reflection)")
-            retry = [*self.messages, rejected.message, {"role": "user", "content": note}]
-            res = await self.call(retry, True)
-            if not res.ok:
-                return self.failed()
-            draft = _draft(self.strategy, res)
-            if draft.tool_calls:
-                return self.reply(draft)
-            verdict = await self.accepted(draft)
-            if verdict is None:
-                return self.failed()
-            if verdict:
-                return self.reply(draft)
-            rejected = draft
+            got = await self.attempt(
+                [*self.messages, rejected.message, {"role": "user", "content": note}]
+            )
+            if isinstance(got, UserReply):
+                return got
+            rejected = got
         return self.reply(first)  # τ-bench keeps the first draft when none passes
