@@ -30,6 +30,7 @@ from agentload.domains.tau2.toolkit import (
     World,
     calculate,
     load_json_db,
+    read_policy,
     tool,
 )
 
@@ -975,7 +976,4 @@ def make_world(domain_dir: Path) -> World:
     return World(AirlineTools(load_json_db(Path(domain_dir) / "db.json", normalize_db)))
 
 
-def policy(domain_dir: Path) -> str:
-    """The agent policy, the policy file's text as τ² reads it."""
-    with open(Path(domain_dir) / "policy.md", encoding="utf-8") as f:
-        return f.read()
+policy = read_policy  # policy.md as it stands

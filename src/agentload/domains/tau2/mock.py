@@ -21,6 +21,7 @@ from agentload.domains.tau2.toolkit import (
     World,
     deep_update,
     load_json_db,
+    read_policy,
     tool,
 )
 
@@ -307,7 +308,4 @@ def make_world(domain_dir: Path) -> MockWorld:
     )
 
 
-def policy(domain_dir: Path) -> str:
-    """The agent's policy: policy.md as it stands (τ²'s non-solo mode)."""
-    with open(Path(domain_dir) / "policy.md", encoding="utf-8") as f:
-        return f.read()
+policy = read_policy  # policy.md as it stands

@@ -22,6 +22,7 @@ from agentload.domains.tau2.toolkit import (
     World,
     calculate,
     load_json_db,
+    read_policy,
     tool,
 )
 
@@ -777,7 +778,4 @@ def make_world(domain_dir: Path) -> World:
     return World(RetailTools(load_json_db(Path(domain_dir) / "db.json", normalize_db)))
 
 
-def policy(domain_dir: Path) -> str:
-    """The agent's policy: policy.md as it stands (τ² reads it in text mode)."""
-    with open(Path(domain_dir) / "policy.md", encoding="utf-8") as f:
-        return f.read()
+policy = read_policy  # policy.md as it stands

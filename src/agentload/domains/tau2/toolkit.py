@@ -18,6 +18,7 @@ import json
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
@@ -433,6 +434,13 @@ def _tau2_text(value: Any) -> str:
 
 
 _LOADED: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def read_policy(domain_dir: Path | str) -> str:
+    """A domain's agent policy: its folder's policy.md as it stands (τ² reads it in text
+    mode); a domain whose policy is composed (telecom) defines its own `policy`."""
+    with open(Path(domain_dir) / "policy.md", encoding="utf-8") as f:
+        return f.read()
 
 
 def load_json_db(path: Any, normalize: Callable[[dict[str, Any]], dict[str, Any]]) -> dict:
