@@ -92,7 +92,7 @@ def main() -> None:
         execute_run(cfg, progress="plain", progress_interval_s=10.0, tune_gc=not args.no_gc_tune)
     )
     wall = time.perf_counter() - t
-    s = res.summary or {}
+    s = json.loads((out / "summary.json").read_bytes())  # as any tree under A/B wrote it
     steady = steady_state(out / "sessions.jsonl", args.concurrency)
     c = s["client"]
     lag = c["event_loop_lag_s"]
