@@ -202,7 +202,6 @@ class ChatClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-
     def record_hook(self, kind: type[H]) -> H:
         """The hook of type `kind` that stands between this client and its `on_record`
         (it is given the callback it wraps), installed on first use: one per client, shared
@@ -213,6 +212,7 @@ class ChatClient:
         made = kind(hook)
         self.on_record = made
         return made
+
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = open_session(
