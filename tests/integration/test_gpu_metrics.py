@@ -14,21 +14,19 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from agentload.servermetrics.parse import combine_samples, parse_metrics
 from agentload.servermetrics.scraper import MetricsScraper
 from agentload.servermetrics.summary import summarize_gpu, summarize_server
-from agentload.sim import SimConfig, SimServer
+from agentload.sim import SimConfig
+from dcgm_stand_in import PAGE, SimBesideExporter
 
 AGENTLOAD = str(Path(sys.executable).parent / "agentload")
-PAGE = (Path(__file__).parents[1] / "data" / "dcgm_exporter_2gpu.prom").read_text()
 
 # metric -> (GPU 0, GPU 1) on odd scrapes; even scrapes serve the recorded values.
 QUIET = {
@@ -59,52 +57,9 @@ def _served(k: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Exporter:
-    """A dcgm-exporter stand-in on its own event loop thread (the run is another process),
-    and beside it the engine: the simulator, whose own /metrics the run scrapes too."""
-
-    def __init__(self) -> None:
-        self.scrapes = 0
-        self.url = ""
-        self.sim = SimServer(SimConfig(port=0, profile="tiny-cpu", speedup=40))
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    async def _metrics(self, _req: web.Request) -> web.Response:
-        text = _served(self.scrapes)
-        self.scrapes += 1
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}/metrics"
-        self._loop.run_until_complete(self.sim.start())
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self.sim.stop())
-        self._loop.run_until_complete(self._runner.cleanup())
-
-    def __enter__(self) -> Exporter:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-
 @pytest.fixture
-def exporter() -> Iterator[Exporter]:
-    with Exporter() as ex:
+def exporter() -> Iterator[SimBesideExporter]:
+    with SimBesideExporter(SimConfig(port=0, profile="tiny-cpu", speedup=40), _served) as ex:
         yield ex
 
 
@@ -159,7 +114,7 @@ def test_summary_figures_from_exact_samples() -> None:
     assert summarize_server(samples)["endpoints"] == {}
 
 
-async def test_scraper_tags_gpu_samples(exporter: Exporter) -> None:
+async def test_scraper_tags_gpu_samples(exporter: SimBesideExporter) -> None:
     got: list[dict[str, Any]] = []
     scraper = MetricsScraper(
         [exporter.url], got.append, interval_s=0.05, endpoint="agent", gpu=True
@@ -171,7 +126,9 @@ async def test_scraper_tags_gpu_samples(exporter: Exporter) -> None:
     assert [s["gpu_energy_mj"] - got[0]["gpu_energy_mj"] for s in got[:3]] == [0, 750e3, 1500e3]
 
 
-async def test_a_failing_or_wrong_gpu_url_is_a_failed_gpu_scrape(exporter: Exporter) -> None:
+async def test_a_failing_or_wrong_gpu_url_is_a_failed_gpu_scrape(
+    exporter: SimBesideExporter,
+) -> None:
     """Failed GPU scrapes stay GPU samples (never counted against the engine's endpoint), and
     an engine's page given as --gpu-metrics is refused, not mixed into the engine's figures."""
     got: list[dict[str, Any]] = []
@@ -201,7 +158,7 @@ def _span(samples: list[dict[str, Any]], start: float, end: float) -> list[dict[
     return samples[lo : hi + 1]
 
 
-def test_run_with_gpu_metrics_on_the_simulator(tmp_path: Path, exporter: Exporter) -> None:
+def test_run_with_gpu_metrics_on_the_simulator(tmp_path: Path, exporter: SimBesideExporter) -> None:
     out = tmp_path / "run"
     r = subprocess.run(
         [AGENTLOAD, "run", "--base-url", exporter.sim.base_url, "--model", "agentload-sim",
@@ -266,7 +223,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (make test installs it)")
 def test_the_gpu_chart_draws_at_1400_px_without_overlapping_titles(
-    tmp_path: Path, exporter: Exporter
+    tmp_path: Path, exporter: SimBesideExporter
 ) -> None:
     from playwright.sync_api import sync_playwright
 

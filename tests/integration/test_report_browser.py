@@ -3,9 +3,7 @@ renders, draws every chart, logs no console error and fetches nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,9 @@ import pytest
 
 from agentload.config import build_config
 from agentload.runner import execute_run
+from agentload.sim import SimConfig
 from agentload.util import run_async
+from dcgm_stand_in import SimBesideExporter
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -250,57 +250,12 @@ def chart_layout(pages: dict[str, Path], tmp: Path, shots: Path) -> dict[str, li
     return found
 
 
-PAGE = (Path(__file__).parents[1] / "data" / "dcgm_exporter_2gpu.prom").read_text()
-
-
-class Served:
-    """The simulator (injecting faults, so the report has its failed-calls chart) and beside
-    it a DCGM exporter stand-in serving a recorded page, on one event loop thread."""
-
-    def __init__(self) -> None:
-        from agentload.sim import SimConfig, SimServer
-
-        self.sim = SimServer(
-            SimConfig(port=0, profile="tiny-cpu", speedup=25, fault_rate=0.03,
-                      fault_kinds=["http_500", "reset"])
-        )  # fmt: skip
-        self.gpu_url = ""
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        from aiohttp import web
-
-        async def metrics(_req: web.Request) -> web.Response:
-            return web.Response(text=PAGE, content_type="text/plain", charset="utf-8")
-
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-        self.gpu_url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
-        self._loop.run_until_complete(self.sim.start())
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.run_until_complete(self.sim.stop())
-        self._loop.run_until_complete(runner.cleanup())
-
-    def __enter__(self) -> Served:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-
 def _full_run(out: Path) -> None:
     """A run whose report has every chart: GPU telemetry and failed calls included."""
-    with Served() as srv:
+    # Faults injected, so the report has its failed-calls chart.
+    sim = SimConfig(port=0, profile="tiny-cpu", speedup=25, fault_rate=0.03,
+                    fault_kinds=["http_500", "reset"])  # fmt: skip
+    with SimBesideExporter(sim) as srv:
         cfg = build_config(
             data={
                 "out": str(out),
@@ -308,7 +263,7 @@ def _full_run(out: Path) -> None:
                     "agent": {
                         "base_url": srv.sim.base_url,
                         "model": "agentload-sim",
-                        "gpu_metrics_urls": [srv.gpu_url],
+                        "gpu_metrics_urls": [srv.url],
                     }
                 },
                 "metrics": {"interval_s": 0.2},
