@@ -132,39 +132,14 @@ async def _client(port: int, n: int) -> None:
 
 
 async def _measure_sockets(connections: int, rounds: int) -> float:
-    from agentload.sim import SimConfig
-    from agentload.sim.api import STDIN_CONFIG_FLAG
-    from agentload.util import free_port
+    from agentload.sim import SimConfig, SimProcess
 
-    port = free_port("127.0.0.1")
-    cfg = SimConfig(port=port, model="m", profile="instant")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentload.sim",
-        STDIN_CONFIG_FLAG,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    assert proc.stdin is not None
-    proc.stdin.write(cfg.model_dump_json().encode())
-    proc.stdin.close()
-    try:
-        for _ in range(300):  # up once it accepts
-            try:
-                _, w = await asyncio.open_connection("127.0.0.1", port)
-                w.close()
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        await asyncio.gather(*(_client(port, 5) for _ in range(connections)))  # warm-up
-        cpu0 = _proc_cpu_s(proc.pid)
-        await asyncio.gather(*(_client(port, rounds) for _ in range(connections)))
-        cpu = _proc_cpu_s(proc.pid) - cpu0
-    finally:
-        proc.terminate()
-        await proc.wait()
+    with SimProcess(SimConfig(port=0, model="m", profile="instant")) as sim:
+        assert sim.proc is not None
+        await asyncio.gather(*(_client(sim.port, 5) for _ in range(connections)))  # warm-up
+        cpu0 = _proc_cpu_s(sim.proc.pid)
+        await asyncio.gather(*(_client(sim.port, rounds) for _ in range(connections)))
+        cpu = _proc_cpu_s(sim.proc.pid) - cpu0
     return cpu / (rounds * connections) * 1e6
 
 
