@@ -737,7 +737,11 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
     optional: dict[str, Any] = {}
     if _graded(sessions) or not sessions:
         optional["episodes"] = _episodes(sessions, window_s, a, m) if sessions else None
-    gpu = _gpu(out_dir, window, calls.all.tokens.completion)
+    # Engine metrics and GPU telemetry share one file, read once; its problems go to
+    # `integrity` with the other files'.
+    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS), run.integrity)
+    span = (window.start, window.end)
+    gpu = summarize_gpu(samples, span, float(calls.all.tokens.completion)) if samples else None
     if gpu is not None:
         optional["gpu"] = gpu
     replay = replay_summary(sessions, [all_calls[i] for i in np.flatnonzero(m)])
@@ -764,7 +768,7 @@ def summarize(out_dir: Path | str, *, slo: Mapping[str, float] | None = None) ->
         slo=_slo_block(slo, a, m, sessions, success, window_s) if slo else None,
         errors=_errors(a, m, all_calls, meta),
         scheduling=Scheduling(sched_delay_s=_desc(np.array(delays, dtype=float))),
-        server=_server(out_dir, window, run.integrity, run_calls=a.n),
+        server=summarize_server(samples, span, run_calls=a.n) if samples else None,
         # What the readers skipped, flagged or counted once (agentload.results.validate).
         integrity=IntegrityBlock(**run.integrity.to_dict()),
         **optional,
@@ -785,32 +789,6 @@ def load_run_meta(out_dir: Path) -> dict[str, Any] | None:
         log.warning("%s: not a JSON object, ignored", path)
         return None
     return meta
-
-
-def _server(
-    out_dir: Path,
-    window: Window,
-    integ: Integrity | None = None,
-    run_calls: int | None = None,
-) -> dict[str, Any] | None:
-    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS), integ or Integrity())
-    if not samples:
-        return None
-
-    span = (window.start, window.end)
-    return summarize_server(samples, window=span, run_calls=run_calls)
-
-
-def _gpu(out_dir: Path, window: Window, output_tokens: float | None) -> dict[str, Any] | None:
-    """`gpu`: DCGM telemetry (`--gpu-metrics`) over the window, with J per output token."""
-    # The samples' problems are already counted in `integrity` by _server.
-    samples = clean_samples(read_jsonl(out_dir / SERVER_METRICS, warn=False), Integrity())
-    if not samples:
-        return None
-
-    span = (window.start, window.end)
-    tokens = float(output_tokens) if output_tokens is not None else None
-    return summarize_gpu(samples, window=span, output_tokens=tokens)
 
 
 def write_summary(out_dir: Path | str, summary: Summary | Mapping[str, Any]) -> Path:
