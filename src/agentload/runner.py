@@ -358,9 +358,9 @@ async def conclude(run: RunState, rep: SchedulerReport) -> RunOutcome:
                 f"interrupted: report skipped (write it with `agentload report {run.out_dir}`)"
             )
         else:
-            files, reported = _report(run, summary, verdict)
-            if reported is not verdict:  # the report failed: the run did
-                verdict = reported
+            files, failed = _report(run, summary, verdict)
+            if failed is not None:  # the report could not be written: the run failed
+                verdict = failed
                 summary = _settle(run, rep, verdict, summary)
             if await _interrupted(run) and verdict.code != EXIT_INTERRUPTED:
                 # A signal during the (blocking) report: written, but the run was stopped.
@@ -732,19 +732,20 @@ def _write_summary(run: RunState, summary: Summary) -> Summary:
     return summary
 
 
-def _report(run: RunState, summary: Summary, verdict: Verdict) -> tuple[list[Path], Verdict]:
-    """The report's files; a new verdict when the report could not be written."""
+def _report(run: RunState, summary: Summary, verdict: Verdict) -> tuple[list[Path], Verdict | None]:
+    """The report's files, and the run's new verdict when the report could not be written
+    (None: the verdict stands)."""
     try:
         from agentload.report import write_report  # lazy: optional (a run is useful without)
     except ImportError:  # the report package is optional for a run to be useful
         log.warning("report module unavailable; wrote summary.json only")
-        return [], verdict
+        return [], None
     try:
-        return list(write_report(run.out_dir, summary)), verdict
+        return list(write_report(run.out_dir, summary)), None
     except Exception as e:
         log.debug("report failed", exc_info=True)
         if verdict.code == EXIT_INTERRUPTED:
-            return [], verdict
+            return [], None
         return [], Verdict(EXIT_FAILED, f"failed: the report could not be written: {_why(e)}")
 
 

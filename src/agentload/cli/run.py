@@ -409,14 +409,14 @@ def _finish_run(out: RunOutcome, args: RunArgs) -> int:
         sys.stdout.buffer.write(summary_json(out.summary) if out.summary else b"null\n")
         sys.stdout.flush()
     elif not args.quiet:
+        s = as_summary(out.summary)
         try:
             # lazy: start-up: a command's machinery loads when it runs, not for --help
             from agentload.report import summary_table
 
-            _console().print(summary_table(as_summary(out.summary)))
+            _console().print(summary_table(s))
         except ImportError:
             pass
-        s = as_summary(out.summary)
         client = s.client.dump() if s.client else {}
         described = (s.run or {}).get("synthetic") or {}
         if described.get("description"):
