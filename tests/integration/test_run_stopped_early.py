@@ -135,6 +135,7 @@ async def test_disk_full_stop_then_resume(tmp_path: Path, monkeypatch: pytest.Mo
 
 async def test_resume_with_nothing_left_reports_a_sane_cpu_share(tmp_path: Path) -> None:
     from agentload.report.health import client_cpu_share
+    from agentload.results.records import ClientBlock
 
     out = tmp_path / "run"
     assert (await _run(_cfg(out))).exit_code == 0
@@ -145,5 +146,5 @@ async def test_resume_with_nothing_left_reports_a_sane_cpu_share(tmp_path: Path)
     # The CPU time is counted over the same window as elapsed_s: an attempt that ran nothing
     # adds next to nothing to either.
     assert client["cpu_s"] - first["cpu_s"] < 0.5, (first, client)
-    share = client_cpu_share(client)
+    share = client_cpu_share(ClientBlock.model_validate(client))
     assert share is not None and share < 1.0, client

@@ -83,8 +83,7 @@ def test_model_and_dict_give_the_same_figures(run: tuple[Path, dict[str, Any]]) 
     assert run_metrics(typed)["goodput_per_min"] == pytest.approx(1.5)
 
 
-def test_client_cpu_share_of_block_or_dict() -> None:
-    assert client_cpu_share(CLIENT) == pytest.approx(0.9)
+def test_client_cpu_share() -> None:
     assert client_cpu_share(ClientBlock.model_validate(CLIENT)) == pytest.approx(0.9)
-    assert client_cpu_share({"cpu_s": 1.0}) is None  # no elapsed time: no share
+    assert client_cpu_share(ClientBlock(cpu_s=1.0)) is None  # no elapsed time: no share
     assert client_cpu_share(None) is None

@@ -61,12 +61,8 @@ def _worker_warnings(workers: Any) -> list[str]:
     ]
 
 
-def client_cpu_share(client: ClientBlock | Mapping[str, Any] | None) -> float | None:
-    """CPU seconds the client process spent during the run per second of the run (summary.json's
-    `client` block, or its model)."""
-    if client is None:
+def client_cpu_share(client: ClientBlock | None) -> float | None:
+    """CPU seconds the client process spent during the run per second of the run."""
+    if client is None or client.cpu_s is None or not client.elapsed_s:
         return None
-    c = client if isinstance(client, ClientBlock) else ClientBlock.model_validate(client)
-    if c.cpu_s is None or not c.elapsed_s:
-        return None
-    return float(c.cpu_s) / float(c.elapsed_s)
+    return float(client.cpu_s) / float(client.elapsed_s)
